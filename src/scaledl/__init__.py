@@ -1,0 +1,18 @@
+"""scaledl: scalable distributed deep-learning training on PyTorch.
+
+The short public API: ``init`` (launcher bootstrap) returning a ``Topology``, and the in-place
+collectives ``allreduce``, ``reduce_scatter``, ``allgather``, ``broadcast``, ``reduce``, each with
+a choice of algorithm (``scaledl.collectives.available("allreduce")``).
+"""
+
+from scaledl.collectives import (
+    CollectiveHandle, ReduceOp, allgather, allreduce, broadcast, explain, reduce, reduce_scatter,
+)
+from scaledl.topology import Topology
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Topology", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
+    "CollectiveHandle", "ReduceOp", "__version__",
+]

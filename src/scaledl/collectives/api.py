@@ -1,0 +1,261 @@
+"""The public collectives: in place, like ``torch.distributed``, with a choice of algorithm.
+
+Each call validates its arguments in the caller (so a mistake raises at once, on every rank),
+then runs as a job of the group's :class:`~scaledl.collectives.communicator.Communicator`:
+synchronously, or in order on its worker thread with ``async_op=True`` (returning a handle with
+``wait()``).  A job flattens the tensor (copying only if it is not contiguous, or if it lives on a
+GPU and the backend is Gloo), resolves ``auto`` with the cost model, plans (cached) and executes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from scaledl.collectives import native
+from scaledl.collectives.auto import choose
+from scaledl.collectives.communicator import CollectiveHandle, Communicator, communicator_for
+from scaledl.collectives.executor import (
+    Workspace, execute, execute_allgather, execute_reduce_scatter,
+)
+from scaledl.collectives.ops import ReduceOp, check_dtype
+from scaledl.collectives.registry import AUTO, lookup, plan
+from scaledl.collectives.schedule import Collective
+from scaledl.topology import TOPOLOGY_ENV, Topology
+from scaledl.transport.torch_p2p import TorchTransport
+
+__all__ = ["allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain"]
+
+Group = dist.ProcessGroup | None
+
+
+@dataclass(frozen=True)
+class _Call:
+    comm: Communicator
+    collective: Collective
+    algorithm: str
+    topology: Topology
+    op: ReduceOp
+    root: int
+
+    def resolve(self, numel: int, itemsize: int) -> str:
+        """The algorithm to run: the one asked for, or ``auto``'s (cached) choice."""
+        if self.algorithm != AUTO:
+            return self.algorithm
+        key = (self.collective, numel, itemsize, self.root, self.topology)
+        name = self.comm.choices.get(key)
+        if name is None:
+            model = self.comm.cost_model
+            name = choose(self.collective, self.topology, numel, itemsize, model, self.root).algorithm
+            self.comm.choices[key] = name
+        return name
+
+    def run(
+        self, buffer: torch.Tensor, shard: torch.Tensor | None = None, name: str | None = None
+    ) -> str:
+        """Run on the flat working ``buffer``; return the algorithm used."""
+        numel = buffer.numel() if shard is None else shard.numel()
+        name = name if name is not None else self.resolve(numel, buffer.element_size())
+        if self.comm.world_size == 1:
+            return name
+        if name == "native":
+            native.run(self.collective, buffer, self.op, self.comm.group, self.root, shard)
+            return name
+        schedule = plan(name, self.collective, self.topology, self.comm.rank, numel, self.root)
+        execute(schedule, buffer, *self.executor_args(buffer))
+        return name
+
+    def executor_args(
+        self, like: torch.Tensor
+    ) -> tuple[TorchTransport, ReduceOp, int, Workspace]:
+        """Transport, op, chunk length and workspace for the executor."""
+        chunk_numel = max(1, self.comm.chunk_bytes // like.element_size())
+        return self.comm.transport, self.op, chunk_numel, self.comm.workspace
+
+
+def _topology(topology: Topology | None, comm: Communicator) -> Topology:
+    p = comm.world_size
+    if topology is None:
+        if comm.group is dist.group.WORLD:
+            return Topology.from_environment(p, comm.rank)
+        return Topology.flat(p, comm.rank)
+    if topology.world_size != p:
+        raise ValueError(
+            f"topology {topology.spec} describes {topology.world_size} ranks but the group has "
+            f"{p}; give axes whose product is {p}"
+        )
+    return topology.with_rank(comm.rank)
+
+
+def _prepare(
+    collective: Collective, tensors: list[torch.Tensor], op: str | ReduceOp, algorithm: str,
+    topology: Topology | None, group: Group, root: int = 0,
+) -> _Call:
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        check_dtype(tensor)
+    if len({t.dtype for t in tensors}) > 1:
+        raise TypeError(f"input and output dtypes differ: {[t.dtype for t in tensors]}")
+    reduce_op = ReduceOp.parse(op)
+    algo = lookup(algorithm, collective) if algorithm != AUTO else None
+    comm = communicator_for(group)
+    topo = _topology(topology, comm)
+    if not 0 <= root < comm.world_size:
+        raise ValueError(f"root rank {root} is outside the group of {comm.world_size} ranks")
+    if algo is not None and algo.needs_topology and not topo.explicit:
+        raise ValueError(
+            f"algorithm {algorithm!r} needs the network layout: pass "
+            f"topology=scaledl.Topology.parse('RxH', {comm.world_size}) (R ranks per host, H hosts), "
+            f"set {TOPOLOGY_ENV}=RxH, or launch with torchrun --nproc-per-node R"
+        )
+    return _Call(comm, collective, algorithm, topo, reduce_op, root)
+
+
+def _stage(tensor: torch.Tensor, comm: Communicator) -> tuple[torch.Tensor, bool]:
+    """A flat contiguous working view of ``tensor`` and whether it must be copied back."""
+    needs_host = tensor.is_cuda and comm.backend != "nccl"
+    if tensor.is_contiguous() and not needs_host:
+        return tensor.view(-1), False
+    flat = tensor.detach().reshape(-1)
+    flat = flat.cpu() if needs_host else flat.clone()
+    return flat.contiguous(), True
+
+
+def _submit(call: _Call, job: Callable[[], None], async_op: bool) -> CollectiveHandle | None:
+    return call.comm.submit(job, async_op)
+
+
+def allreduce(
+    tensor: torch.Tensor, op: str | ReduceOp = "sum", algorithm: str = AUTO,
+    topology: Topology | None = None, group: Group = None, async_op: bool = False,
+) -> CollectiveHandle | None:
+    """Reduce ``tensor`` over all ranks of ``group``, in place on every rank."""
+    call = _prepare(Collective.ALLREDUCE, [tensor], op, algorithm, topology, group)
+
+    def job() -> None:
+        buffer, copy_back = _stage(tensor, call.comm)
+        call.run(buffer)
+        call.op.finish(buffer, call.comm.world_size)
+        if copy_back:
+            tensor.copy_(buffer.view_as(tensor))
+
+    return _submit(call, job, async_op)
+
+
+def broadcast(
+    tensor: torch.Tensor, src: int = 0, algorithm: str = AUTO, topology: Topology | None = None,
+    group: Group = None, async_op: bool = False,
+) -> CollectiveHandle | None:
+    """Copy ``tensor`` of group rank ``src`` into ``tensor`` on every rank."""
+    call = _prepare(Collective.BROADCAST, [tensor], "sum", algorithm, topology, group, src)
+
+    def job() -> None:
+        buffer, copy_back = _stage(tensor, call.comm)
+        call.run(buffer)
+        if copy_back:
+            tensor.copy_(buffer.view_as(tensor))
+
+    return _submit(call, job, async_op)
+
+
+def reduce(
+    tensor: torch.Tensor, dst: int = 0, op: str | ReduceOp = "sum", algorithm: str = AUTO,
+    topology: Topology | None = None, group: Group = None, async_op: bool = False,
+) -> CollectiveHandle | None:
+    """Reduce ``tensor`` over all ranks into ``tensor`` on group rank ``dst``.
+
+    Other ranks' tensors are left unchanged.
+    """
+    call = _prepare(Collective.REDUCE, [tensor], op, algorithm, topology, group, dst)
+
+    def job() -> None:
+        is_root = call.comm.rank == dst
+        if is_root:
+            buffer, copy_back = _stage(tensor, call.comm)
+        else:
+            buffer, copy_back = _stage(tensor, call.comm)[0].clone(), False
+        call.run(buffer)
+        if is_root:
+            call.op.finish(buffer, call.comm.world_size)
+            if copy_back:
+                tensor.copy_(buffer.view_as(tensor))
+
+    return _submit(call, job, async_op)
+
+
+def _check_sizes(name: str, small: torch.Tensor, large: torch.Tensor, world_size: int) -> None:
+    if large.numel() != small.numel() * world_size:
+        raise ValueError(
+            f"{name}: the full tensor has {large.numel()} elements but must have world size "
+            f"({world_size}) x shard ({small.numel()}) = {small.numel() * world_size}"
+        )
+
+
+def reduce_scatter(
+    output: torch.Tensor, input: torch.Tensor, op: str | ReduceOp = "sum",
+    algorithm: str = AUTO, topology: Topology | None = None, group: Group = None,
+    async_op: bool = False,
+) -> CollectiveHandle | None:
+    """Reduce ``input`` (``p`` equal blocks) over all ranks; rank ``r`` gets block ``r``."""
+    call = _prepare(Collective.REDUCE_SCATTER, [output, input], op, algorithm, topology, group)
+    _check_sizes("reduce_scatter", output, input, call.comm.world_size)
+
+    def job() -> None:
+        m, p = output.numel(), call.comm.world_size
+        source, _ = _stage(input, call.comm)
+        out, copy_back = _stage(output, call.comm)
+        name = call.resolve(m, output.element_size())
+        if p == 1:
+            out.copy_(source)
+        elif name == "native":
+            call.run(source, out, name)
+        else:
+            schedule = plan(name, call.collective, call.topology, call.comm.rank, m, call.root)
+            execute_reduce_scatter(schedule, source, out, *call.executor_args(source))
+        call.op.finish(out, p)
+        if copy_back:
+            output.copy_(out.view_as(output))
+
+    return _submit(call, job, async_op)
+
+
+def allgather(
+    output: torch.Tensor, input: torch.Tensor, algorithm: str = AUTO,
+    topology: Topology | None = None, group: Group = None, async_op: bool = False,
+) -> CollectiveHandle | None:
+    """Concatenate every rank's ``input`` into ``output`` (rank ``r``'s at block ``r``)."""
+    call = _prepare(Collective.ALLGATHER, [output, input], "sum", algorithm, topology, group)
+    _check_sizes("allgather", input, output, call.comm.world_size)
+
+    def job() -> None:
+        m, p, rank = input.numel(), call.comm.world_size, call.comm.rank
+        shard, _ = _stage(input, call.comm)
+        out, copy_back = _stage(output, call.comm)
+        name = call.resolve(m, input.element_size())
+        if p == 1:
+            out.copy_(shard)
+        elif name == "native":
+            call.run(out, shard, name)
+        else:
+            schedule = plan(name, call.collective, call.topology, rank, m, call.root)
+            transport, _, chunk_numel, workspace = call.executor_args(shard)
+            execute_allgather(schedule, shard, out, transport, chunk_numel, workspace)
+        if copy_back:
+            output.copy_(out.view_as(output))
+
+    return _submit(call, job, async_op)
+
+
+def explain(
+    collective: str, numel: int, dtype: torch.dtype = torch.float32,
+    topology: Topology | None = None, group: Group = None,
+) -> str:
+    """Why ``auto`` picks what it picks for this collective and size (a short table)."""
+    call = _prepare(Collective(collective), [torch.empty(0, dtype=dtype)], "sum", AUTO,
+                    topology, group)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    return choose(call.collective, call.topology, numel, itemsize, call.comm.cost_model).explain()

@@ -1,0 +1,172 @@
+"""Communicator: the per-group runtime behind the public collectives.
+
+A communicator owns, for one process group: its transport, the scratch workspace the executor
+reuses, the cost model ``auto`` uses (rank 0's copy, broadcast once so every rank decides alike),
+and one worker thread that runs asynchronous collectives in submission order.  Running every job
+of a group in one order on every rank is what keeps point-to-point messages matched when several
+collectives are in flight (e.g. gradient buckets), just as a CUDA stream orders NCCL kernels.
+
+A synchronous call runs in the caller's thread when nothing is queued, so small collectives pay
+no thread hand-off.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import torch
+import torch.distributed as dist
+
+from scaledl.collectives.auto import CostModel, LinkModel
+from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
+from scaledl.transport.torch_p2p import TorchTransport
+
+__all__ = ["Communicator", "CollectiveHandle", "communicator_for"]
+
+log = logging.getLogger(__name__)
+
+
+class CollectiveHandle:
+    """An asynchronous collective in flight; ``wait()`` blocks until it is done."""
+
+    def __init__(self, future: Future[None]) -> None:
+        self._future = future
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until done (raising the collective's error, if any); return True."""
+        try:
+            self._future.result(timeout=timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"collective did not finish within {timeout} s") from None
+        return True
+
+    def is_completed(self) -> bool:
+        """True once the collective finished (successfully or not)."""
+        return self._future.done()
+
+
+def _model_to_tensor(model: CostModel) -> torch.Tensor:
+    values = [float(len(model.links))]
+    for link in model.links:
+        values += [link.alpha, link.beta]
+    values += [model.overhead, model.gamma, float(model.chunk_bytes), model.native_overhead,
+               model.native_beta_factor]
+    return torch.tensor(values + [0.0] * (32 - len(values)), dtype=torch.float64)
+
+
+def _model_from_tensor(tensor: torch.Tensor) -> CostModel:
+    values = tensor.tolist()
+    count = int(values[0])
+    links = tuple(LinkModel(values[1 + 2 * i], values[2 + 2 * i]) for i in range(count))
+    rest = values[1 + 2 * count:]
+    return CostModel(links, rest[0], rest[1], int(rest[2]), rest[3], rest[4])
+
+
+class Communicator:
+    """Transport, workspace, cost model and ordered async worker of one process group."""
+
+    def __init__(
+        self, group: dist.ProcessGroup | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> None:
+        self.group = group if group is not None else dist.group.WORLD
+        self.transport = TorchTransport(self.group)
+        self.rank = self.transport.rank
+        self.world_size = self.transport.world_size
+        self.backend = self.transport.backend
+        self.chunk_bytes = chunk_bytes
+        self.workspace = Workspace()
+        self.choices: dict[tuple[object, ...], str] = {}
+        """``auto``'s decisions, by (collective, numel, itemsize, root, topology)."""
+        self.cost_model = self._agree_on_model(CostModel.load())
+        self._jobs: queue.Queue[tuple[Callable[[], None], Future[None]] | None] = queue.Queue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+
+    def _agree_on_model(self, local: CostModel) -> CostModel:
+        if self.world_size == 1:
+            return local
+        tensor = _model_to_tensor(local)
+        dist.broadcast(tensor, src=dist.get_global_rank(self.group, 0), group=self.group)
+        return _model_from_tensor(tensor)
+
+    def submit(self, job: Callable[[], None], async_op: bool) -> CollectiveHandle | None:
+        """Run ``job`` after every job submitted before it; return a handle if ``async_op``."""
+        with self._lock:
+            idle = self._pending == 0
+            if async_op or not idle:
+                self._pending += 1
+                future: Future[None] = Future()
+                self._ensure_worker()
+                self._jobs.put((job, future))
+        if not async_op and idle:
+            with self._run_lock:
+                job()
+            return None
+        handle = CollectiveHandle(future)
+        if not async_op:
+            handle.wait()
+            return None
+        return handle
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(
+                target=self._serve, name=f"scaledl-comm-{self.rank}", daemon=True
+            )
+            self._worker.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            job, future = item
+            try:
+                with self._run_lock:
+                    job()
+            except BaseException as error:  # handed to the waiter
+                future.set_exception(error)
+            else:
+                future.set_result(None)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+
+    def close(self) -> None:
+        """Stop the worker thread after the queued jobs."""
+        if self._worker is not None:
+            self._jobs.put(None)
+            self._worker.join(timeout=5.0)
+            self._worker = None
+
+
+_COMMUNICATORS: dict[int, tuple[dist.ProcessGroup, Communicator]] = {}
+
+
+def communicator_for(group: dist.ProcessGroup | None) -> Communicator:
+    """The communicator of ``group`` (the default group if None), created on first use."""
+    if not dist.is_initialized():
+        raise RuntimeError(
+            "torch.distributed is not initialised; call scaledl.init() (or "
+            "torch.distributed.init_process_group) first"
+        )
+    resolved = group if group is not None else dist.group.WORLD
+    entry = _COMMUNICATORS.get(id(resolved))
+    if entry is None or entry[0] is not resolved:
+        entry = (resolved, Communicator(resolved))
+        _COMMUNICATORS[id(resolved)] = entry
+    return entry[1]
+
+
+def forget_communicators() -> None:
+    """Drop every cached communicator (after ``destroy_process_group``)."""
+    for _, comm in _COMMUNICATORS.values():
+        comm.close()
+    _COMMUNICATORS.clear()

@@ -1,0 +1,69 @@
+"""Reduction operators and the dtypes the collectives accept."""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["ReduceOp", "SUPPORTED_DTYPES", "check_dtype"]
+
+SUPPORTED_DTYPES = (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+)
+
+
+class ReduceOp(str, enum.Enum):
+    """How contributions combine: sum, average (sum / world size), minimum, maximum."""
+
+    SUM = "sum"
+    AVG = "avg"
+    MIN = "min"
+    MAX = "max"
+
+    @classmethod
+    def parse(cls, op: str | ReduceOp | dist.ReduceOp) -> ReduceOp:
+        """Accept ``"sum"``, ``ReduceOp.SUM`` or ``torch.distributed.ReduceOp.SUM``."""
+        if isinstance(op, ReduceOp):
+            return op
+        if isinstance(op, str):
+            try:
+                return cls(op.lower())
+            except ValueError:
+                pass
+        else:
+            for name in ("SUM", "AVG", "MIN", "MAX"):
+                if op == getattr(dist.ReduceOp, name):
+                    return cls(name.lower())
+        choices = ", ".join(member.value for member in cls)
+        raise ValueError(f"unknown reduce op {op!r}; use one of: {choices}")
+
+    def combine(self, into: torch.Tensor, other: torch.Tensor) -> None:
+        """Fold ``other`` into ``into`` in place."""
+        if self is ReduceOp.MIN:
+            torch.minimum(into, other, out=into)
+        elif self is ReduceOp.MAX:
+            torch.maximum(into, other, out=into)
+        else:
+            into.add_(other)
+
+    def finish(self, tensor: torch.Tensor, world_size: int) -> None:
+        """Apply the final step of the op (AVG divides; integers round toward minus infinity)."""
+        if self is not ReduceOp.AVG or world_size == 1:
+            return
+        if tensor.is_floating_point():
+            tensor.div_(world_size)
+        else:
+            tensor.div_(world_size, rounding_mode="floor")
+
+    def to_torch(self) -> dist.ReduceOp:
+        """The matching ``torch.distributed.ReduceOp``."""
+        return getattr(dist.ReduceOp, self.name)
+
+
+def check_dtype(tensor: torch.Tensor) -> None:
+    """Raise ``TypeError`` naming the dtype when the collectives do not support it."""
+    if tensor.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        raise TypeError(f"dtype {tensor.dtype} is not supported; use one of: {names}")

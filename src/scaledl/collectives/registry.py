@@ -1,0 +1,91 @@
+"""The algorithm registry: which algorithms exist, what each implements, and planning."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
+
+from scaledl.collectives import (
+    chain, halving_doubling, hierarchical, multiring, native, ring, torus, tree,
+)
+from scaledl.collectives.schedule import Collective, Schedule
+from scaledl.topology import Topology
+
+__all__ = ["Algorithm", "ALGORITHMS", "AUTO", "available", "lookup", "plan", "parse_collective"]
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One collective algorithm: its name, the collectives it implements, how to plan it."""
+
+    name: str
+    supports: frozenset[Collective]
+    needs_topology: bool
+    planner: Callable[..., Schedule] | None
+    """``plan(collective, topology, rank, numel, root)``; None for ``native``."""
+    summary: str
+
+    @property
+    def scheduled(self) -> bool:
+        """True when the algorithm is a scaledl schedule (everything but ``native``)."""
+        return self.planner is not None
+
+
+def _entry(name: str, module: ModuleType) -> Algorithm:
+    doc = (module.__doc__ or name).strip().splitlines()[0]
+    planner = getattr(module, "plan", None)
+    return Algorithm(name, module.SUPPORTS, module.NEEDS_TOPOLOGY, planner, doc)
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "ring": _entry("ring", ring),
+    "multiring": _entry("multiring", multiring),
+    "halving_doubling": _entry("halving_doubling", halving_doubling),
+    "tree": _entry("tree", tree),
+    "chain": _entry("chain", chain),
+    "hierarchical": _entry("hierarchical", hierarchical),
+    "torus": _entry("torus", torus),
+    "native": _entry("native", native),
+}
+
+
+def parse_collective(collective: str | Collective) -> Collective:
+    """Accept ``"allreduce"`` or ``Collective.ALLREDUCE``."""
+    try:
+        return Collective(collective)
+    except ValueError:
+        names = ", ".join(c.value for c in Collective)
+        raise ValueError(f"unknown collective {collective!r}; use one of: {names}") from None
+
+
+def available(collective: str | Collective) -> list[str]:
+    """Algorithm names that implement ``collective``, ``auto`` first."""
+    wanted = parse_collective(collective)
+    return [AUTO] + [name for name, algo in ALGORITHMS.items() if wanted in algo.supports]
+
+
+def lookup(name: str, collective: str | Collective) -> Algorithm:
+    """The algorithm ``name`` for ``collective``; ``ValueError`` listing the choices otherwise."""
+    wanted = parse_collective(collective)
+    algo = ALGORITHMS.get(name)
+    if algo is None or wanted not in algo.supports:
+        choices = ", ".join(available(wanted))
+        what = "unknown algorithm" if algo is None else "algorithm"
+        extra = "" if algo is None else f" does not implement {wanted.value}"
+        raise ValueError(f"{what} {name!r}{extra}; available for {wanted.value}: {choices}")
+    return algo
+
+
+@lru_cache(maxsize=8192)
+def plan(
+    name: str, collective: Collective, topology: Topology, rank: int, numel: int, root: int = 0
+) -> Schedule:
+    """The (cached) schedule of algorithm ``name`` for one rank."""
+    algo = lookup(name, collective)
+    if algo.planner is None:
+        raise ValueError(f"{name} is not a scaledl schedule and cannot be planned")
+    return algo.planner(collective, topology, rank, numel, root)

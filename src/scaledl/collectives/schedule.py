@@ -1,0 +1,177 @@
+"""Schedules: a collective algorithm written down as data.
+
+A :class:`Schedule` is what one rank does to run one collective over a flat working buffer of
+``numel`` elements: a sequence of :class:`Round` objects, each a set of :class:`Transfer` objects
+("send elements [lo, hi) to peer p", "receive [lo, hi) from peer p and reduce into it", "receive
+[lo, hi) from peer p and copy into it").  Transfers of one round are posted together and may run
+concurrently; rounds run in order.  No communication happens while planning, so a plan can be
+checked exhaustively in tests, replayed by the simulator, and cached.
+
+Peers are ranks of the process group.  Messages between one pair with one tag are matched in
+order, so a sender and its receiver must list their transfers to each other in the same order.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "Action", "Collective", "Transfer", "Round", "Schedule", "ScheduleError",
+    "split", "rounds_from_timed",
+]
+
+
+class Collective(str, enum.Enum):
+    """The collectives scaledl implements."""
+
+    ALLREDUCE = "allreduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALLGATHER = "allgather"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+
+
+class Action(str, enum.Enum):
+    """What a transfer does with its slice of the working buffer."""
+
+    SEND = "send"
+    RECV_COPY = "recv_copy"
+    RECV_REDUCE = "recv_reduce"
+
+
+class ScheduleError(ValueError):
+    """A plan is inconsistent (internal bug): ranges out of bounds or racing in one round."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """Move the slice ``[lo, hi)`` of the working buffer to or from ``peer``."""
+
+    action: Action
+    peer: int
+    lo: int
+    hi: int
+    tag: int = 0
+
+    @property
+    def numel(self) -> int:
+        """Elements moved."""
+        return self.hi - self.lo
+
+    @property
+    def is_send(self) -> bool:
+        """True for a send."""
+        return self.action is Action.SEND
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """Transfers posted together; the next round starts when all of them completed."""
+
+    transfers: tuple[Transfer, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Everything one rank does for one collective call, as data."""
+
+    collective: Collective
+    algorithm: str
+    rank: int
+    world_size: int
+    numel: int
+    """Elements in the working buffer the transfers index into."""
+    rounds: tuple[Round, ...]
+    layout: tuple[int, ...] | None = None
+    """reduce_scatter / allgather only: block index that holds each rank's shard (None: rank r's
+    shard is block r)."""
+
+    def transfers(self) -> Iterable[Transfer]:
+        """Every transfer in order."""
+        for round_ in self.rounds:
+            yield from round_.transfers
+
+    def elements_sent(self) -> int:
+        """Elements this rank sends in total."""
+        return sum(t.numel for t in self.transfers() if t.is_send)
+
+    def elements_received(self) -> int:
+        """Elements this rank receives in total."""
+        return sum(t.numel for t in self.transfers() if not t.is_send)
+
+    def block_of(self, rank: int) -> int:
+        """Index of the block holding ``rank``'s shard (reduce_scatter, allgather)."""
+        return rank if self.layout is None else self.layout[rank]
+
+    def validate(self) -> None:
+        """Raise :class:`ScheduleError` if a range leaves the buffer or a round races with itself."""
+        for index, round_ in enumerate(self.rounds):
+            writes: list[tuple[int, int]] = []
+            reads: list[tuple[int, int]] = []
+            for t in round_.transfers:
+                if not 0 <= t.lo < t.hi <= self.numel:
+                    raise ScheduleError(f"{self._where(index)}: {t} outside [0, {self.numel})")
+                if not 0 <= t.peer < self.world_size or t.peer == self.rank:
+                    raise ScheduleError(f"{self._where(index)}: bad peer in {t}")
+                (reads if t.is_send else writes).append((t.lo, t.hi))
+            _check_disjoint(writes, writes, self._where(index), "two receives")
+            _check_disjoint(writes, reads, self._where(index), "a receive and a send")
+
+    def _where(self, index: int) -> str:
+        return f"{self.algorithm} {self.collective.value} rank {self.rank} round {index}"
+
+
+def _check_disjoint(
+    a: list[tuple[int, int]], b: list[tuple[int, int]], where: str, what: str
+) -> None:
+    same = a is b
+    for i, (lo1, hi1) in enumerate(a):
+        for j, (lo2, hi2) in enumerate(b):
+            if same and j <= i:
+                continue
+            if lo1 < hi2 and lo2 < hi1:
+                raise ScheduleError(f"{where}: {what} overlap: [{lo1},{hi1}) and [{lo2},{hi2})")
+
+
+def split(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Cut ``[lo, hi)`` into ``parts`` contiguous ranges whose sizes differ by at most one.
+
+    Earlier ranges get the extra elements; with fewer elements than parts, the last ranges are
+    empty.  Every rank computes the same cut, which is what lets plans agree without talking.
+    """
+    if parts < 1:
+        raise ValueError(f"cannot split into {parts} parts")
+    base, extra = divmod(hi - lo, parts)
+    bounds = []
+    start = lo
+    for index in range(parts):
+        end = start + base + (1 if index < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def make_round(transfers: Iterable[Transfer]) -> Round | None:
+    """A round of the non-empty transfers, or None when nothing is left to move."""
+    kept = tuple(t for t in transfers if t.hi > t.lo)
+    return Round(kept) if kept else None
+
+
+def rounds_from_timed(timed: Sequence[tuple[int, Transfer]]) -> list[Round]:
+    """Group ``(time step, transfer)`` pairs into rounds by time step, dropping empty ones."""
+    by_step: dict[int, list[Transfer]] = {}
+    for step, transfer in timed:
+        by_step.setdefault(step, []).append(transfer)
+    rounds = []
+    for step in sorted(by_step):
+        round_ = make_round(by_step[step])
+        if round_ is not None:
+            rounds.append(round_)
+    return rounds
+
+
+def join_rounds(*phases: Iterable[Round | None]) -> tuple[Round, ...]:
+    """Concatenate phases of rounds, dropping empty ones."""
+    return tuple(r for phase in phases for r in phase if r is not None)

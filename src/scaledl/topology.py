@@ -1,0 +1,241 @@
+"""Topology: who is where in a job.
+
+A :class:`Topology` describes the ranks of one process group as a grid whose axes follow the
+network hierarchy, innermost first, as PowerAI DDL describes its learners: ``4x8x2`` means 4 ranks
+per host, 8 hosts per rack, 2 racks.  Ranks sharing every coordinate but the first live on one
+host (a *node*); the first coordinate is the *local rank*.
+
+By default rank ``r`` sits at grid position ``r`` (coordinates are ``r`` written in the mixed radix
+of the axes, innermost digit first), which is how torchrun, ``mpirun --map-by core`` and SLURM's
+block distribution number ranks.  When a launcher numbers ranks differently, ``order`` gives the
+rank at each grid position.
+
+A topology is a value: collectives take it as an argument; nothing reads a global.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["Topology", "parse_axes", "TOPOLOGY_ENV"]
+
+TOPOLOGY_ENV = "SCALEDL_TOPOLOGY"
+"""Environment variable holding an explicit topology spec such as ``2x2`` or ``4x8x2``."""
+
+
+def parse_axes(spec: str) -> tuple[int, ...]:
+    """Parse ``"4x8x2"`` into ``(4, 8, 2)``; raise ``ValueError`` naming the spec when malformed."""
+    parts = spec.strip().lower().replace("*", "x").split("x")
+    try:
+        axes = tuple(int(part) for part in parts)
+    except ValueError:
+        raise ValueError(
+            f"topology {spec!r} is not a list of positive integers joined by 'x'; "
+            "write it innermost axis first, e.g. '4x8x2' for 4 ranks per host, 8 hosts, 2 racks"
+        ) from None
+    if not axes or any(size < 1 for size in axes):
+        raise ValueError(f"topology {spec!r} has an axis smaller than 1; every axis must be >= 1")
+    return axes
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The ranks of a process group laid out on a grid of network axes (innermost first)."""
+
+    axes: tuple[int, ...]
+    """Size of each axis, innermost first: ``(ranks per host, hosts per rack, racks, ...)``."""
+    rank: int = 0
+    """This process's rank in the group the topology describes."""
+    order: tuple[int, ...] | None = None
+    """Rank at each grid position; ``None`` means rank ``r`` sits at position ``r``."""
+    explicit: bool = False
+    """True when the layout was given by the user or found from hosts, not assumed flat."""
+    _position: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.axes or any(int(size) < 1 for size in self.axes):
+            raise ValueError(f"topology axes {self.axes} must be a non-empty list of sizes >= 1")
+        object.__setattr__(self, "axes", tuple(int(size) for size in self.axes))
+        world_size = self.world_size
+        if not 0 <= self.rank < world_size:
+            raise ValueError(
+                f"rank {self.rank} is outside topology {self.spec} of {world_size} ranks; "
+                f"ranks must be in 0..{world_size - 1}"
+            )
+        if self.order is None:
+            position = tuple(range(world_size))
+        else:
+            if sorted(self.order) != list(range(world_size)):
+                raise ValueError(
+                    f"topology order {self.order} must list every rank 0..{world_size - 1} once"
+                )
+            inverse = [0] * world_size
+            for grid_position, rank in enumerate(self.order):
+                inverse[rank] = grid_position
+            position = tuple(inverse)
+        object.__setattr__(self, "_position", position)
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def flat(cls, world_size: int, rank: int = 0) -> Topology:
+        """All ranks on one axis: no hierarchy known."""
+        if world_size < 1:
+            raise ValueError(f"world size {world_size} must be >= 1")
+        return cls(axes=(world_size,), rank=rank)
+
+    @classmethod
+    def parse(cls, spec: str, world_size: int | None = None, rank: int = 0) -> Topology:
+        """Build a topology from ``"4x8x2"``; check that it multiplies to ``world_size``."""
+        axes = parse_axes(spec)
+        product = math.prod(axes)
+        if world_size is not None and product != world_size:
+            raise ValueError(
+                f"topology {spec!r} describes {product} ranks but the world size is {world_size}; "
+                f"give axes whose product is {world_size} (e.g. '{world_size}' for a flat layout)"
+            )
+        return cls(axes=axes, rank=rank, explicit=True)
+
+    @classmethod
+    def from_hosts(cls, hostnames: list[str], rank: int = 0) -> Topology:
+        """Group ranks by host name (one entry per rank); every host must hold as many ranks."""
+        hosts: dict[str, list[int]] = {}
+        for member, host in enumerate(hostnames):
+            hosts.setdefault(host, []).append(member)
+        sizes = {len(members) for members in hosts.values()}
+        if len(sizes) != 1:
+            counts = {host: len(members) for host, members in hosts.items()}
+            raise ValueError(
+                f"hosts hold different numbers of ranks {counts}; scaledl needs the same number "
+                f"per host, or set {TOPOLOGY_ENV} to describe the layout yourself"
+            )
+        per_host = sizes.pop()
+        order = tuple(member for members in hosts.values() for member in members)
+        axes = (per_host, len(hosts)) if len(hosts) > 1 else (per_host,)
+        identity = order == tuple(range(len(hostnames)))
+        return cls(axes=axes, rank=rank, order=None if identity else order, explicit=len(hosts) > 1)
+
+    @classmethod
+    def from_environment(
+        cls, world_size: int, rank: int = 0, environ: Mapping[str, str] | None = None
+    ) -> Topology:
+        """``SCALEDL_TOPOLOGY`` if set, else the launcher's ranks-per-host, else flat."""
+        env = os.environ if environ is None else environ
+        spec = env.get(TOPOLOGY_ENV)
+        if spec:
+            return cls.parse(spec, world_size, rank)
+        for name in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
+            local = env.get(name)
+            if local and local.isdigit() and 1 <= int(local) < world_size:
+                if world_size % int(local) == 0:
+                    return cls(axes=(int(local), world_size // int(local)), rank=rank, explicit=True)
+        return cls.flat(world_size, rank)
+
+    def with_rank(self, rank: int) -> Topology:
+        """The same layout seen from another rank."""
+        return Topology(axes=self.axes, rank=rank, order=self.order, explicit=self.explicit)
+
+    # -- queries --------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        """Number of ranks: the product of the axes."""
+        return math.prod(self.axes)
+
+    @property
+    def spec(self) -> str:
+        """The axes written as ``"4x8x2"``."""
+        return "x".join(str(size) for size in self.axes)
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks on one host: the innermost axis."""
+        return self.axes[0]
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of hosts."""
+        return self.world_size // self.axes[0]
+
+    @property
+    def is_hierarchical(self) -> bool:
+        """True when there are several hosts each holding several ranks, or several axes > 1."""
+        return sum(1 for size in self.axes if size > 1) > 1
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        """Grid coordinates of ``rank``, innermost first."""
+        self._check_rank(rank)
+        position = self._position[rank]
+        coords = []
+        for size in self.axes:
+            position, digit = divmod(position, size)
+            coords.append(digit)
+        return tuple(coords)
+
+    def rank_at(self, coords: tuple[int, ...]) -> int:
+        """The rank at grid coordinates ``coords`` (innermost first)."""
+        if len(coords) != len(self.axes) or any(
+            not 0 <= c < size for c, size in zip(coords, self.axes)
+        ):
+            raise ValueError(f"coordinates {coords} do not fit topology {self.spec}")
+        position = 0
+        for c, size in zip(reversed(coords), reversed(self.axes)):
+            position = position * size + c
+        return position if self.order is None else self.order[position]
+
+    def node(self, rank: int) -> int:
+        """Index of the host holding ``rank``."""
+        return self._position[self._check_rank(rank)] // self.axes[0]
+
+    def local_rank(self, rank: int) -> int:
+        """Position of ``rank`` on its host."""
+        return self._position[self._check_rank(rank)] % self.axes[0]
+
+    def axis_group(self, rank: int, axis: int) -> tuple[int, ...]:
+        """Ranks that differ from ``rank`` only along ``axis``, ordered by that coordinate."""
+        if not 0 <= axis < len(self.axes):
+            raise ValueError(f"axis {axis} does not exist in topology {self.spec}")
+        coords = list(self.coords(rank))
+        members = []
+        for c in range(self.axes[axis]):
+            coords[axis] = c
+            members.append(self.rank_at(tuple(coords)))
+        return tuple(members)
+
+    def axis_groups(self, axis: int) -> list[tuple[int, ...]]:
+        """Every group along ``axis``; together they partition the ranks."""
+        seen: set[int] = set()
+        groups = []
+        for rank in range(self.world_size):
+            if rank not in seen:
+                group = self.axis_group(rank, axis)
+                seen.update(group)
+                groups.append(group)
+        return groups
+
+    def node_ranks(self, node: int) -> tuple[int, ...]:
+        """Ranks on host ``node``, by local rank."""
+        if not 0 <= node < self.num_nodes:
+            raise ValueError(f"node {node} does not exist in topology {self.spec}")
+        start = node * self.axes[0]
+        positions = range(start, start + self.axes[0])
+        return tuple(p if self.order is None else self.order[p] for p in positions)
+
+    def same_node(self, a: int, b: int) -> bool:
+        """True when ranks ``a`` and ``b`` share a host."""
+        return self.node(a) == self.node(b)
+
+    def link_axis(self, a: int, b: int) -> int:
+        """The outermost axis along which ``a`` and ``b`` differ (0 = same host); -1 if a == b."""
+        ca, cb = self.coords(a), self.coords(b)
+        differing = [axis for axis in range(len(self.axes)) if ca[axis] != cb[axis]]
+        return differing[-1] if differing else -1
+
+    def _check_rank(self, rank: int) -> int:
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} is outside topology {self.spec}")
+        return rank
+
+    def __str__(self) -> str:
+        return f"Topology({self.spec}, rank={self.rank})"
