@@ -1,0 +1,98 @@
+"""``run_ranks``: run a function on N real processes joined by a Gloo process group.
+
+Each rank is a spawned process with its own Gloo group on loopback (a fresh TCP port per call).
+The parent collects every rank's return value, re-raises the first worker exception with its rank
+and traceback, and kills everything after a hard timeout so a hang fails fast.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch.multiprocessing as mp
+
+GROUP_TIMEOUT_S = 30.0
+
+
+class RankFailure(AssertionError):
+    """A worker rank raised; the message carries its rank and traceback."""
+
+
+def free_port() -> int:
+    """An unused TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _worker(
+    rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...],
+    results: Any, env: dict[str, str],
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(env)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size))
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=GROUP_TIMEOUT_S)
+        )
+        value = fn(rank, world_size, *args)
+        results.put((rank, True, value))
+    except BaseException:  # reported to the parent
+        results.put((rank, False, traceback.format_exc()))
+    finally:
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def run_ranks(
+    world_size: int, fn: Callable[..., Any], *args: Any, timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return values by rank."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_worker, args=(r, world_size, port, fn, args, results, env or {}),
+                    daemon=True)
+        for r in range(world_size)
+    ]
+    for proc in procs:
+        proc.start()
+    values: dict[int, Any] = {}
+    failures: list[str] = []
+    try:
+        for _ in range(world_size):
+            try:
+                rank, ok, value = results.get(timeout=timeout)
+            except queue.Empty:
+                missing = sorted(set(range(world_size)) - set(values))
+                raise RankFailure(f"ranks {missing} did not finish within {timeout} s") from None
+            if ok:
+                values[rank] = value
+            else:
+                failures.append(f"rank {rank} failed:\n{value}")
+                break
+    finally:
+        for proc in procs:
+            proc.join(timeout=5.0 if not failures else 0.5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5.0)
+    if failures:
+        raise RankFailure("\n".join(failures))
+    return [values[r] for r in range(world_size)]
