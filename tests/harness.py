@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import queue
 import socket
+import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -58,6 +59,17 @@ def _worker(
             pass
 
 
+def _check_alive(
+    procs: list[Any], values: dict[int, Any], deadline: float, timeout: float
+) -> None:
+    for rank, proc in enumerate(procs):
+        if rank not in values and proc.exitcode is not None:
+            raise RankFailure(f"rank {rank} died with exit code {proc.exitcode} before reporting")
+    if time.monotonic() > deadline:
+        missing = sorted(set(range(len(procs))) - set(values))
+        raise RankFailure(f"ranks {missing} did not finish within {timeout} s")
+
+
 def run_ranks(
     world_size: int, fn: Callable[..., Any], *args: Any, timeout: float = 60.0,
     env: dict[str, str] | None = None,
@@ -75,18 +87,18 @@ def run_ranks(
         proc.start()
     values: dict[int, Any] = {}
     failures: list[str] = []
+    deadline = time.monotonic() + timeout
     try:
-        for _ in range(world_size):
+        while len(values) < world_size and not failures:
             try:
-                rank, ok, value = results.get(timeout=timeout)
+                rank, ok, value = results.get(timeout=0.5)
             except queue.Empty:
-                missing = sorted(set(range(world_size)) - set(values))
-                raise RankFailure(f"ranks {missing} did not finish within {timeout} s") from None
+                _check_alive(procs, values, deadline, timeout)
+                continue
             if ok:
                 values[rank] = value
             else:
                 failures.append(f"rank {rank} failed:\n{value}")
-                break
     finally:
         for proc in procs:
             proc.join(timeout=5.0 if not failures else 0.5)

@@ -5,6 +5,7 @@ collectives ``allreduce``, ``reduce_scatter``, ``allgather``, ``broadcast``, ``r
 a choice of algorithm (``scaledl.collectives.available("allreduce")``).
 """
 
+from scaledl.bootstrap import init, shutdown
 from scaledl.collectives import (
     CollectiveHandle, ReduceOp, allgather, allreduce, broadcast, explain, reduce, reduce_scatter,
 )
@@ -13,6 +14,6 @@ from scaledl.topology import Topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "Topology", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
+    "init", "shutdown", "Topology", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
     "CollectiveHandle", "ReduceOp", "__version__",
 ]

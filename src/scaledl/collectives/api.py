@@ -21,7 +21,7 @@ from scaledl.collectives.communicator import CollectiveHandle, Communicator, com
 from scaledl.collectives.executor import (
     Workspace, execute, execute_allgather, execute_reduce_scatter,
 )
-from scaledl.collectives.ops import ReduceOp, check_dtype
+from scaledl.collectives.ops import SUPPORTED_DTYPES, ReduceOp, check_dtype
 from scaledl.collectives.registry import AUTO, lookup, plan
 from scaledl.collectives.schedule import Collective
 from scaledl.topology import TOPOLOGY_ENV, Topology
@@ -40,6 +40,11 @@ class _Call:
     topology: Topology
     op: ReduceOp
     root: int
+
+    def begin(self, numel: int, dtype: torch.dtype) -> None:
+        """Start a job: in debug mode, check that every rank agrees on the call."""
+        if self.comm.check and self.comm.world_size > 1:
+            _check_agreement(self, numel, dtype)
 
     def resolve(self, numel: int, itemsize: int) -> str:
         """The algorithm to run: the one asked for, or ``auto``'s (cached) choice."""
@@ -74,6 +79,34 @@ class _Call:
         """Transport, op, chunk length and workspace for the executor."""
         chunk_numel = max(1, self.comm.chunk_bytes // like.element_size())
         return self.comm.transport, self.op, chunk_numel, self.comm.workspace
+
+
+_DTYPE_CODES = {dtype: code for code, dtype in enumerate(SUPPORTED_DTYPES)}
+_COLLECTIVE_CODES = {collective: code for code, collective in enumerate(Collective)}
+
+
+def _check_agreement(call: _Call, numel: int, dtype: torch.dtype) -> None:
+    """Debug mode: every rank compares (collective, numel, dtype, root) before running."""
+    fingerprint = torch.tensor(
+        [_COLLECTIVE_CODES[call.collective], numel, _DTYPE_CODES[dtype], call.root],
+        dtype=torch.int64,
+    )
+    everyone = torch.empty(call.comm.world_size * 4, dtype=torch.int64)
+    native.run(Collective.ALLGATHER, everyone, ReduceOp.SUM, call.comm.group, shard=fingerprint)
+    rows = everyone.view(-1, 4).tolist()
+    for rank, row in enumerate(rows):
+        if row != rows[0]:
+            raise ValueError(
+                f"collective mismatch: rank 0 called {_describe(rows[0])} but rank {rank} called "
+                f"{_describe(row)}; every rank must call the same collective with the same "
+                "element count, dtype and root"
+            )
+
+
+def _describe(row: list[int]) -> str:
+    collective, numel, dtype, root = row
+    name = list(Collective)[collective].value
+    return f"{name} of {numel} {str(SUPPORTED_DTYPES[dtype]).removeprefix('torch.')} (root {root})"
 
 
 def _topology(topology: Topology | None, comm: Communicator) -> Topology:
@@ -137,6 +170,7 @@ def allreduce(
     call = _prepare(Collective.ALLREDUCE, [tensor], op, algorithm, topology, group)
 
     def job() -> None:
+        call.begin(tensor.numel(), tensor.dtype)
         buffer, copy_back = _stage(tensor, call.comm)
         call.run(buffer)
         call.op.finish(buffer, call.comm.world_size)
@@ -154,6 +188,7 @@ def broadcast(
     call = _prepare(Collective.BROADCAST, [tensor], "sum", algorithm, topology, group, src)
 
     def job() -> None:
+        call.begin(tensor.numel(), tensor.dtype)
         buffer, copy_back = _stage(tensor, call.comm)
         call.run(buffer)
         if copy_back:
@@ -173,6 +208,7 @@ def reduce(
     call = _prepare(Collective.REDUCE, [tensor], op, algorithm, topology, group, dst)
 
     def job() -> None:
+        call.begin(tensor.numel(), tensor.dtype)
         is_root = call.comm.rank == dst
         if is_root:
             buffer, copy_back = _stage(tensor, call.comm)
@@ -205,6 +241,7 @@ def reduce_scatter(
     _check_sizes("reduce_scatter", output, input, call.comm.world_size)
 
     def job() -> None:
+        call.begin(output.numel(), output.dtype)
         m, p = output.numel(), call.comm.world_size
         source, _ = _stage(input, call.comm)
         out, copy_back = _stage(output, call.comm)
@@ -232,6 +269,7 @@ def allgather(
     _check_sizes("allgather", input, output, call.comm.world_size)
 
     def job() -> None:
+        call.begin(input.numel(), input.dtype)
         m, p, rank = input.numel(), call.comm.world_size, call.comm.rank
         shard, _ = _stage(input, call.comm)
         out, copy_back = _stage(output, call.comm)

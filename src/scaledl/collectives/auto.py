@@ -6,9 +6,11 @@ algorithm, each round of a rank's schedule costs
     overhead + max over its transfers (alpha[link] + bytes * beta[link])
              + reduction that the chunk pipeline cannot hide (gamma * one chunk)
 
-where ``link`` is the outermost topology axis a transfer crosses (0 = inside a host).  The
-prediction for an algorithm is the largest over a fixed set of ranks, so every rank makes the
-same choice.  ``native`` is modelled as the better of the ring and halving-doubling schedules run
+where ``link`` is the outermost topology axis a transfer crosses (0 = inside a host).  Up to
+``REPLAY_LIMIT`` ranks the prediction replays every rank's schedule together
+(:mod:`scaledl.collectives.replay`), so time spent waiting for peers counts; beyond it, the
+slowest of a fixed sample of ranks is used.  The inputs are the same on every rank, so every rank
+makes the same choice.  ``native`` is modelled as the better of the ring and halving-doubling schedules run
 with Gloo's own (lower) per-round overhead and a measured bandwidth factor.
 
 Parameters come from ``scaledl bench collectives --calibrate`` (a JSON file at
@@ -24,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from scaledl.collectives.registry import ALGORITHMS, lookup, plan
+from scaledl.collectives.replay import Link, replay
 from scaledl.collectives.schedule import Action, Collective, Schedule
 from scaledl.topology import Topology
 
@@ -48,8 +51,9 @@ class LinkModel:
 class CostModel:
     """Parameters of the schedule cost model."""
 
-    links: tuple[LinkModel, ...] = (LinkModel(60e-6, 1 / 1.6e9), LinkModel(60e-6, 1 / 1.25e9))
-    """One model per topology axis, innermost first; outer axes reuse the last entry."""
+    links: tuple[LinkModel, ...] = (LinkModel(40e-6, 1 / 3.0e9), LinkModel(60e-6, 1 / 1.25e9))
+    """One model per topology axis, innermost first; outer axes reuse the last entry.  Defaults:
+    loopback TCP on the project's 2-core machine inside a host, 10 Gbit/s Ethernet between."""
     overhead: float = 40e-6
     """Software cost of one round of scaledl's executor, seconds."""
     gamma: float = 1 / 8e9
@@ -109,19 +113,34 @@ def schedule_time(
     for round_ in schedule.rounds:
         wire = 0.0
         reduced = 0
+        sent: dict[int, int] = {}
         for t in round_.transfers:
-            link = model.link(topology.link_axis(schedule.rank, t.peer))
-            wire = max(wire, link.alpha + t.numel * itemsize * link.beta * beta_factor)
+            axis = topology.link_axis(schedule.rank, t.peer)
+            link = model.link(axis)
+            if t.is_send:
+                sent[axis] = sent.get(axis, 0) + t.numel * itemsize
+            else:
+                wire = max(wire, link.alpha + t.numel * itemsize * link.beta * beta_factor)
             if t.action is Action.RECV_REDUCE:
                 reduced += t.numel * itemsize
+        for axis, nbytes in sent.items():
+            link = model.link(axis)
+            wire = max(wire, link.alpha + nbytes * link.beta * beta_factor)
         hidden = max(wire, reduced * model.gamma)
         total += per_round + hidden + min(reduced, model.chunk_bytes) * model.gamma
     return total
 
 
+REPLAY_LIMIT = 64
+"""Up to this many ranks, predictions replay every rank's schedule (critical path included);
+beyond it, the slowest of a fixed sample of ranks is taken, which misses waiting time."""
+
+
+UNDERESTIMATED_WITHOUT_REPLAY = frozenset({"chain"})
+"""Pipelines whose per-rank time hides their end-to-end latency; not candidates past the limit."""
+
+
 def _sample_ranks(world_size: int) -> list[int]:
-    if world_size <= 16:
-        return list(range(world_size))
     step = world_size / 8
     return sorted({0, world_size - 1} | {int(i * step) for i in range(8)})
 
@@ -130,19 +149,46 @@ def _predict(
     name: str, collective: Collective, topology: Topology, numel: int, itemsize: int,
     model: CostModel, root: int, overhead: float | None = None, beta_factor: float = 1.0,
 ) -> float:
+    per_round = model.overhead if overhead is None else overhead
+    p = topology.world_size
+    if p <= REPLAY_LIMIT:
+        schedules = [plan(name, collective, topology, rank, numel, root) for rank in range(p)]
+
+        def link_of(a: int, b: int) -> Link:
+            link = model.link(topology.link_axis(a, b))
+            return Link(link.alpha, link.beta * beta_factor)
+
+        return replay(
+            schedules, link_of, itemsize, per_round, model.gamma, model.chunk_bytes
+        ).makespan
     return max(
         schedule_time(
             plan(name, collective, topology, rank, numel, root), topology, itemsize, model,
             overhead, beta_factor,
         )
-        for rank in _sample_ranks(topology.world_size)
+        for rank in _sample_ranks(p)
     )
 
 
-def _native_proxy(collective: Collective) -> tuple[str, ...]:
+def _native_time(
+    collective: Collective, topology: Topology, numel: int, itemsize: int, model: CostModel,
+    root: int,
+) -> float:
+    """The backend's own collective, modelled on scaledl schedules with its overhead.
+
+    Gloo runs reduce_scatter as a whole allreduce followed by a copy, so it is costed as one.
+    """
     if collective in (Collective.BROADCAST, Collective.REDUCE):
-        return ("tree",)
-    return ("ring", "halving_doubling")
+        proxies, target, count = ("tree",), collective, numel
+    elif collective is Collective.REDUCE_SCATTER:
+        proxies, target, count = ("ring", "halving_doubling"), Collective.ALLREDUCE, numel * topology.world_size
+    else:
+        proxies, target, count = ("ring", "halving_doubling"), collective, numel
+    return min(
+        _predict(proxy, target, topology, count, itemsize, model, root,
+                 model.native_overhead, model.native_beta_factor)
+        for proxy in proxies
+    )
 
 
 @dataclass(frozen=True)
@@ -173,13 +219,12 @@ def choose(
             continue
         if algo.needs_topology and not topology.explicit:
             continue
+        if name in UNDERESTIMATED_WITHOUT_REPLAY and topology.world_size > REPLAY_LIMIT:
+            continue
         predictions[name] = _predict(name, collective, topology, numel, itemsize, model, root)
     if include_native:
-        predictions["native"] = min(
-            _predict(proxy, collective, topology, numel, itemsize, model, root,
-                     model.native_overhead, model.native_beta_factor)
-            for proxy in _native_proxy(collective)
-        )
-    best = min(predictions, key=lambda name: (predictions[name], name))
+        predictions["native"] = _native_time(collective, topology, numel, itemsize, model, root)
+    order = list(ALGORITHMS)
+    best = min(predictions, key=lambda name: (predictions[name], order.index(name)))
     lookup(best, collective)
     return Choice(best, predictions)

@@ -13,6 +13,7 @@ no thread hand-off.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -29,6 +30,9 @@ from scaledl.transport.torch_p2p import TorchTransport
 __all__ = ["Communicator", "CollectiveHandle", "communicator_for"]
 
 log = logging.getLogger(__name__)
+
+DEBUG_ENV = "SCALEDL_DEBUG"
+"""Set to 1 to check before every collective that all ranks agree on its arguments."""
 
 
 class CollectiveHandle:
@@ -80,6 +84,8 @@ class Communicator:
         self.backend = self.transport.backend
         self.chunk_bytes = chunk_bytes
         self.workspace = Workspace()
+        self.check = os.environ.get(DEBUG_ENV, "0") not in ("", "0")
+        """Compare every call's (collective, numel, dtype, root) across ranks first."""
         self.choices: dict[tuple[object, ...], str] = {}
         """``auto``'s decisions, by (collective, numel, itemsize, root, topology)."""
         self.cost_model = self._agree_on_model(CostModel.load())

@@ -1,0 +1,298 @@
+"""``scaledl bench collectives``: time every algorithm of every collective, nccl-tests style.
+
+For each collective and message size the buffers are allocated once and reused by every
+algorithm, which run one after another at that size so that noise hits them alike.  Per
+algorithm:
+
+1. verify: fill the buffers with rank-valued data (``(rank % 8) + 1 + index % 5``), run once and
+   compare with the closed form; any rank's mismatch stops the benchmark on every rank;
+2. warm up ``warmup`` iterations; the time they take sets the number of timed iterations
+   (``target_seconds`` worth, 5..1000), and every rank adopts the largest proposal (a native
+   ``all_reduce`` MAX), so all ranks run the same count;
+3. time each iteration after a barrier; an iteration's time is the slowest rank's.
+
+It also measures the rank 0 -> rank 1 point-to-point bandwidth of one large message, the
+ceiling the bus bandwidths are compared with.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+import scaledl
+from scaledl.bench.report import Measurement, P2PResult, format_bytes
+from scaledl.collectives.auto import choose
+from scaledl.collectives.communicator import communicator_for
+from scaledl.collectives.registry import ALGORITHMS, AUTO, available, parse_collective
+from scaledl.collectives.schedule import Collective
+from scaledl.topology import Topology
+
+__all__ = ["BenchConfig", "select_algorithms", "run_benchmark", "DTYPES", "DEFAULT_ALGORITHMS"]
+
+log = logging.getLogger(__name__)
+
+DTYPES = {name: getattr(torch, name) for name in
+          ("float32", "float64", "float16", "bfloat16", "int32", "int64")}
+DEFAULT_ALGORITHMS = ("ring", "multiring", "halving_doubling", "native")
+"""The default set, filtered per collective; broadcast and reduce, which none of the first three
+implements, get ``tree`` and ``chain`` instead."""
+_ROOTED_DEFAULT = ("tree", "chain", "native")
+MIN_ITERS, MAX_ITERS = 5, 1000
+P2P_REPEATS = 5
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to measure."""
+
+    algorithms: dict[Collective, tuple[str, ...]]
+    """Algorithms to run per collective, in order."""
+    sizes: tuple[int, ...]
+    """Message sizes in bytes (the whole buffer for reduce_scatter and allgather)."""
+    dtype: str = "float32"
+    """Element type, one of :data:`DTYPES`."""
+    iters: int | None = None
+    """Timed iterations; None = decided per size from the warm-up."""
+    warmup: int = 5
+    """Warm-up iterations per algorithm and size."""
+    target_seconds: float = 0.5
+    """Timed seconds aimed at per algorithm and size when ``iters`` is None."""
+    topology: str | None = None
+    """Topology spec such as ``2x2``; None = from the launcher (flat on one host)."""
+    chunk_bytes: int | None = None
+    """Executor pipelining chunk; None = the communicator's default."""
+    p2p_bytes: int = 64 << 20
+    """Message size of the point-to-point ceiling measurement."""
+    explain: bool = False
+    """Print ``auto``'s prediction table for every size."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown --dtype {self.dtype!r}; use one of: {', '.join(DTYPES)}")
+        if self.iters is not None and self.iters < 1:
+            raise ValueError(f"--iters {self.iters} must be at least 1")
+        if self.warmup < 0:
+            raise ValueError(f"--warmup {self.warmup} must be >= 0")
+        if self.chunk_bytes is not None and self.chunk_bytes < 1:
+            raise ValueError(f"--chunk-bytes {self.chunk_bytes} must be at least 1")
+        if not self.target_seconds > 0:
+            raise ValueError(f"--target-seconds {self.target_seconds} must be positive")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The element type as a ``torch.dtype``."""
+        return DTYPES[self.dtype]
+
+    def needs_topology(self) -> list[str]:
+        """Selected algorithms that need an explicit topology (hierarchical, torus)."""
+        names = {name for names in self.algorithms.values() for name in names}
+        return sorted(n for n in names if n in ALGORITHMS and ALGORITHMS[n].needs_topology)
+
+
+def select_algorithms(
+    collectives: list[str], spec: str | None
+) -> dict[Collective, tuple[str, ...]]:
+    """Resolve ``--collectives`` and ``--algorithms`` (None = default, ``all``, or a list)."""
+    chosen = [parse_collective(name.strip()) for name in collectives if name.strip()]
+    if not chosen:
+        raise ValueError("--collectives is empty; name at least one, e.g. allreduce")
+    names = [n.strip() for n in spec.split(",") if n.strip()] if spec else []
+    everything = [n for n in ALGORITHMS if n != AUTO]
+    for name in names:
+        if name not in ALGORITHMS and name not in (AUTO, "all"):
+            raise ValueError(f"unknown algorithm {name!r}; choose from: "
+                             f"{', '.join(everything + [AUTO, 'all'])}")
+    result: dict[Collective, tuple[str, ...]] = {}
+    for collective in dict.fromkeys(chosen):
+        offered = available(collective)
+        if not names:
+            wanted = DEFAULT_ALGORITHMS if collective in (Collective.ALLREDUCE,
+                                                          Collective.REDUCE_SCATTER,
+                                                          Collective.ALLGATHER) else _ROOTED_DEFAULT
+        elif "all" in names:
+            wanted = tuple(n for n in offered if n != AUTO)
+        else:
+            wanted = tuple(names)
+        result[collective] = tuple(n for n in wanted if n in offered)
+    for name in names:
+        if name != "all" and not any(name in algos for algos in result.values()):
+            raise ValueError(f"algorithm {name!r} implements none of the collectives "
+                             f"{', '.join(c.value for c in result)}")
+    return result
+
+
+class _Buffers:
+    """The preallocated tensors of one collective and size, with fill and closed-form checks."""
+
+    def __init__(self, collective: Collective, nbytes: int, dtype: torch.dtype, p: int) -> None:
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        self.collective, self.p = collective, p
+        self.shard = nbytes // itemsize // p
+        if collective in (Collective.REDUCE_SCATTER, Collective.ALLGATHER):
+            self.numel = self.shard * p
+            self.full = torch.zeros(self.numel, dtype=dtype)
+            self.part = torch.zeros(self.shard, dtype=dtype)
+        else:
+            self.numel = nbytes // itemsize
+            self.full = torch.zeros(self.numel, dtype=dtype)
+            self.part = self.full[:0]
+        self.nbytes = self.numel * itemsize
+
+    def call(self, algorithm: str, topology: Topology) -> Callable[[], None]:
+        """The collective on these buffers with ``algorithm``, as a no-argument function."""
+        c, full, part = self.collective, self.full, self.part
+        if c is Collective.ALLREDUCE:
+            return lambda: scaledl.allreduce(full, algorithm=algorithm, topology=topology)
+        if c is Collective.BROADCAST:
+            return lambda: scaledl.broadcast(full, 0, algorithm=algorithm, topology=topology)
+        if c is Collective.REDUCE:
+            return lambda: scaledl.reduce(full, 0, algorithm=algorithm, topology=topology)
+        if c is Collective.REDUCE_SCATTER:
+            return lambda: scaledl.reduce_scatter(part, full, algorithm=algorithm,
+                                                  topology=topology)
+        return lambda: scaledl.allgather(full, part, algorithm=algorithm, topology=topology)
+
+    def fill(self, rank: int) -> None:
+        """Rank-valued input: ``(rank % 8) + 1 + index % 5``."""
+        source = self.part if self.collective is Collective.ALLGATHER else self.full
+        _fill(source, rank % 8 + 1)
+
+    def check(self, rank: int) -> bool:
+        """True when the result matches the closed form on this rank."""
+        p, c, m = self.p, self.collective, self.shard
+        total = sum(r % 8 + 1 for r in range(p))
+        if c is Collective.ALLREDUCE or (c is Collective.REDUCE and rank == 0):
+            return _holds(self.full, total, p)
+        if c is Collective.REDUCE:
+            return _holds(self.full, rank % 8 + 1, 1)
+        if c is Collective.BROADCAST:
+            return _holds(self.full, 1, 1)
+        if c is Collective.REDUCE_SCATTER:
+            return _holds(self.part, total, p, rank * m)
+        return all(_holds(self.full[r * m:(r + 1) * m], r % 8 + 1, 1) for r in range(p))
+
+
+def _fill(tensor: torch.Tensor, base: int) -> None:
+    tensor.fill_(base)
+    for k in range(1, 5):
+        tensor[k::5] += k
+
+
+def _holds(tensor: torch.Tensor, base: int, scale: int, offset: int = 0) -> bool:
+    """``tensor[i] == base + scale * ((offset + i) % 5)`` (to 16-bit rounding where it applies)."""
+    tolerance = 2.0 ** -7 if tensor.element_size() == 2 else 0.0
+    for k in range(min(5, tensor.numel())):
+        want = base + scale * ((offset + k) % 5)
+        error = (tensor[k::5].double() - want).abs().max().item()
+        if error > tolerance * abs(want):
+            return False
+    return True
+
+
+def _agree_max(values: list[float]) -> list[float]:
+    """Element-wise maximum over all ranks (a native torch.distributed all_reduce)."""
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()
+
+
+def _timed(call: Callable[[], None], iterations: int) -> list[float]:
+    times = []
+    for _ in range(iterations):
+        dist.barrier()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _measure(
+    buffers: _Buffers, algorithm: str, topology: Topology, config: BenchConfig
+) -> Measurement:
+    rank, p = topology.rank, topology.world_size
+    call = buffers.call(algorithm, topology)
+    buffers.fill(rank)
+    verify_time = _timed(call, 1)
+    failed = _agree_max([0.0 if buffers.check(rank) else 1.0 + rank])[0]
+    if failed:
+        raise RuntimeError(
+            f"{buffers.collective.value} with {algorithm} on {format_bytes(buffers.nbytes)} "
+            f"gave a wrong result (first failing rank {int(failed) - 1}); not timing it"
+        )
+    if buffers.collective in (Collective.ALLREDUCE, Collective.REDUCE):
+        buffers.full.zero_()  # keep sums bounded while timing
+    warm = _timed(call, config.warmup) or verify_time
+    iterations = config.iters
+    if iterations is None:
+        proposal = math.ceil(config.target_seconds / max(statistics.median(warm), 1e-7))
+        iterations = int(_agree_max([float(min(max(proposal, MIN_ITERS), MAX_ITERS))])[0])
+    times = _agree_max(_timed(call, iterations))
+    return Measurement(buffers.collective.value, algorithm, buffers.nbytes, p, tuple(times))
+
+
+def measure_p2p(nbytes: int, rank: int, world_size: int) -> P2PResult | None:
+    """Rank 0 -> rank 1 send/recv bandwidth of one ``nbytes`` message (median of a few)."""
+    if world_size < 2:
+        return None
+    buffer = torch.zeros(max(1, nbytes // 4), dtype=torch.float32)
+    times = []
+    for _ in range(P2P_REPEATS + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        if rank == 0:
+            dist.send(buffer, 1)
+        elif rank == 1:
+            dist.recv(buffer, 0)
+        times.append(time.perf_counter() - start)
+    return P2PResult(buffer.numel() * 4, tuple(_agree_max(times)[1:]))
+
+
+def _explain(collective: Collective, buffers: _Buffers, topology: Topology) -> str:
+    numel = buffers.shard if collective in (Collective.REDUCE_SCATTER,
+                                            Collective.ALLGATHER) else buffers.numel
+    itemsize = buffers.full.element_size()
+    model = communicator_for(None).cost_model
+    choice = choose(collective, topology, numel, itemsize, model)
+    return f"{collective.value} {format_bytes(buffers.nbytes)}: {choice.explain()}"
+
+
+def run_benchmark(
+    config: BenchConfig, topology: Topology, echo: Callable[[str], None] | None = None
+) -> list[Measurement]:
+    """Measure every selected algorithm at every size; every rank returns the same results.
+
+    ``echo`` (rank 0's console) receives the ``--explain`` tables.
+    """
+    missing = [n for n in config.needs_topology() if not topology.explicit]
+    if missing:
+        raise ValueError(f"algorithm {missing[0]!r} needs the network layout: pass --topology "
+                         f"RxH (R ranks per host, H hosts; product {topology.world_size})")
+    comm = communicator_for(None)
+    if config.chunk_bytes is not None:
+        comm.chunk_bytes = config.chunk_bytes
+    results: list[Measurement] = []
+    for collective, algorithms in config.algorithms.items():
+        for nbytes in config.sizes:
+            buffers = _Buffers(collective, nbytes, config.torch_dtype, topology.world_size)
+            if buffers.numel == 0:
+                log.warning("skipping %s at %s: fewer elements than ranks", collective.value,
+                            format_bytes(nbytes))
+                continue
+            if config.explain and echo is not None:
+                echo(_explain(collective, buffers, topology))
+            for algorithm in algorithms:
+                measurement = _measure(buffers, algorithm, topology, config)
+                log.info("%s %s %s: %.1f us avg over %d iterations", collective.value,
+                         format_bytes(buffers.nbytes), algorithm, measurement.avg_us,
+                         len(measurement.times_s))
+                results.append(measurement)
+            del buffers
+    return results

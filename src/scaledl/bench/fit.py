@@ -1,0 +1,176 @@
+"""Calibration: fit the parameters of ``auto``'s cost model to measured collective times.
+
+The cost model (:func:`scaledl.collectives.auto.schedule_time`) charges each round of a rank's
+schedule ``overhead + max over transfers (alpha + bytes * beta)`` plus the reduction of one chunk
+that the pipeline cannot hide.  Summed over a schedule that is, to a good approximation,
+
+    time = per_round * rounds + beta * critical_bytes + known
+
+with ``rounds`` the number of rounds, ``critical_bytes`` the sum over rounds of the largest
+transfer, and ``known`` the reduction term (``gamma`` is not fitted).  Step 1 fits ``per_round``
+and ``beta`` by least squares on the scheduled algorithms' median times, weighting every point by
+its inverse time so small and large messages count alike (the fit minimises relative error).
+``per_round`` covers both the executor's overhead and the link latency, which one host cannot tell
+apart: the prior ``overhead`` is kept and ``alpha`` takes the rest.  Step 2 fits ``native``'s
+per-round overhead and bandwidth factor the same way on the native times, with ``native`` modelled
+as auto models it: the cheaper of its proxy schedules (ring or halving-doubling; tree for
+broadcast and reduce).  Every link class gets the one fitted link: a single host measures one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from scaledl.bench.report import Measurement
+from scaledl.collectives.auto import CostModel, LinkModel, schedule_time
+from scaledl.collectives.registry import ALGORITHMS, plan
+from scaledl.collectives.schedule import Action, Collective, Schedule
+from scaledl.topology import Topology
+
+__all__ = ["Sample", "LinearFit", "fit_two", "schedule_features", "calibrate"]
+
+_NATIVE_PROXIES = {Collective.BROADCAST: ("tree",), Collective.REDUCE: ("tree",)}
+"""What ``auto`` models ``native`` as (mirrors ``scaledl.collectives.auto``)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured time and the schedule features that explain it."""
+
+    seconds: float
+    rounds: float
+    critical_bytes: float
+    known_seconds: float
+    """The part of the time the model already fixes (reduction that the pipeline cannot hide)."""
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """``y = first * x1 + second * x2`` fitted with relative weights, coefficients >= 0."""
+
+    first: float
+    second: float
+    rms_relative_error: float
+    points: int
+
+
+def fit_two(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> LinearFit:
+    """Least squares for ``y ~ a x1 + b x2`` minimising relative error, with ``a, b >= 0``."""
+    if len(y) < 2:
+        raise ValueError(f"a fit needs at least two measurements, got {len(y)}")
+    rows = [(u / t, v / t) for u, v, t in zip(x1, x2, y)]  # weight 1/y: target is 1
+    s11 = sum(u * u for u, _ in rows)
+    s22 = sum(v * v for _, v in rows)
+    s12 = sum(u * v for u, v in rows)
+    s1 = sum(u for u, _ in rows)
+    s2 = sum(v for _, v in rows)
+    det = s11 * s22 - s12 * s12
+    a = b = -1.0
+    if det > 1e-12 * max(s11 * s22, 1e-300):
+        a, b = (s1 * s22 - s2 * s12) / det, (s2 * s11 - s1 * s12) / det
+    if a < 0 or b < 0:  # the constrained optimum lies on an axis: fit one coefficient
+        only_a = s1 / s11 if s11 > 0 else 0.0
+        only_b = s2 / s22 if s22 > 0 else 0.0
+        err_a = sum((1 - only_a * u) ** 2 for u, _ in rows)
+        err_b = sum((1 - only_b * v) ** 2 for _, v in rows)
+        a, b = (only_a, 0.0) if err_a <= err_b else (0.0, only_b)
+    residual = sum((1 - a * u - b * v) ** 2 for u, v in rows) / len(rows)
+    return LinearFit(a, b, math.sqrt(residual), len(rows))
+
+
+def schedule_features(
+    schedule: Schedule, itemsize: int, model: CostModel
+) -> tuple[int, int, float]:
+    """``(rounds, critical_bytes, known_seconds)`` of one rank's schedule under ``model``."""
+    critical = 0
+    known = 0.0
+    for round_ in schedule.rounds:
+        critical += max((t.numel * itemsize for t in round_.transfers), default=0)
+        reduced = sum(t.numel for t in round_.transfers if t.action is Action.RECV_REDUCE)
+        known += min(reduced * itemsize, model.chunk_bytes) * model.gamma
+    return len(schedule.rounds), critical, known
+
+
+def _plan_numel(m: Measurement, itemsize: int) -> int:
+    numel = m.nbytes // itemsize
+    if m.collective in (Collective.REDUCE_SCATTER.value, Collective.ALLGATHER.value):
+        return numel // m.world_size  # the API plans these on the shard
+    return numel
+
+
+def _sample(
+    name: str, m: Measurement, topology: Topology, itemsize: int, model: CostModel,
+    overhead: float | None = None, beta_factor: float = 1.0,
+) -> tuple[float, Sample]:
+    """The slowest rank's features of algorithm ``name`` (with its predicted time)."""
+    collective = Collective(m.collective)
+    numel = _plan_numel(m, itemsize)
+    best: tuple[float, Sample] | None = None
+    for rank in range(min(topology.world_size, 16)):
+        schedule = plan(name, collective, topology, rank, numel, 0)
+        predicted = schedule_time(schedule, topology, itemsize, model, overhead, beta_factor)
+        rounds, critical, known = schedule_features(schedule, itemsize, model)
+        if best is None or predicted > best[0]:
+            best = (predicted, Sample(m.median_us * 1e-6, rounds, critical, known))
+    assert best is not None
+    return best
+
+
+def calibrate(
+    measurements: Sequence[Measurement], topology: Topology, itemsize: int, prior: CostModel,
+    chunk_bytes: int,
+) -> tuple[CostModel, dict[str, object]]:
+    """Fit the model to ``measurements``; return it and a JSON-ready summary with residuals."""
+    prior = replace(prior, chunk_bytes=chunk_bytes)
+    scheduled = [
+        _sample(m.algorithm, m, topology, itemsize, prior)[1] for m in measurements
+        if m.algorithm in ALGORITHMS and ALGORITHMS[m.algorithm].scheduled
+    ]
+    if len({(s.rounds, s.critical_bytes) for s in scheduled}) < 2:
+        raise ValueError(
+            "--calibrate needs scheduled algorithms (e.g. ring) measured at two or more message "
+            "sizes; widen --min-bytes/--max-bytes or add algorithms"
+        )
+    link_fit = fit_two([s.rounds for s in scheduled], [s.critical_bytes for s in scheduled],
+                       [max(s.seconds - s.known_seconds, 1e-9) for s in scheduled])
+    overhead = min(prior.overhead, link_fit.first)
+    link = LinkModel(link_fit.first - overhead, link_fit.second)
+    model = replace(prior, links=tuple(link for _ in prior.links), overhead=overhead)
+    summary: dict[str, object] = {
+        "link": {"per_round_s": link_fit.first, "alpha_s": link.alpha, "beta_s_per_byte":
+                 link.beta, "bandwidth_gbps": 1e-9 / link.beta if link.beta else None,
+                 "rms_relative_error": link_fit.rms_relative_error, "points": link_fit.points},
+        "overhead_s": overhead, "gamma_s_per_byte": prior.gamma, "chunk_bytes": chunk_bytes,
+        "note": "one host measures one link class; per_round = overhead (prior) + alpha",
+    }
+    natives = [m for m in measurements if m.algorithm == "native"]
+    if natives:
+        model, summary["native"] = _fit_native(natives, topology, itemsize, model)
+    return model, summary
+
+
+def _fit_native(
+    natives: Sequence[Measurement], topology: Topology, itemsize: int, model: CostModel
+) -> tuple[CostModel, dict[str, object]]:
+    samples = []
+    for m in natives:
+        proxies = _NATIVE_PROXIES.get(Collective(m.collective), ("ring", "halving_doubling"))
+        candidates = [
+            _sample(name, m, topology, itemsize, model, model.native_overhead,
+                    model.native_beta_factor)
+            for name in proxies
+        ]
+        samples.append(min(candidates, key=lambda item: item[0])[1])
+    link = model.link(0)
+    if len(samples) < 2:
+        return model, {"skipped": "native measured at fewer than two sizes"}
+    rest = [max(s.seconds - s.known_seconds - s.rounds * link.alpha, 1e-9) for s in samples]
+    native_fit = fit_two([s.rounds for s in samples],
+                         [s.critical_bytes * link.beta for s in samples], rest)
+    factor = native_fit.second if native_fit.second > 0 else model.native_beta_factor
+    fitted = replace(model, native_overhead=native_fit.first, native_beta_factor=factor)
+    return fitted, {"native_overhead_s": native_fit.first, "native_beta_factor": factor,
+                    "rms_relative_error": native_fit.rms_relative_error,
+                    "points": native_fit.points}

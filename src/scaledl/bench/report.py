@@ -1,0 +1,309 @@
+"""Benchmark results and their presentation: busbw formulas, the table, JSON and the plot.
+
+Bandwidths follow nccl-tests (``doc/PERFORMANCE.md``): ``algbw = S / t`` with ``S`` the bytes of
+the whole buffer (for reduce_scatter and allgather the full ``p x shard`` buffer), and
+``busbw = algbw x factor`` with factor ``2(p-1)/p`` for allreduce, ``(p-1)/p`` for
+reduce_scatter and allgather, and ``1`` for broadcast and reduce, so busbw is comparable to the
+speed of one link whatever ``p``.  Latencies are OSU-style microseconds per iteration; each
+iteration's time is the slowest rank's.  GB/s means 10^9 bytes per second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "parse_bytes", "format_bytes", "message_sizes", "busbw_factor", "Measurement", "P2PResult",
+    "BenchReport", "environment", "native_ratios", "header_line", "render_table", "write_json",
+    "write_plot", "report_from_dict",
+]
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str) -> int:
+    """Parse ``"4K"``, ``"256M"``, ``"1G"``, ``"64KiB"`` or ``"4096"`` into bytes (K = 1024)."""
+    match = _SIZE.match(str(text))
+    if match is None:
+        raise ValueError(
+            f"size {text!r} is not a byte count; write an integer with an optional K, M or G "
+            "suffix (powers of 1024), e.g. 4K or 256M"
+        )
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def format_bytes(nbytes: int) -> str:
+    """``4096 -> "4 KiB"``; exact binary units where the count divides, else bytes."""
+    for suffix, unit in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= unit and nbytes % unit == 0:
+            return f"{nbytes // unit} {suffix}"
+    return f"{nbytes} B"
+
+
+def message_sizes(min_bytes: int, max_bytes: int, step_factor: int = 4) -> list[int]:
+    """``min_bytes, min_bytes * f, ...`` up to ``max_bytes`` (added at the end if not reached)."""
+    if min_bytes < 1:
+        raise ValueError(f"--min-bytes {min_bytes} must be at least 1")
+    if max_bytes < min_bytes:
+        raise ValueError(f"--max-bytes {max_bytes} is smaller than --min-bytes {min_bytes}")
+    if step_factor < 2:
+        raise ValueError(f"--step-factor {step_factor} must be at least 2")
+    sizes = [min_bytes]
+    while sizes[-1] * step_factor <= max_bytes:
+        sizes.append(sizes[-1] * step_factor)
+    if sizes[-1] != max_bytes:
+        sizes.append(max_bytes)
+    return sizes
+
+
+def busbw_factor(collective: str, world_size: int) -> float:
+    """nccl-tests' bus bandwidth factor for ``collective`` on ``world_size`` ranks."""
+    p = world_size
+    if collective == "allreduce":
+        return 2 * (p - 1) / p
+    if collective in ("reduce_scatter", "allgather"):
+        return (p - 1) / p
+    if collective in ("broadcast", "reduce"):
+        return 1.0
+    raise ValueError(f"no bus bandwidth factor for collective {collective!r}")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Timed iterations of one algorithm on one collective and message size."""
+
+    collective: str
+    algorithm: str
+    nbytes: int
+    """Bytes of the whole buffer (``p x shard`` for reduce_scatter and allgather)."""
+    world_size: int
+    times_s: tuple[float, ...]
+    """Per-iteration seconds, each the maximum over ranks."""
+
+    @property
+    def avg_us(self) -> float:
+        """Mean latency, microseconds."""
+        return statistics.fmean(self.times_s) * 1e6
+
+    @property
+    def min_us(self) -> float:
+        """Fastest iteration, microseconds."""
+        return min(self.times_s) * 1e6
+
+    @property
+    def max_us(self) -> float:
+        """Slowest iteration, microseconds."""
+        return max(self.times_s) * 1e6
+
+    @property
+    def median_us(self) -> float:
+        """Median latency, microseconds."""
+        return statistics.median(self.times_s) * 1e6
+
+    @property
+    def algbw_gbps(self) -> float:
+        """Algorithm bandwidth at the mean latency, GB/s."""
+        return self.nbytes / (self.avg_us * 1e-6) / 1e9
+
+    @property
+    def busbw_gbps(self) -> float:
+        """Bus bandwidth (nccl-tests), GB/s."""
+        return self.algbw_gbps * busbw_factor(self.collective, self.world_size)
+
+    def to_dict(self, p2p_gbps: float | None = None) -> dict[str, Any]:
+        """JSON-ready summary with the raw per-iteration times."""
+        fraction = self.busbw_gbps / p2p_gbps if p2p_gbps else None
+        return {
+            "collective": self.collective, "algorithm": self.algorithm, "nbytes": self.nbytes,
+            "world_size": self.world_size, "iterations": len(self.times_s),
+            "avg_us": self.avg_us, "min_us": self.min_us, "max_us": self.max_us,
+            "median_us": self.median_us, "algbw_gbps": self.algbw_gbps,
+            "busbw_gbps": self.busbw_gbps, "busbw_over_p2p": fraction,
+            "times_us": [t * 1e6 for t in self.times_s],
+        }
+
+
+@dataclass(frozen=True)
+class P2PResult:
+    """Point-to-point loopback bandwidth, rank 0 -> rank 1: the ceiling busbw is compared to."""
+
+    nbytes: int
+    times_s: tuple[float, ...]
+
+    @property
+    def gbps(self) -> float:
+        """Bandwidth at the median time, GB/s."""
+        return self.nbytes / statistics.median(self.times_s) / 1e9
+
+
+@dataclass
+class BenchReport:
+    """Everything one run measured, with the environment and configuration that produced it."""
+
+    environment: dict[str, Any]
+    config: dict[str, Any]
+    measurements: list[Measurement] = field(default_factory=list)
+    p2p: P2PResult | None = None
+    calibration: dict[str, Any] | None = None
+
+    @property
+    def p2p_gbps(self) -> float | None:
+        """The point-to-point ceiling, GB/s, if measured."""
+        return self.p2p.gbps if self.p2p is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        p2p = None
+        if self.p2p is not None:
+            p2p = {"nbytes": self.p2p.nbytes, "gbps": self.p2p.gbps,
+                   "times_us": [t * 1e6 for t in self.p2p.times_s]}
+        return {
+            "schema": "scaledl.bench.collectives/1", "environment": self.environment,
+            "config": self.config, "p2p": p2p,
+            "results": [m.to_dict(self.p2p_gbps) for m in self.measurements],
+            "ratios_vs_native": native_ratios(self.measurements),
+            "calibration": self.calibration,
+        }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(backend: str, world_size: int, topology: str) -> dict[str, Any]:
+    """Hardware, versions and launch configuration, for the report header and the JSON."""
+    import torch
+
+    from scaledl import __version__
+
+    return {
+        "cpu": _cpu_model(), "cores": os.cpu_count(), "host": platform.node(),
+        "os": platform.platform(), "python": platform.python_version(),
+        "torch": torch.__version__, "scaledl": __version__, "backend": backend,
+        "world_size": world_size, "topology": topology,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def native_ratios(measurements: list[Measurement]) -> list[dict[str, Any]]:
+    """busbw of each algorithm over native's, at each collective's largest size."""
+    ratios = []
+    for collective in dict.fromkeys(m.collective for m in measurements):
+        rows = [m for m in measurements if m.collective == collective]
+        largest = max(m.nbytes for m in rows)
+        at_largest = {m.algorithm: m for m in rows if m.nbytes == largest}
+        native = at_largest.get("native")
+        if native is None:
+            continue
+        for name, m in at_largest.items():
+            if name != "native":
+                ratios.append({"collective": collective, "algorithm": name, "nbytes": largest,
+                               "busbw_ratio": m.busbw_gbps / native.busbw_gbps})
+    return ratios
+
+
+def header_line(report: BenchReport) -> str:
+    """One line naming hardware, versions and configuration."""
+    env, cfg = report.environment, report.config
+    return (
+        f"{env['cpu']} ({env['cores']} cores), torch {env['torch']}, scaledl {env['scaledl']}, "
+        f"backend {env['backend']}, world size {env['world_size']}, topology {env['topology']}, "
+        f"dtype {cfg['dtype']}, chunk {format_bytes(cfg['chunk_bytes'])}, "
+        f"OMP_NUM_THREADS={env['omp_num_threads']}"
+    )
+
+
+def render_table(report: BenchReport, console: Any) -> None:
+    """Print the header, the results table, the p2p ceiling and the ratios vs native."""
+    from rich.table import Table
+
+    console.print(f"[bold]scaledl bench collectives[/bold]: {header_line(report)}")
+    p2p = report.p2p_gbps
+    if report.p2p is not None and p2p is not None:
+        console.print(f"point-to-point rank 0 -> 1, {format_bytes(report.p2p.nbytes)}: "
+                      f"{p2p:.3f} GB/s (median of {len(report.p2p.times_s)})")
+    table = Table(show_lines=False)
+    for title in ("size", "collective", "algorithm", "iters", "avg us", "min us", "max us",
+                  "algbw GB/s", "busbw GB/s", "busbw/p2p"):
+        table.add_column(title, justify="left" if title in ("collective", "algorithm") else "right")
+    for m in report.measurements:
+        fraction = f"{m.busbw_gbps / p2p:.2f}" if p2p else "-"
+        table.add_row(
+            format_bytes(m.nbytes), m.collective, m.algorithm, str(len(m.times_s)),
+            f"{m.avg_us:.1f}", f"{m.min_us:.1f}", f"{m.max_us:.1f}", f"{m.algbw_gbps:.3f}",
+            f"{m.busbw_gbps:.3f}", fraction,
+        )
+    console.print(table)
+    for ratio in native_ratios(report.measurements):
+        console.print(
+            f"{ratio['collective']} at {format_bytes(ratio['nbytes'])}: "
+            f"{ratio['algorithm']} / native busbw = {ratio['busbw_ratio']:.2f}x"
+        )
+
+
+def write_json(report: BenchReport, path: Path) -> None:
+    """Write the report as indented JSON (parent directories created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+
+
+def write_plot(report: BenchReport, path: Path) -> None:
+    """busbw vs message size per algorithm, one panel per collective, p2p ceiling dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    collectives = list(dict.fromkeys(m.collective for m in report.measurements))
+    fig, axes = plt.subplots(1, max(1, len(collectives)), squeeze=False,
+                             figsize=(5.5 * max(1, len(collectives)), 4.2))
+    for ax, collective in zip(axes[0], collectives):
+        rows = [m for m in report.measurements if m.collective == collective]
+        for name in dict.fromkeys(m.algorithm for m in rows):
+            points = sorted((m.nbytes, m.busbw_gbps) for m in rows if m.algorithm == name)
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
+        if report.p2p_gbps:
+            ax.axhline(report.p2p_gbps, linestyle="--", color="gray", label="p2p ceiling")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(f"{collective}, p={report.environment['world_size']}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    env = report.environment
+    fig.suptitle(f"{env['cpu']} ({env['cores']} cores), torch {env['torch']}, "
+                 f"{env['backend']}, topology {env['topology']}", fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report_from_dict(data: dict[str, Any]) -> BenchReport:
+    """Rebuild a report from :meth:`BenchReport.to_dict` output (for plots of saved runs)."""
+    measurements = [
+        Measurement(r["collective"], r["algorithm"], r["nbytes"], r["world_size"],
+                    tuple(t * 1e-6 for t in r["times_us"]))
+        for r in data["results"]
+    ]
+    p2p = data.get("p2p")
+    p2p_result = (P2PResult(p2p["nbytes"], tuple(t * 1e-6 for t in p2p["times_us"]))
+                  if p2p else None)
+    return BenchReport(data["environment"], data["config"], measurements, p2p_result,
+                       data.get("calibration"))
+

@@ -1,0 +1,437 @@
+"""Bootstrap: turn whatever launched this process into a process group and a :class:`Topology`.
+
+:func:`read_launch_env` reads the variables a launcher leaves behind, first match wins:
+
+1. torchrun / ``torch.distributed.run``: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+   ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``;
+2. Open MPI's ``mpirun``: ``OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}``;
+3. MPICH / Intel MPI (Hydra, PMI): ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``,
+   ``MPI_LOCALNRANKS``;
+4. SLURM's ``srun``: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
+   ``SLURM_NTASKS_PER_NODE`` or ``SLURM_TASKS_PER_NODE``, and the first host of
+   ``SLURM_JOB_NODELIST`` as the master address.
+
+With none of them the process is a job of one.  ``MASTER_ADDR`` and ``MASTER_PORT`` always
+override a launcher's default.  :func:`init` joins the ranks with a timeout on every blocking step,
+finds the layout (argument, then ``SCALEDL_TOPOLOGY``, then an exchange of host names) and returns
+the :class:`Topology` seen from this rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from scaledl.topology import TOPOLOGY_ENV, Topology
+
+__all__ = [
+    "LaunchEnv", "read_launch_env", "init", "shutdown", "first_slurm_host", "topology_from_hosts",
+    "BACKENDS", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
+]
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("gloo", "nccl", "mpi")
+"""Process-group backends :func:`init` accepts."""
+DEFAULT_PORT = 29500
+"""``MASTER_PORT`` when neither the environment nor the launcher gives one (torchrun's default)."""
+DEFAULT_TIMEOUT_S = 300.0
+"""Timeout of every blocking process-group call unless ``SCALEDL_TIMEOUT`` or ``timeout`` says."""
+TIMEOUT_ENV = "SCALEDL_TIMEOUT"
+"""Environment variable holding the process-group timeout in seconds."""
+
+_LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """Where this process sits in its job, as the launcher described it."""
+
+    rank: int
+    """This process's rank in the job, ``0..world_size-1``."""
+    world_size: int
+    """Number of processes in the job."""
+    local_rank: int
+    """This process's index among the processes on its host (also its GPU index)."""
+    local_world_size: int
+    """Number of processes on this host."""
+    master_addr: str | None
+    """Host of rank 0, where the rendezvous store listens; ``None`` when not needed (one rank)."""
+    master_port: int
+    """TCP port of the rendezvous store."""
+    launcher: str
+    """Which variables were read: ``torchrun``, ``openmpi``, ``pmi``, ``slurm`` or ``none``."""
+    node_rank: int | None
+    """Index of this host in the job when the launcher says; ``None`` when it does not."""
+
+
+# -- reading the environment --------------------------------------------------------------------
+def _int_var(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
+    value = env[name]
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise ValueError(
+            f"{name}={value!r} is not an integer; set {name} to a whole number >= {minimum}"
+        ) from None
+    if number < minimum:
+        raise ValueError(f"{name}={value!r} is below {minimum}; set {name} to at least {minimum}")
+    return number
+
+
+def _optional_int(env: Mapping[str, str], name: str, minimum: int = 0) -> int | None:
+    return _int_var(env, name, minimum) if env.get(name, "").strip() else None
+
+
+@dataclass(frozen=True)
+class _Variables:
+    """The names one launcher gives its rank variables."""
+
+    launcher: str
+    """Value of :attr:`LaunchEnv.launcher`."""
+    rank: str
+    """Variable holding the rank."""
+    world_size: str
+    """Variable holding the world size."""
+    local_rank: str
+    """Variable holding the local rank."""
+    local_world_size: str
+    """Variable holding the number of ranks on this host."""
+    node_rank: str | None
+    """Variable holding the host index, if the launcher sets one."""
+
+
+_LAUNCHERS = (
+    _Variables("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"),
+    _Variables("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", None),
+    _Variables("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None),
+    _Variables("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+               "SLURM_NODEID"),
+)
+"""Launchers in priority order; the first whose rank or world-size variable is set wins."""
+
+
+def _tasks_per_node(value: str, node_rank: int | None) -> int:
+    """``SLURM_TASKS_PER_NODE`` such as ``"4(x2),3"``: the task count of host ``node_rank``."""
+    counts: list[int] = []
+    for item in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if match is None:
+            raise ValueError(
+                f"SLURM_TASKS_PER_NODE={value!r} is not a list like '4(x2),3'; unset it or set "
+                "SLURM_NTASKS_PER_NODE"
+            )
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts[node_rank] if node_rank is not None and node_rank < len(counts) else counts[0]
+
+
+def _local_world_size(
+    env: Mapping[str, str], names: _Variables, node_rank: int | None
+) -> tuple[int | None, str]:
+    """The launcher's ranks-per-host and the variable it came from (``None`` if not given)."""
+    size = _optional_int(env, names.local_world_size, 1)
+    if size is None and names.launcher == "slurm" and env.get("SLURM_TASKS_PER_NODE", "").strip():
+        return _tasks_per_node(env["SLURM_TASKS_PER_NODE"], node_rank), "SLURM_TASKS_PER_NODE"
+    return size, names.local_world_size
+
+
+_FIRST_HOST = re.compile(r"((?:[^,\[\]\s]|\[[^\[\]\s]+\])+)(?:,|$)")
+"""First item of a SLURM host list: name characters and ``[ranges]`` up to a top-level comma."""
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First host of a SLURM host list: ``"node[01-04,07],gpu5"`` -> ``"node01"``."""
+    match = _FIRST_HOST.match(nodelist.strip())
+    if match is None:
+        raise ValueError(
+            f"SLURM_JOB_NODELIST={nodelist!r} is not a host list like 'node[01-04],gpu5'; set "
+            "MASTER_ADDR to the host of rank 0"
+        )
+    return re.sub(r"\[([^\]]*)\]", _first_of_range, match.group(1))
+
+
+def _first_of_range(brackets: re.Match[str]) -> str:
+    """``[01-04,07]`` -> ``01``: the first number, zero padding kept."""
+    return brackets.group(1).split(",")[0].split("-")[0]
+
+
+def _check_ranks(
+    names: _Variables, rank: int, world_size: int, local_rank: int, local: tuple[int, str]
+) -> None:
+    if rank >= world_size:
+        raise ValueError(
+            f"{names.rank}={rank} is not below {names.world_size}={world_size}; ranks run "
+            f"0..{world_size - 1}, so fix the launcher's rank or world size"
+        )
+    local_world_size, local_name = local
+    if local_world_size > world_size:
+        raise ValueError(
+            f"{local_name}={local_world_size} exceeds {names.world_size}={world_size}; a host "
+            "cannot hold more ranks than the job, so fix the launcher's sizes"
+        )
+    if local_rank >= local_world_size:
+        raise ValueError(
+            f"{names.local_rank}={local_rank} is not below {local_name}={local_world_size}; local "
+            f"ranks run 0..{local_world_size - 1}, so fix the launcher's local rank or size"
+        )
+
+
+def _master_addr(
+    env: Mapping[str, str], launcher: str, world_size: int, one_host: bool
+) -> str | None:
+    """``MASTER_ADDR``, else the launcher's: SLURM's first host, loopback when on one host."""
+    if env.get("MASTER_ADDR", "").strip():
+        return env["MASTER_ADDR"].strip()
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if launcher == "slurm" and nodelist:
+        return first_slurm_host(nodelist)
+    if world_size == 1:
+        return None
+    if one_host:
+        return _LOOPBACK
+    raise ValueError(
+        f"MASTER_ADDR is unset for a {world_size}-rank {launcher} job whose ranks may span hosts; "
+        "export MASTER_ADDR=<host of rank 0> to every rank (mpirun: -x MASTER_ADDR=...)"
+    )
+
+
+def _master_port(env: Mapping[str, str]) -> int:
+    value = env.get("MASTER_PORT", "").strip()
+    if not value:
+        return DEFAULT_PORT
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise ValueError(
+            f"MASTER_PORT={value!r} is not a port number; set MASTER_PORT to a free TCP port in "
+            "1..65535"
+        )
+    return int(value)
+
+
+def _detect(env: Mapping[str, str]) -> _Variables | None:
+    """The first launcher whose rank variable is set (torchrun: or ``WORLD_SIZE``).
+
+    An allocation without a launched step (``salloc``) sets ``SLURM_NTASKS`` alone, so only a
+    rank variable reveals a launcher; ``WORLD_SIZE`` alone is a half-written torchrun setup.
+    """
+    for names in _LAUNCHERS:
+        torchrun_size = names.launcher == "torchrun" and names.world_size in env
+        if names.rank not in env and not torchrun_size:
+            continue
+        for present, missing in ((names.rank, names.world_size), (names.world_size, names.rank)):
+            if present in env and missing not in env:
+                raise ValueError(
+                    f"{present}={env[present]!r} is set but {missing} is not; set both (as "
+                    f"{names.launcher} does), or neither for a single-process run"
+                )
+        return names
+    return None
+
+
+def read_launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
+    """Read rank, world size and rendezvous address from the launcher's variables.
+
+    ``environ`` defaults to ``os.environ``.  Raises ``ValueError`` naming the variable, its value
+    and the fix when a value is not an integer, out of range, or a needed address is missing.
+    """
+    env = os.environ if environ is None else environ
+    port = _master_port(env)
+    names = _detect(env)
+    if names is None:
+        return LaunchEnv(0, 1, 0, 1, env.get("MASTER_ADDR", "").strip() or None, port, "none", 0)
+    rank = _int_var(env, names.rank)
+    world_size = _int_var(env, names.world_size, 1)
+    node_rank = _optional_int(env, names.node_rank) if names.node_rank else None
+    local_given, local_name = _local_world_size(env, names, node_rank)
+    local_world_size = world_size if local_given is None else local_given
+    local_rank = _optional_int(env, names.local_rank)
+    local_rank = rank % local_world_size if local_rank is None else local_rank
+    _check_ranks(names, rank, world_size, local_rank, (local_world_size, local_name))
+    one_host = local_given == world_size
+    return LaunchEnv(
+        rank=rank, world_size=world_size, local_rank=local_rank,
+        local_world_size=local_world_size,
+        master_addr=_master_addr(env, names.launcher, world_size, one_host),
+        master_port=port, launcher=names.launcher, node_rank=node_rank,
+    )
+
+
+# -- joining the process group ------------------------------------------------------------------
+def _timeout(timeout: float | timedelta | None, env: Mapping[str, str]) -> timedelta:
+    """``timeout`` if given, else ``SCALEDL_TIMEOUT`` seconds, else :data:`DEFAULT_TIMEOUT_S`."""
+    if timeout is None:
+        value = env.get(TIMEOUT_ENV, "").strip()
+        try:
+            timeout = float(value) if value else DEFAULT_TIMEOUT_S
+        except ValueError:
+            raise ValueError(
+                f"{TIMEOUT_ENV}={value!r} is not a number; set it to a timeout in seconds"
+            ) from None
+    if not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    if timeout.total_seconds() <= 0:
+        raise ValueError(f"timeout {timeout} must be positive; give seconds > 0")
+    return timeout
+
+
+def _backend(backend: str | None) -> str:
+    """``backend``, or NCCL when CUDA and NCCL are available, else Gloo."""
+    if backend is None:
+        cuda = torch.cuda.is_available() and dist.is_nccl_available()
+        return "nccl" if cuda else "gloo"
+    if backend.lower() not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is unknown; use one of {', '.join(BACKENDS)}")
+    return backend.lower()
+
+
+def _select_device(backend: str, launch: LaunchEnv) -> torch.device | None:
+    """For NCCL, make GPU ``local_rank`` this process's device; ``None`` for other backends."""
+    if backend != "nccl":
+        return None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if launch.local_rank >= count:
+        raise ValueError(
+            f"local rank {launch.local_rank} has no GPU ({count} visible); start at most {count} "
+            "ranks per host for backend 'nccl', or use backend='gloo'"
+        )
+    torch.cuda.set_device(launch.local_rank)
+    return torch.device("cuda", launch.local_rank)
+
+
+def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str, str]) -> None:
+    """Create the world process group; a job of one needs no address (an in-memory store)."""
+    device = _select_device(backend, launch)
+    extra = {"device_id": device} if device is not None else {}
+    if backend == "mpi":
+        dist.init_process_group("mpi", timeout=timeout)
+    elif launch.world_size == 1 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group(
+            backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **extra
+        )
+    else:
+        host = launch.master_addr or _LOOPBACK
+        address = f"tcp://{f'[{host}]' if ':' in host else host}:{launch.master_port}"
+        try:
+            dist.init_process_group(
+                backend, init_method=address, rank=launch.rank, world_size=launch.world_size,
+                timeout=timeout, **extra,
+            )
+        except dist.DistError as error:
+            raise RuntimeError(
+                f"rank {launch.rank} of {launch.world_size} ({launch.launcher}) could not join "
+                f"the process group at {address} within {timeout.total_seconds():g} s; check that "
+                f"every rank started and that MASTER_ADDR/MASTER_PORT reach rank 0 ({error})"
+            ) from error
+
+
+# -- finding the layout -------------------------------------------------------------------------
+def _requested_topology(
+    topology: Topology | str | None, world_size: int, rank: int, env: Mapping[str, str]
+) -> Topology | None:
+    """The layout the caller or ``SCALEDL_TOPOLOGY`` asks for, checked against the world size."""
+    if isinstance(topology, Topology):
+        if topology.world_size != world_size:
+            raise ValueError(
+                f"topology {topology.spec} describes {topology.world_size} ranks but the world "
+                f"size is {world_size}; pass a topology whose axes multiply to {world_size}"
+            )
+        return topology.with_rank(rank)
+    if topology is not None:
+        return Topology.parse(topology, world_size, rank)
+    spec = env.get(TOPOLOGY_ENV, "").strip()
+    if not spec:
+        return None
+    try:
+        return Topology.parse(spec, world_size, rank)
+    except ValueError as error:
+        raise ValueError(f"{TOPOLOGY_ENV}={spec!r} is invalid: {error}") from None
+
+
+def topology_from_hosts(hostnames: list[str], rank: int, local_world_size: int) -> Topology:
+    """Layout from every rank's host name; one host split by the launcher counts as several.
+
+    When all ranks share a host but the launcher reports fewer ranks per host than the world
+    size (emulated multi-node), the axes are ``(local_world_size, world_size/local_world_size)``.
+    """
+    world_size = len(hostnames)
+    one_host = len(set(hostnames)) == 1
+    if one_host and 1 <= local_world_size < world_size and world_size % local_world_size == 0:
+        axes = (local_world_size, world_size // local_world_size)
+        return Topology(axes=axes, rank=rank, explicit=True)
+    return Topology.from_hosts(hostnames, rank)
+
+
+def _discover_topology(rank: int, world_size: int, local_world_size: int) -> Topology:
+    """Exchange host names over the world group and lay the ranks out by host."""
+    if world_size == 1:
+        return Topology.flat(1)
+    hostnames: list[str] = [""] * world_size
+    dist.all_gather_object(hostnames, socket.gethostname())
+    return topology_from_hosts(hostnames, rank, local_world_size)
+
+
+def _local_world_size_hint(world_size: int, env: Mapping[str, str]) -> int:
+    """Ranks per host from the launcher when the group was made elsewhere; else ``world_size``."""
+    try:
+        launch = read_launch_env(env)
+    except ValueError:
+        return world_size
+    return launch.local_world_size if launch.world_size == world_size else world_size
+
+
+# -- public entry points ------------------------------------------------------------------------
+def init(
+    backend: str | None = None,
+    timeout: float | timedelta | None = None,
+    topology: Topology | str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Topology:
+    """Join the job's process group (unless already joined) and return its :class:`Topology`.
+
+    ``backend`` defaults to NCCL with CUDA, else Gloo.  ``timeout`` (seconds or a ``timedelta``)
+    bounds every blocking call of the group; ``None`` reads ``SCALEDL_TIMEOUT``, else 300 s.
+    An existing group is kept as it is (backend and timeout included); only its layout is found.
+    ``topology`` (a :class:`Topology` or a spec like ``"4x2"``) overrides ``SCALEDL_TOPOLOGY``,
+    which overrides the layout found by exchanging host names.  ``environ`` defaults to
+    ``os.environ``.
+    """
+    env = os.environ if environ is None else environ
+    if dist.is_initialized():
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        resolved_backend, launcher, timeout_text = str(dist.get_backend()), "existing group", "kept"
+        local_world_size = _local_world_size_hint(world_size, env)
+        requested = _requested_topology(topology, world_size, rank, env)
+    else:
+        group_timeout = _timeout(timeout, env)
+        launch = read_launch_env(env)
+        rank, world_size = launch.rank, launch.world_size
+        launcher, local_world_size = launch.launcher, launch.local_world_size
+        resolved_backend = _backend(backend)
+        requested = _requested_topology(topology, world_size, rank, env)
+        _join(resolved_backend, launch, group_timeout, env)
+        timeout_text = f"{group_timeout.total_seconds():g}s"
+    result = requested
+    if result is None:
+        result = _discover_topology(rank, world_size, local_world_size)
+    logger.info(
+        "scaledl init: launcher=%s rank=%d world_size=%d backend=%s topology=%s timeout=%s",
+        launcher, rank, world_size, resolved_backend, result.spec, timeout_text,
+    )
+    return result
+
+
+def shutdown() -> None:
+    """Destroy the world process group if there is one.
+
+    Cached communicators key on the group object, so a later :func:`init` gets fresh ones.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,186 @@
+"""``scaledl bench collectives``: the command line around :mod:`scaledl.bench.collectives`.
+
+Started by hand, it checks its options and relaunches itself as ``--ranks`` workers under
+torchrun (:mod:`scaledl.cli.launch`); each worker joins the group with
+:func:`scaledl.bootstrap.init`, measures, and rank 0 prints the table and writes the JSON, the
+plot and (``--calibrate``) the cost-model calibration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from scaledl.bench.collectives import DTYPES, BenchConfig, select_algorithms
+from scaledl.bench.report import message_sizes, parse_bytes
+from scaledl.cli.launch import run_distributed, under_launcher
+from scaledl.collectives.registry import ALGORITHMS, AUTO
+from scaledl.collectives.schedule import Collective
+from scaledl.topology import TOPOLOGY_ENV, Topology
+
+__all__ = ["add_parser", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``bench`` and its ``collectives`` benchmark."""
+    bench = subparsers.add_parser("bench", help="measure collectives against the native baseline",
+                                  description="Benchmarks.")
+    kinds = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    names = ", ".join(list(ALGORITHMS) + [AUTO])
+    p = kinds.add_parser(
+        "collectives", help="latency, algbw and busbw of every algorithm (nccl-tests style)",
+        description="Time collective algorithms per message size on local workers (or under a "
+                    "launcher) and compare them with the native torch.distributed collective.",
+    )
+    p.add_argument("--ranks", type=int, default=2, help="local worker processes (default 2)")
+    p.add_argument("--collectives", default="allreduce",
+                   help=f"comma list of {', '.join(c.value for c in Collective)}")
+    p.add_argument("--algorithms", default=None,
+                   help="comma list, or 'all' (every one but auto); default ring, multiring, "
+                        f"halving_doubling, native (tree, chain, native for broadcast and "
+                        f"reduce); choices: {names}")
+    p.add_argument("--min-bytes", default="4K", help="smallest message, e.g. 4K (default)")
+    p.add_argument("--max-bytes", default="256M", help="largest message, e.g. 256M (default)")
+    p.add_argument("--step-factor", type=int, default=4, help="size multiplier per step")
+    p.add_argument("--dtype", default="float32", help=f"one of {', '.join(DTYPES)}")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed iterations per size (default: from the warm-up time)")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up iterations (default 5)")
+    p.add_argument("--target-seconds", type=float, default=0.5,
+                   help="timed seconds per algorithm and size when --iters is not given")
+    p.add_argument("--topology", default=None,
+                   help="network layout innermost first, e.g. 2x2 (needed by hierarchical, torus)")
+    p.add_argument("--chunk-bytes", default=None, help="executor pipelining chunk, e.g. 1M")
+    p.add_argument("--p2p-bytes", default="64M", help="message of the p2p ceiling (default 64M)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds any blocking distributed call may take (default 300)")
+    p.add_argument("--json", type=Path, default=None, help="write results as JSON here")
+    p.add_argument("--plot", type=Path, default=None, help="write a busbw plot (PNG) here")
+    p.add_argument("--calibrate", action="store_true",
+                   help="fit auto's cost model and write it to the calibration file")
+    p.add_argument("--explain", action="store_true", help="print auto's choice for every size")
+    p.set_defaults(handler=run)
+
+
+def build_config(args: argparse.Namespace) -> BenchConfig:
+    """Validate the options into a :class:`BenchConfig` (``ValueError`` on bad input)."""
+    algorithms = select_algorithms(args.collectives.split(","), args.algorithms)
+    sizes = message_sizes(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes),
+                          args.step_factor)
+    chunk = parse_bytes(args.chunk_bytes) if args.chunk_bytes is not None else None
+    config = BenchConfig(
+        algorithms=algorithms, sizes=tuple(sizes), dtype=args.dtype, iters=args.iters,
+        warmup=args.warmup, target_seconds=args.target_seconds, topology=args.topology,
+        chunk_bytes=chunk, p2p_bytes=parse_bytes(args.p2p_bytes), explain=args.explain,
+    )
+    if args.timeout <= 0:
+        raise ValueError(f"--timeout {args.timeout} must be positive")
+    if args.calibrate and len(sizes) < 2:
+        raise ValueError("--calibrate needs at least two message sizes; widen --min-bytes and "
+                         "--max-bytes")
+    return config
+
+
+def _check_layout(config: BenchConfig, world_size: int, launched: bool) -> None:
+    if config.topology is not None:
+        Topology.parse(config.topology, world_size)
+    needs = config.needs_topology()
+    if needs and config.topology is None and not os.environ.get(TOPOLOGY_ENV) and not launched:
+        raise ValueError(
+            f"algorithm {needs[0]!r} needs the network layout: pass --topology RxH (R ranks per "
+            f"host, H hosts, R*H = {world_size}), e.g. --topology {world_size}x1"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the options, then launch the workers (or be one)."""
+    if args.benchmark != "collectives":
+        raise ValueError(f"unknown benchmark {args.benchmark!r}")
+    if args.ranks < 1:
+        raise ValueError(f"--ranks {args.ranks} must be at least 1")
+    config = build_config(args)
+    launched = under_launcher()
+    world_size = int(os.environ.get("WORLD_SIZE", args.ranks)) if launched else args.ranks
+    _check_layout(config, world_size, launched)
+    return run_distributed(args.ranks, args.argv, lambda: _worker(args, config))
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(140, shutil.get_terminal_size().columns))
+    return console
+
+
+def _config_dict(args: argparse.Namespace, config: BenchConfig, chunk_bytes: int) -> dict[str, Any]:
+    return {
+        "command": ["scaledl", *args.argv],
+        "algorithms": {c.value: list(names) for c, names in config.algorithms.items()},
+        "sizes": list(config.sizes), "dtype": config.dtype, "iters": config.iters,
+        "warmup": config.warmup, "target_seconds": config.target_seconds,
+        "topology": config.topology, "chunk_bytes": chunk_bytes, "p2p_bytes": config.p2p_bytes,
+        "calibrate": args.calibrate,
+    }
+
+
+def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
+    import torch.distributed as dist
+
+    from scaledl import bootstrap
+    from scaledl.bench import report as rep
+    from scaledl.bench.collectives import measure_p2p, run_benchmark
+    from scaledl.collectives.communicator import communicator_for
+
+    topology = bootstrap.init(timeout=args.timeout, topology=config.topology)
+    try:
+        rank, world_size = topology.rank, topology.world_size
+        console = _console() if rank == 0 else None
+        echo = (lambda text: console.print(text, markup=False, highlight=False)) if console else None
+        p2p = measure_p2p(config.p2p_bytes, rank, world_size)
+        measurements = run_benchmark(config, topology, echo)
+        if console is None:
+            return 0
+        comm = communicator_for(None)
+        env = rep.environment(str(dist.get_backend()), world_size, topology.spec)
+        result = rep.BenchReport(env, _config_dict(args, config, comm.chunk_bytes),
+                                 measurements, p2p)
+        if args.calibrate:
+            result.calibration = _calibrate(result, topology, comm.cost_model, comm.chunk_bytes)
+        rep.render_table(result, console)
+        if result.calibration is not None:
+            console.print(f"calibration written to {result.calibration['path']}",
+                          markup=False)
+        if args.json is not None:
+            rep.write_json(result, args.json)
+            log.info("wrote %s", args.json)
+        if args.plot is not None:
+            rep.write_plot(result, args.plot)
+            log.info("wrote %s", args.plot)
+        return 0
+    finally:
+        bootstrap.shutdown()
+
+
+def _calibrate(
+    result: Any, topology: Topology, prior: Any, chunk_bytes: int
+) -> dict[str, Any]:
+    from scaledl.bench.fit import calibrate
+    from scaledl.collectives.auto import calibration_path
+
+    itemsize = DTYPES[result.config["dtype"]].itemsize
+    model, summary = calibrate(result.measurements, topology, itemsize, prior, chunk_bytes)
+    path = calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(model.to_json() + "\n")
+    summary["path"] = str(path)
+    summary["model"] = json.loads(model.to_json())
+    return summary

@@ -1,0 +1,102 @@
+"""The ``scaledl`` entry point: argument parsing, logging set-up and error reporting.
+
+Each subcommand is a module with ``add_parser(subparsers)`` (which registers its parser and sets
+``handler``) and ``run(args) -> int``.  Errors a user can cause (``ValueError``/``TypeError`` and
+argparse's) print one line, ``scaledl: error: <message>``, and exit with code 2; set
+``SCALEDL_DEBUG=1`` to see the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import NoReturn
+
+from scaledl import __version__
+from scaledl.cli import bench
+
+__all__ = ["main", "build_parser", "configure_logging", "UsageError", "COMMANDS"]
+
+COMMANDS: tuple[ModuleType, ...] = (bench,)
+"""Subcommand modules, in the order ``--help`` lists them."""
+
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+"""Where launchers put this process's rank (torchrun, Open MPI, MPICH/PMI, SLURM)."""
+
+
+class UsageError(ValueError):
+    """A command line that does not parse."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that raises instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``scaledl`` parser with every subcommand registered."""
+    parser = _Parser(
+        prog="scaledl",
+        description="Scalable distributed deep-learning training on PyTorch.",
+    )
+    parser.add_argument("--version", action="version", version=f"scaledl {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMANDS:
+        module.add_parser(subparsers)
+    return parser
+
+
+def launcher_rank(environ: dict[str, str] | None = None) -> int:
+    """This process's rank as its launcher tells it (0 when not launched)."""
+    env = os.environ if environ is None else environ
+    for name in RANK_VARIABLES:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def configure_logging(rank: int) -> None:
+    """Log to stderr with a ``[rank N]`` prefix; rank 0 at INFO, the others at WARNING."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        f"[rank {rank}] %(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    ))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+
+
+def _one_line(error: BaseException) -> str:
+    text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return text or type(error).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``scaledl`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    configure_logging(launcher_rank())
+    try:
+        args = build_parser().parse_args(arguments)
+        args.argv = arguments
+        return int(args.handler(args))
+    except (ValueError, TypeError) as error:
+        if os.environ.get("SCALEDL_DEBUG"):
+            raise
+        sys.stderr.write(f"scaledl: error: {_one_line(error)}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("scaledl: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Replay: run every rank's schedule of one collective in virtual time.
+
+Each rank works through its rounds in order.  A round starts when the rank's previous round has
+ended; its sends leave at that moment; a receive completes when the matching send (the k-th
+message from that peer with that tag) has crossed the link: ``send start + alpha + bytes *
+beta`` of the link class, and not before the receiver posted it.  A round ends when all of its
+transfers have, plus the executor's per-round overhead and the part of the reduction the chunk
+pipeline does not hide.  The makespan over ranks is the collective's predicted time, including
+the time ranks spend waiting for each other, which a per-rank sum misses (a pipelined chain has
+two rounds on its root but ``2(p-1)`` hops end to end).  A rank's sends of one round over one
+link class share that link's bandwidth (one network interface per rank), so splitting a message
+over two rings to two neighbours moves it no faster; receives do not compete with sends
+(full-duplex links).
+
+The replay also checks the plans against each other: every send must meet a receive of the same
+size, and no rank may wait forever (a deadlock raises :class:`ScheduleError`).  Links are
+modelled without contention here; ``scaledl.sim`` adds shared links on top of the same schedules.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from scaledl.collectives.schedule import Action, Schedule, ScheduleError, Transfer
+
+__all__ = ["Link", "ReplayResult", "replay"]
+
+
+@dataclass(frozen=True)
+class Link:
+    """Latency (s) and inverse bandwidth (s/byte) of one message's path."""
+
+    alpha: float
+    beta: float
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Predicted finishing time of each rank; ``makespan`` is the slowest."""
+
+    finish: tuple[float, ...]
+
+    @property
+    def makespan(self) -> float:
+        """Seconds until the last rank is done."""
+        return max(self.finish, default=0.0)
+
+
+LinkOf = Callable[[int, int], Link]
+
+
+def _outgoing(
+    rank: int, transfers: Sequence[Transfer], link_of: LinkOf, itemsize: int
+) -> dict[Link, int]:
+    """Bytes ``rank`` sends in one round, per link class: they leave through one interface."""
+    totals: dict[Link, int] = {}
+    for t in transfers:
+        if t.is_send:
+            link = link_of(rank, t.peer)
+            totals[link] = totals.get(link, 0) + t.numel * itemsize
+    return totals
+
+
+def _index_sends(
+    schedules: Sequence[Schedule],
+) -> dict[tuple[int, int, int], deque[tuple[int, Transfer]]]:
+    """For each (source, destination, tag): the source's sends in order, with their round."""
+    sends: dict[tuple[int, int, int], deque[tuple[int, Transfer]]] = {}
+    for schedule in schedules:
+        for index, round_ in enumerate(schedule.rounds):
+            for t in round_.transfers:
+                if t.is_send:
+                    key = (schedule.rank, t.peer, t.tag)
+                    sends.setdefault(key, deque()).append((index, t))
+    return sends
+
+
+def replay(
+    schedules: Sequence[Schedule], link_of: LinkOf, itemsize: int, overhead: float = 0.0,
+    gamma: float = 0.0, chunk_bytes: int = 1 << 20,
+) -> ReplayResult:
+    """Replay ``schedules`` (one per rank, in rank order) and return each rank's finish time."""
+    p = len(schedules)
+    pending = _index_sends(schedules)
+    # starts[r][i]: when rank r began round i; known as soon as r reaches it.
+    starts: list[list[float | None]] = [[None] * len(s.rounds) for s in schedules]
+    position = [0] * p
+    clock = [0.0] * p
+    for rank in range(p):
+        if starts[rank]:
+            starts[rank][0] = 0.0
+    progress = True
+    while progress:
+        progress = False
+        for rank in range(p):
+            rounds = len(schedules[rank].rounds)
+            while position[rank] < rounds and _try_round(
+                rank, position[rank], schedules, starts, pending, clock, link_of, itemsize,
+                overhead, gamma, chunk_bytes,
+            ):
+                position[rank] += 1
+                if position[rank] < rounds:
+                    starts[rank][position[rank]] = clock[rank]
+                progress = True
+    stuck = [r for r in range(p) if position[r] < len(schedules[r].rounds)]
+    if stuck:
+        raise ScheduleError(f"replay deadlocked: ranks {stuck} wait for messages never sent")
+    leftovers = [key for key, queue in pending.items() if queue]
+    if leftovers:
+        raise ScheduleError(f"replay: sends never received on (source, dest, tag) {leftovers}")
+    return ReplayResult(tuple(clock))
+
+
+def _try_round(
+    rank: int, index: int, schedules: Sequence[Schedule], starts: list[list[float | None]],
+    pending: dict[tuple[int, int, int], deque[tuple[int, Transfer]]], clock: list[float],
+    link_of: LinkOf, itemsize: int, overhead: float, gamma: float, chunk_bytes: int,
+) -> bool:
+    """Complete round ``index`` of ``rank`` if every message it waits for has been sent."""
+    round_ = schedules[rank].rounds[index]
+    start = clock[rank]
+    matched: list[tuple[Transfer, int, Transfer]] = []
+    for t in round_.transfers:
+        if t.is_send:
+            continue
+        queue = pending.get((t.peer, rank, t.tag))
+        if not queue:
+            return False
+        send_round, send = queue[0]
+        if starts[t.peer][send_round] is None:
+            return False
+        matched.append((t, send_round, send))
+    end = start
+    reduced = 0
+    for t, send_round, send in matched:
+        pending[(t.peer, rank, t.tag)].popleft()
+        if send.numel != t.numel:
+            raise ScheduleError(
+                f"rank {t.peer} sends {send.numel} elements to rank {rank}, which expects {t.numel}"
+            )
+        link = link_of(t.peer, rank)
+        sent_at = starts[t.peer][send_round]
+        assert sent_at is not None
+        # The sender's concurrent sends over this link class share its injection bandwidth.
+        shared = _outgoing(t.peer, schedules[t.peer].rounds[send_round].transfers, link_of,
+                           itemsize)[link]
+        end = max(end, start, sent_at + link.alpha + shared * link.beta)
+        if t.action is Action.RECV_REDUCE:
+            reduced += t.numel * itemsize
+    for link, nbytes in _outgoing(rank, round_.transfers, link_of, itemsize).items():
+        end = max(end, start + link.alpha + nbytes * link.beta)
+    end = max(end, start + reduced * gamma) + min(reduced, chunk_bytes) * gamma + overhead
+    clock[rank] = end
+    return True

@@ -1,0 +1,69 @@
+"""Each layer imports only the layers before it (design.md section 1).
+
+topology -> transport -> collectives -> sync -> strategies -> train -> cli, with data and models
+beside train's inputs, and bench / sim / cluster beside the stack (they may use any layer below
+cli).  ``scaledl/__init__.py`` is the public facade and may import anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "scaledl"
+
+LAYERS: dict[str, int] = {
+    "topology": 0,
+    "bootstrap": 1,
+    "transport": 2,
+    "collectives": 3,
+    "sync": 4,
+    "strategies": 5,
+    "data": 6, "models": 6,
+    "train": 7,
+    "bench": 8, "sim": 8, "cluster": 8,
+    "cli": 9,
+}
+
+
+def _layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "scaledl" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+    return found
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if p != SRC / "__init__.py")
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    for path in _modules():
+        top = path.relative_to(SRC).parts[0].removesuffix(".py")
+        assert top in LAYERS, f"{path} is in no layer; add it to design.md and LAYERS"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_respect_layers(path: Path) -> None:
+    own = path.relative_to(SRC).parts[0].removesuffix(".py")
+    for module in _imports(path):
+        target = _layer_of(module)
+        if target is None or target == own:
+            continue
+        assert target in LAYERS, f"{path.name} imports unknown layer {module}"
+        assert LAYERS[target] < LAYERS[own], (
+            f"{path.relative_to(SRC)} (layer {own}) must not import {module} (layer {target})"
+        )
