@@ -22,7 +22,7 @@ from scaledl.collectives.executor import (
     Workspace, execute, execute_allgather, execute_reduce_scatter,
 )
 from scaledl.collectives.ops import SUPPORTED_DTYPES, ReduceOp, check_dtype
-from scaledl.collectives.registry import AUTO, lookup, plan
+from scaledl.collectives.registry import AUTO, lookup, parse_collective, plan
 from scaledl.collectives.schedule import Collective
 from scaledl.topology import TOPOLOGY_ENV, Topology
 from scaledl.transport.torch_p2p import TorchTransport
@@ -54,7 +54,8 @@ class _Call:
         name = self.comm.choices.get(key)
         if name is None:
             model = self.comm.cost_model
-            name = choose(self.collective, self.topology, numel, itemsize, model, self.root).algorithm
+            choice = choose(self.collective, self.topology, numel, itemsize, model, self.root)
+            name = choice.algorithm
             self.comm.choices[key] = name
         return name
 
@@ -142,7 +143,8 @@ def _prepare(
     if algo is not None and algo.needs_topology and not topo.explicit:
         raise ValueError(
             f"algorithm {algorithm!r} needs the network layout: pass "
-            f"topology=scaledl.Topology.parse('RxH', {comm.world_size}) (R ranks per host, H hosts), "
+            f"topology=scaledl.Topology.parse('RxH', {comm.world_size}) "
+            "(R ranks per host, H hosts), "
             f"set {TOPOLOGY_ENV}=RxH, or launch with torchrun --nproc-per-node R"
         )
     return _Call(comm, collective, algorithm, topo, reduce_op, root)
@@ -293,7 +295,7 @@ def explain(
     topology: Topology | None = None, group: Group = None,
 ) -> str:
     """Why ``auto`` picks what it picks for this collective and size (a short table)."""
-    call = _prepare(Collective(collective), [torch.empty(0, dtype=dtype)], "sum", AUTO,
+    call = _prepare(parse_collective(collective), [torch.empty(0, dtype=dtype)], "sum", AUTO,
                     topology, group)
     itemsize = torch.empty(0, dtype=dtype).element_size()
     return choose(call.collective, call.topology, numel, itemsize, call.comm.cost_model).explain()

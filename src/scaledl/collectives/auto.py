@@ -159,7 +159,7 @@ def _predict(
             return Link(link.alpha, link.beta * beta_factor)
 
         return replay(
-            schedules, link_of, itemsize, per_round, model.gamma, model.chunk_bytes
+            schedules, link_of, itemsize, per_round, model.gamma, model.chunk_bytes, topology.node
         ).makespan
     return max(
         schedule_time(

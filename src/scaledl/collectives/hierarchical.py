@@ -35,7 +35,8 @@ NEEDS_TOPOLOGY = True
 INTER_ALGORITHMS = ("ring", "halving_doubling", "tree")
 
 
-def _inter_members(topology: Topology, rank: int, local: int) -> tuple[int, ...]:
+def _inter_members(topology: Topology, local: int) -> tuple[int, ...]:
+    """The rank with local rank ``local`` on every host, by host."""
     return tuple(topology.node_ranks(node)[local] for node in range(topology.num_nodes))
 
 
@@ -61,7 +62,7 @@ def _allreduce(topology: Topology, rank: int, numel: int, inter: str) -> tuple[R
     intra = topology.node_ranks(topology.node(rank))
     blocks = split(0, numel, len(intra))
     lo, hi = blocks[intra.index(rank)]
-    members = _inter_members(topology, rank, topology.local_rank(rank))
+    members = _inter_members(topology, topology.local_rank(rank))
     return join_rounds(
         ring.reduce_scatter_rounds(intra, rank, blocks, 0),
         _inter_allreduce(inter, members, rank, lo, hi),
@@ -73,7 +74,7 @@ def _rooted(
     collective: Collective, topology: Topology, rank: int, numel: int, root: int
 ) -> tuple[Round, ...]:
     intra = topology.node_ranks(topology.node(rank))
-    leaders = _inter_members(topology, rank, topology.local_rank(root))
+    leaders = _inter_members(topology, topology.local_rank(root))
     leader = intra[topology.local_rank(root)]
     is_leader = rank == leader
     if collective is Collective.REDUCE:
@@ -95,13 +96,12 @@ def plan(
         rounds = _allreduce(topology, rank, numel, inter)
         return Schedule(collective, "hierarchical", rank, p, numel, rounds)
     if collective in (Collective.REDUCE, Collective.BROADCAST):
-        return Schedule(
-            collective, "hierarchical", rank, p, numel, _rooted(collective, topology, rank, numel, root)
-        )
+        rounds = _rooted(collective, topology, rank, numel, root)
+        return Schedule(collective, "hierarchical", rank, p, numel, rounds)
 
     def stages_of(member: int) -> list[tuple[int, ...]]:
         intra = topology.node_ranks(topology.node(member))
-        across = _inter_members(topology, member, topology.local_rank(member))
+        across = _inter_members(topology, topology.local_rank(member))
         return [group for group in (intra, across) if len(group) > 1]
 
     return torus.plan_stages("hierarchical", collective, stages_of, p, rank, numel)

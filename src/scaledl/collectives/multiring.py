@@ -34,21 +34,20 @@ DEFAULT_RINGS = 2
 
 
 def ring_orders(world_size: int, rings: int) -> list[list[int]]:
-    """Rank orders of ``rings`` rings: forward, reverse, then coprime strides."""
+    """Rank orders of ``rings`` rings: forward, reverse, then coprime strides.
+
+    A stride ``s`` and ``p - s`` visit the same links in opposite directions, so only strides
+    up to ``p / 2`` (other than 1) give new links; when they run out, orders repeat.
+    """
     if rings < 1:
         raise ValueError(f"multiring needs at least one ring, got {rings}")
     forward = list(range(world_size))
-    orders = [forward, forward[::-1]]
-    stride = 2
-    while len(orders) < rings:
-        while math.gcd(stride, world_size) != 1 and stride < world_size:
-            stride += 1
-        if stride >= world_size:
-            orders.append(forward if len(orders) % 2 == 0 else forward[::-1])
-        else:
-            orders.append([(i * stride) % world_size for i in range(world_size)])
-        stride += 1
-    return orders[:rings]
+    distinct = [forward, forward[::-1]]
+    for stride in range(2, world_size // 2 + 1):
+        if math.gcd(stride, world_size) == 1 and 2 * stride != world_size:
+            order = [(i * stride) % world_size for i in range(world_size)]
+            distinct += [order, order[:1] + order[:0:-1]]
+    return [distinct[i % len(distinct)] for i in range(rings)]
 
 
 def plan(
@@ -61,12 +60,11 @@ def plan(
     p = topology.world_size
     per_ring: list[list[Round | None]] = []
     for tag, (order, (lo, hi)) in enumerate(zip(ring_orders(p, rings), split(0, numel, rings))):
+        # Member i of this ring (the rank order[i]) ends the reduce-scatter owning blocks[i].
         blocks = split(lo, hi, p)
-        # A ring's member i owns blocks[i]: index blocks by position in this ring's order.
-        ordered = [blocks[i] for i in range(p)]
         per_ring.append(
-            ring.reduce_scatter_rounds(order, rank, ordered, tag)
-            + ring.allgather_rounds(order, rank, ordered, tag)
+            ring.reduce_scatter_rounds(order, rank, blocks, tag)
+            + ring.allgather_rounds(order, rank, blocks, tag)
         )
     rounds = []
     for step in range(max(len(r) for r in per_ring)):

@@ -10,7 +10,9 @@ the time ranks spend waiting for each other, which a per-rank sum misses (a pipe
 two rounds on its root but ``2(p-1)`` hops end to end).  A rank's sends of one round over one
 link class share that link's bandwidth (one network interface per rank), so splitting a message
 over two rings to two neighbours moves it no faster; receives do not compete with sends
-(full-duplex links).
+(full-duplex links).  Given ``node_of``, the ranks of a host that send off the host in the same
+round (by round index) share the host's interface; contention inside the network is left to
+``scaledl.sim``.
 
 The replay also checks the plans against each other: every send must meet a receive of the same
 size, and no rank may wait forever (a deadlock raises :class:`ScheduleError`).  Links are
@@ -52,15 +54,37 @@ LinkOf = Callable[[int, int], Link]
 
 
 def _outgoing(
-    rank: int, transfers: Sequence[Transfer], link_of: LinkOf, itemsize: int
-) -> dict[Link, int]:
-    """Bytes ``rank`` sends in one round, per link class: they leave through one interface."""
-    totals: dict[Link, int] = {}
+    rank: int, transfers: Sequence[Transfer], link_of: LinkOf, itemsize: int, sharers: int = 1,
+    node_of: Callable[[int], int] | None = None,
+) -> dict[Link, float]:
+    """Bytes ``rank`` sends in one round, per link class: they leave through one interface.
+
+    Sends that leave the host count ``sharers`` times: that many ranks of the host use its
+    network interface in the same round.
+    """
+    totals: dict[Link, float] = {}
     for t in transfers:
         if t.is_send:
             link = link_of(rank, t.peer)
-            totals[link] = totals.get(link, 0) + t.numel * itemsize
+            leaves = node_of is not None and node_of(rank) != node_of(t.peer)
+            weight = sharers if leaves else 1
+            totals[link] = totals.get(link, 0) + t.numel * itemsize * weight
     return totals
+
+
+def _host_sharers(
+    schedules: Sequence[Schedule], node_of: Callable[[int], int] | None
+) -> dict[tuple[int, int], int]:
+    """(node, round index) -> how many of the node's ranks send off the host in that round."""
+    if node_of is None:
+        return {}
+    counts: dict[tuple[int, int], int] = {}
+    for schedule in schedules:
+        node = node_of(schedule.rank)
+        for index, round_ in enumerate(schedule.rounds):
+            if any(t.is_send and node_of(t.peer) != node for t in round_.transfers):
+                counts[(node, index)] = counts.get((node, index), 0) + 1
+    return counts
 
 
 def _index_sends(
@@ -79,10 +103,15 @@ def _index_sends(
 
 def replay(
     schedules: Sequence[Schedule], link_of: LinkOf, itemsize: int, overhead: float = 0.0,
-    gamma: float = 0.0, chunk_bytes: int = 1 << 20,
+    gamma: float = 0.0, chunk_bytes: int = 1 << 20, node_of: Callable[[int], int] | None = None,
 ) -> ReplayResult:
-    """Replay ``schedules`` (one per rank, in rank order) and return each rank's finish time."""
+    """Replay ``schedules`` (one per rank, in rank order) and return each rank's finish time.
+
+    With ``node_of``, ranks of one host share its interface for messages that leave the host.
+    """
     p = len(schedules)
+    context = _Context(schedules, link_of, itemsize, overhead, gamma, chunk_bytes, node_of,
+                       _host_sharers(schedules, node_of))
     pending = _index_sends(schedules)
     # starts[r][i]: when rank r began round i; known as soon as r reaches it.
     starts: list[list[float | None]] = [[None] * len(s.rounds) for s in schedules]
@@ -97,8 +126,7 @@ def replay(
         for rank in range(p):
             rounds = len(schedules[rank].rounds)
             while position[rank] < rounds and _try_round(
-                rank, position[rank], schedules, starts, pending, clock, link_of, itemsize,
-                overhead, gamma, chunk_bytes,
+                context, rank, position[rank], starts, pending, clock
             ):
                 position[rank] += 1
                 if position[rank] < rounds:
@@ -113,13 +141,30 @@ def replay(
     return ReplayResult(tuple(clock))
 
 
+@dataclass(frozen=True)
+class _Context:
+    schedules: Sequence[Schedule]
+    link_of: LinkOf
+    itemsize: int
+    overhead: float
+    gamma: float
+    chunk_bytes: int
+    node_of: Callable[[int], int] | None
+    sharers: dict[tuple[int, int], int]
+
+    def outgoing(self, rank: int, index: int) -> dict[Link, float]:
+        node = self.node_of(rank) if self.node_of is not None else 0
+        return _outgoing(rank, self.schedules[rank].rounds[index].transfers, self.link_of,
+                         self.itemsize, self.sharers.get((node, index), 1), self.node_of)
+
+
 def _try_round(
-    rank: int, index: int, schedules: Sequence[Schedule], starts: list[list[float | None]],
+    ctx: _Context, rank: int, index: int, starts: list[list[float | None]],
     pending: dict[tuple[int, int, int], deque[tuple[int, Transfer]]], clock: list[float],
-    link_of: LinkOf, itemsize: int, overhead: float, gamma: float, chunk_bytes: int,
 ) -> bool:
     """Complete round ``index`` of ``rank`` if every message it waits for has been sent."""
-    round_ = schedules[rank].rounds[index]
+    round_ = ctx.schedules[rank].rounds[index]
+    link_of, itemsize = ctx.link_of, ctx.itemsize
     start = clock[rank]
     matched: list[tuple[Transfer, int, Transfer]] = []
     for t in round_.transfers:
@@ -144,13 +189,13 @@ def _try_round(
         sent_at = starts[t.peer][send_round]
         assert sent_at is not None
         # The sender's concurrent sends over this link class share its injection bandwidth.
-        shared = _outgoing(t.peer, schedules[t.peer].rounds[send_round].transfers, link_of,
-                           itemsize)[link]
+        shared = ctx.outgoing(t.peer, send_round)[link]
         end = max(end, start, sent_at + link.alpha + shared * link.beta)
         if t.action is Action.RECV_REDUCE:
             reduced += t.numel * itemsize
-    for link, nbytes in _outgoing(rank, round_.transfers, link_of, itemsize).items():
+    for link, nbytes in ctx.outgoing(rank, index).items():
         end = max(end, start + link.alpha + nbytes * link.beta)
-    end = max(end, start + reduced * gamma) + min(reduced, chunk_bytes) * gamma + overhead
+    gamma = ctx.gamma
+    end = max(end, start + reduced * gamma) + min(reduced, ctx.chunk_bytes) * gamma + ctx.overhead
     clock[rank] = end
     return True
