@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-import scaledl
 from scaledl.bench.report import Measurement, P2PResult, format_bytes
+from scaledl.collectives.api import allgather, allreduce, broadcast, reduce, reduce_scatter
 from scaledl.collectives.auto import choose
 from scaledl.collectives.communicator import communicator_for
 from scaledl.collectives.registry import ALGORITHMS, AUTO, available, parse_collective
@@ -39,8 +39,10 @@ __all__ = ["BenchConfig", "select_algorithms", "run_benchmark", "DTYPES", "DEFAU
 
 log = logging.getLogger(__name__)
 
-DTYPES = {name: getattr(torch, name) for name in
-          ("float32", "float64", "float16", "bfloat16", "int32", "int64")}
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
+}
 DEFAULT_ALGORITHMS = ("ring", "multiring", "halving_doubling", "native")
 """The default set, filtered per collective; broadcast and reduce, which none of the first three
 implements, get ``tree`` and ``chain`` instead."""
@@ -113,6 +115,7 @@ def select_algorithms(
     result: dict[Collective, tuple[str, ...]] = {}
     for collective in dict.fromkeys(chosen):
         offered = available(collective)
+        wanted: tuple[str, ...]
         if not names:
             wanted = DEFAULT_ALGORITHMS if collective in (Collective.ALLREDUCE,
                                                           Collective.REDUCE_SCATTER,
@@ -146,19 +149,18 @@ class _Buffers:
             self.part = self.full[:0]
         self.nbytes = self.numel * itemsize
 
-    def call(self, algorithm: str, topology: Topology) -> Callable[[], None]:
+    def call(self, algorithm: str, topology: Topology) -> Callable[[], object]:
         """The collective on these buffers with ``algorithm``, as a no-argument function."""
         c, full, part = self.collective, self.full, self.part
         if c is Collective.ALLREDUCE:
-            return lambda: scaledl.allreduce(full, algorithm=algorithm, topology=topology)
+            return lambda: allreduce(full, algorithm=algorithm, topology=topology)
         if c is Collective.BROADCAST:
-            return lambda: scaledl.broadcast(full, 0, algorithm=algorithm, topology=topology)
+            return lambda: broadcast(full, 0, algorithm=algorithm, topology=topology)
         if c is Collective.REDUCE:
-            return lambda: scaledl.reduce(full, 0, algorithm=algorithm, topology=topology)
+            return lambda: reduce(full, 0, algorithm=algorithm, topology=topology)
         if c is Collective.REDUCE_SCATTER:
-            return lambda: scaledl.reduce_scatter(part, full, algorithm=algorithm,
-                                                  topology=topology)
-        return lambda: scaledl.allgather(full, part, algorithm=algorithm, topology=topology)
+            return lambda: reduce_scatter(part, full, algorithm=algorithm, topology=topology)
+        return lambda: allgather(full, part, algorithm=algorithm, topology=topology)
 
     def fill(self, rank: int) -> None:
         """Rank-valued input: ``(rank % 8) + 1 + index % 5``."""
@@ -188,11 +190,13 @@ def _fill(tensor: torch.Tensor, base: int) -> None:
 
 def _holds(tensor: torch.Tensor, base: int, scale: int, offset: int = 0) -> bool:
     """``tensor[i] == base + scale * ((offset + i) % 5)`` (to 16-bit rounding where it applies)."""
-    tolerance = 2.0 ** -7 if tensor.element_size() == 2 else 0.0
     for k in range(min(5, tensor.numel())):
         want = base + scale * ((offset + k) % 5)
-        error = (tensor[k::5].double() - want).abs().max().item()
-        if error > tolerance * abs(want):
+        view = tensor[k::5]
+        if tensor.element_size() != 2:
+            if bool((view != want).any()):
+                return False
+        elif (view.float() - want).abs().max().item() > 2.0 ** -7 * abs(want):
             return False
     return True
 
@@ -204,7 +208,7 @@ def _agree_max(values: list[float]) -> list[float]:
     return tensor.tolist()
 
 
-def _timed(call: Callable[[], None], iterations: int) -> list[float]:
+def _timed(call: Callable[[], object], iterations: int) -> list[float]:
     times = []
     for _ in range(iterations):
         dist.barrier()
@@ -225,7 +229,8 @@ def _measure(
     if failed:
         raise RuntimeError(
             f"{buffers.collective.value} with {algorithm} on {format_bytes(buffers.nbytes)} "
-            f"gave a wrong result (first failing rank {int(failed) - 1}); not timing it"
+            f"gave a wrong result on rank {int(failed) - 1} (the highest failing rank); "
+            "not timing it"
         )
     if buffers.collective in (Collective.ALLREDUCE, Collective.REDUCE):
         buffers.full.zero_()  # keep sums bounded while timing

@@ -12,9 +12,10 @@ and ``beta`` by least squares on the scheduled algorithms' median times, weighti
 its inverse time so small and large messages count alike (the fit minimises relative error).
 ``per_round`` covers both the executor's overhead and the link latency, which one host cannot tell
 apart: the prior ``overhead`` is kept and ``alpha`` takes the rest.  Step 2 fits ``native``'s
-per-round overhead and bandwidth factor the same way on the native times, with ``native`` modelled
-as auto models it: the cheaper of its proxy schedules (ring or halving-doubling; tree for
-broadcast and reduce).  Every link class gets the one fitted link: a single host measures one.
+per-round cost and bandwidth factor the same way on the native times (its overhead is the
+per-round cost less ``alpha``), with ``native`` modelled as auto models it: the cheaper of its
+proxy schedules (ring or halving-doubling; tree for broadcast and reduce).  Every link class
+gets the one fitted link: a single host measures one.
 """
 
 from __future__ import annotations
@@ -22,17 +23,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from scaledl.bench.report import Measurement
-from scaledl.collectives.auto import CostModel, LinkModel, schedule_time
+from scaledl.collectives.auto import CostModel, LinkModel, choose, schedule_time
 from scaledl.collectives.registry import ALGORITHMS, plan
 from scaledl.collectives.schedule import Action, Collective, Schedule
 from scaledl.topology import Topology
 
-__all__ = ["Sample", "LinearFit", "fit_two", "schedule_features", "calibrate"]
+__all__ = [
+    "Sample", "LinearFit", "fit_two", "schedule_features", "calibrate", "auto_residual", "describe",
+]
 
 _NATIVE_PROXIES = {Collective.BROADCAST: ("tree",), Collective.REDUCE: ("tree",)}
-"""What ``auto`` models ``native`` as (mirrors ``scaledl.collectives.auto``)."""
+"""What ``auto`` models ``native`` as (mirrors ``scaledl.collectives.auto._native_time``: ring or
+halving-doubling otherwise, and reduce_scatter costed as a whole allreduce)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ def fit_two(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> Lin
     """Least squares for ``y ~ a x1 + b x2`` minimising relative error, with ``a, b >= 0``."""
     if len(y) < 2:
         raise ValueError(f"a fit needs at least two measurements, got {len(y)}")
-    rows = [(u / t, v / t) for u, v, t in zip(x1, x2, y)]  # weight 1/y: target is 1
+    rows = [(u / t, v / t) for u, v, t in zip(x1, x2, y, strict=True)]  # weight 1/y: target is 1
     s11 = sum(u * u for u, _ in rows)
     s22 = sum(v * v for _, v in rows)
     s12 = sum(u * v for u, v in rows)
@@ -81,13 +86,23 @@ def fit_two(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> Lin
 
 
 def schedule_features(
-    schedule: Schedule, itemsize: int, model: CostModel
+    schedule: Schedule, itemsize: int, model: CostModel, topology: Topology | None = None
 ) -> tuple[int, int, float]:
-    """``(rounds, critical_bytes, known_seconds)`` of one rank's schedule under ``model``."""
+    """``(rounds, critical_bytes, known_seconds)`` of one rank's schedule under ``model``.
+
+    A round's critical bytes are, as in ``schedule_time``, the larger of its largest receive and
+    the bytes it sends over one link class (sends of a round share the rank's interface).
+    """
     critical = 0
     known = 0.0
     for round_ in schedule.rounds:
-        critical += max((t.numel * itemsize for t in round_.transfers), default=0)
+        received = max((t.numel for t in round_.transfers if not t.is_send), default=0)
+        sent: dict[int, int] = {}
+        for t in round_.transfers:
+            if t.is_send:
+                axis = topology.link_axis(schedule.rank, t.peer) if topology is not None else 0
+                sent[axis] = sent.get(axis, 0) + t.numel
+        critical += max([received, *sent.values()]) * itemsize
         reduced = sum(t.numel for t in round_.transfers if t.action is Action.RECV_REDUCE)
         known += min(reduced * itemsize, model.chunk_bytes) * model.gamma
     return len(schedule.rounds), critical, known
@@ -103,15 +118,16 @@ def _plan_numel(m: Measurement, itemsize: int) -> int:
 def _sample(
     name: str, m: Measurement, topology: Topology, itemsize: int, model: CostModel,
     overhead: float | None = None, beta_factor: float = 1.0,
+    collective: Collective | None = None, numel: int | None = None,
 ) -> tuple[float, Sample]:
     """The slowest rank's features of algorithm ``name`` (with its predicted time)."""
-    collective = Collective(m.collective)
-    numel = _plan_numel(m, itemsize)
+    collective = collective if collective is not None else Collective(m.collective)
+    numel = numel if numel is not None else _plan_numel(m, itemsize)
     best: tuple[float, Sample] | None = None
     for rank in range(min(topology.world_size, 16)):
         schedule = plan(name, collective, topology, rank, numel, 0)
         predicted = schedule_time(schedule, topology, itemsize, model, overhead, beta_factor)
-        rounds, critical, known = schedule_features(schedule, itemsize, model)
+        rounds, critical, known = schedule_features(schedule, itemsize, model, topology)
         if best is None or predicted > best[0]:
             best = (predicted, Sample(m.median_us * 1e-6, rounds, critical, known))
     assert best is not None
@@ -148,7 +164,29 @@ def calibrate(
     natives = [m for m in measurements if m.algorithm == "native"]
     if natives:
         model, summary["native"] = _fit_native(natives, topology, itemsize, model)
+    summary["auto"] = auto_residual(measurements, topology, itemsize, model)
     return model, summary
+
+
+def auto_residual(
+    measurements: Sequence[Measurement], topology: Topology, itemsize: int, model: CostModel
+) -> dict[str, object]:
+    """How well ``auto``'s full model (critical-path replay) predicts the measured medians."""
+    rows: list[dict[str, Any]] = []
+    errors: list[float] = []
+    cache: dict[tuple[str, int], dict[str, float]] = {}
+    for m in measurements:
+        key = (m.collective, _plan_numel(m, itemsize))
+        if key not in cache:
+            cache[key] = choose(Collective(key[0]), topology, key[1], itemsize, model).predictions
+        predicted = cache[key].get(m.algorithm)
+        if predicted is None:
+            continue
+        rows.append({"collective": m.collective, "algorithm": m.algorithm, "nbytes": m.nbytes,
+                     "measured_us": m.median_us, "predicted_us": predicted * 1e6})
+        errors.append(predicted * 1e6 / m.median_us - 1.0)
+    rms = math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else None
+    return {"rms_relative_error": rms, "points": rows}
 
 
 def _fit_native(
@@ -156,21 +194,44 @@ def _fit_native(
 ) -> tuple[CostModel, dict[str, object]]:
     samples = []
     for m in natives:
-        proxies = _NATIVE_PROXIES.get(Collective(m.collective), ("ring", "halving_doubling"))
+        collective, numel = Collective(m.collective), _plan_numel(m, itemsize)
+        proxies = _NATIVE_PROXIES.get(collective, ("ring", "halving_doubling"))
+        if collective is Collective.REDUCE_SCATTER:  # Gloo runs it as a whole allreduce
+            collective, numel = Collective.ALLREDUCE, m.nbytes // itemsize
         candidates = [
             _sample(name, m, topology, itemsize, model, model.native_overhead,
-                    model.native_beta_factor)
+                    model.native_beta_factor, collective, numel)
             for name in proxies
         ]
         samples.append(min(candidates, key=lambda item: item[0])[1])
     link = model.link(0)
     if len(samples) < 2:
         return model, {"skipped": "native measured at fewer than two sizes"}
-    rest = [max(s.seconds - s.known_seconds - s.rounds * link.alpha, 1e-9) for s in samples]
     native_fit = fit_two([s.rounds for s in samples],
-                         [s.critical_bytes * link.beta for s in samples], rest)
+                         [s.critical_bytes * link.beta for s in samples],
+                         [max(s.seconds - s.known_seconds, 1e-9) for s in samples])
+    overhead = max(native_fit.first - link.alpha, 0.0)  # per round = native overhead + alpha
     factor = native_fit.second if native_fit.second > 0 else model.native_beta_factor
-    fitted = replace(model, native_overhead=native_fit.first, native_beta_factor=factor)
-    return fitted, {"native_overhead_s": native_fit.first, "native_beta_factor": factor,
+    fitted = replace(model, native_overhead=overhead, native_beta_factor=factor)
+    return fitted, {"per_round_s": native_fit.first, "native_overhead_s": overhead,
+                    "native_beta_factor": factor,
                     "rms_relative_error": native_fit.rms_relative_error,
                     "points": native_fit.points}
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """One line of the fitted values and residuals for the console."""
+    link = summary["link"]
+    text = (f"calibration: {link['per_round_s'] * 1e6:.1f} us per round (alpha "
+            f"{link['alpha_s'] * 1e6:.1f} us + overhead {summary['overhead_s'] * 1e6:.1f} us), "
+            f"link {link['bandwidth_gbps'] or 0:.3f} GB/s, "
+            f"fit error {link['rms_relative_error']:.0%}")
+    native = summary.get("native") or {}
+    if "native_beta_factor" in native:
+        text += (f"; native overhead {native['native_overhead_s'] * 1e6:.1f} us, bandwidth "
+                 f"factor {native['native_beta_factor']:.2f}, "
+                 f"fit error {native['rms_relative_error']:.0%}")
+    auto = summary.get("auto") or {}
+    if auto.get("rms_relative_error") is not None:
+        text += f"; auto's model vs measured: {auto['rms_relative_error']:.0%} rms"
+    return text

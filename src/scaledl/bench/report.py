@@ -10,35 +10,21 @@ iteration's time is the slowest rank's.  GB/s means 10^9 bytes per second.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import math
 import os
 import platform
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "parse_bytes", "format_bytes", "message_sizes", "busbw_factor", "Measurement", "P2PResult",
-    "BenchReport", "environment", "native_ratios", "header_line", "render_table", "write_json",
+    "format_bytes", "busbw_factor", "Measurement", "P2PResult",
+    "BenchReport", "environment", "native_ratios", "header_lines", "render_table", "write_json",
     "write_plot", "report_from_dict",
 ]
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(I?B)?\s*$", re.IGNORECASE)
-
-
-def parse_bytes(text: str) -> int:
-    """Parse ``"4K"``, ``"256M"``, ``"1G"``, ``"64KiB"`` or ``"4096"`` into bytes (K = 1024)."""
-    match = _SIZE.match(str(text))
-    if match is None:
-        raise ValueError(
-            f"size {text!r} is not a byte count; write an integer with an optional K, M or G "
-            "suffix (powers of 1024), e.g. 4K or 256M"
-        )
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
-
 
 def format_bytes(nbytes: int) -> str:
     """``4096 -> "4 KiB"``; exact binary units where the count divides, else bytes."""
@@ -46,22 +32,6 @@ def format_bytes(nbytes: int) -> str:
         if nbytes >= unit and nbytes % unit == 0:
             return f"{nbytes // unit} {suffix}"
     return f"{nbytes} B"
-
-
-def message_sizes(min_bytes: int, max_bytes: int, step_factor: int = 4) -> list[int]:
-    """``min_bytes, min_bytes * f, ...`` up to ``max_bytes`` (added at the end if not reached)."""
-    if min_bytes < 1:
-        raise ValueError(f"--min-bytes {min_bytes} must be at least 1")
-    if max_bytes < min_bytes:
-        raise ValueError(f"--max-bytes {max_bytes} is smaller than --min-bytes {min_bytes}")
-    if step_factor < 2:
-        raise ValueError(f"--step-factor {step_factor} must be at least 2")
-    sizes = [min_bytes]
-    while sizes[-1] * step_factor <= max_bytes:
-        sizes.append(sizes[-1] * step_factor)
-    if sizes[-1] != max_bytes:
-        sizes.append(max_bytes)
-    return sizes
 
 
 def busbw_factor(collective: str, world_size: int) -> float:
@@ -184,16 +154,21 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("scaledl")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def environment(backend: str, world_size: int, topology: str) -> dict[str, Any]:
     """Hardware, versions and launch configuration, for the report header and the JSON."""
     import torch
 
-    from scaledl import __version__
-
     return {
         "cpu": _cpu_model(), "cores": os.cpu_count(), "host": platform.node(),
         "os": platform.platform(), "python": platform.python_version(),
-        "torch": torch.__version__, "scaledl": __version__, "backend": backend,
+        "torch": torch.__version__, "scaledl": _version(), "backend": backend,
         "world_size": world_size, "topology": topology,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "torch_threads": torch.get_num_threads(),
@@ -213,40 +188,43 @@ def native_ratios(measurements: list[Measurement]) -> list[dict[str, Any]]:
         for name, m in at_largest.items():
             if name != "native":
                 ratios.append({"collective": collective, "algorithm": name, "nbytes": largest,
-                               "busbw_ratio": m.busbw_gbps / native.busbw_gbps})
+                               "busbw_ratio": native.avg_us / m.avg_us})  # = busbw ratio
     return ratios
 
 
-def header_line(report: BenchReport) -> str:
-    """One line naming hardware, versions and configuration."""
+def header_lines(report: BenchReport) -> list[str]:
+    """Hardware, software and configuration lines of the report header."""
     env, cfg = report.environment, report.config
-    return (
-        f"{env['cpu']} ({env['cores']} cores), torch {env['torch']}, scaledl {env['scaledl']}, "
-        f"backend {env['backend']}, world size {env['world_size']}, topology {env['topology']}, "
-        f"dtype {cfg['dtype']}, chunk {format_bytes(cfg['chunk_bytes'])}, "
-        f"OMP_NUM_THREADS={env['omp_num_threads']}"
-    )
+    return [
+        f"hardware: {env['cpu']} ({env['cores']} cores), host {env['host']}, {env['os']}",
+        f"software: python {env['python']}, torch {env['torch']}, scaledl {env['scaledl']}",
+        f"config:   backend {env['backend']}, world size {env['world_size']}, topology "
+        f"{env['topology']}, dtype {cfg['dtype']}, chunk {format_bytes(cfg['chunk_bytes'])}, "
+        f"OMP_NUM_THREADS={env['omp_num_threads']}, torch threads {env['torch_threads']}",
+    ]
 
 
 def render_table(report: BenchReport, console: Any) -> None:
     """Print the header, the results table, the p2p ceiling and the ratios vs native."""
     from rich.table import Table
 
-    console.print(f"[bold]scaledl bench collectives[/bold]: {header_line(report)}")
+    console.print("[bold]scaledl bench collectives[/bold]")
+    for line in header_lines(report):
+        console.print(line, markup=False, highlight=False)
     p2p = report.p2p_gbps
     if report.p2p is not None and p2p is not None:
         console.print(f"point-to-point rank 0 -> 1, {format_bytes(report.p2p.nbytes)}: "
                       f"{p2p:.3f} GB/s (median of {len(report.p2p.times_s)})")
     table = Table(show_lines=False)
-    for title in ("size", "collective", "algorithm", "iters", "avg us", "min us", "max us",
-                  "algbw GB/s", "busbw GB/s", "busbw/p2p"):
+    for title in ("size", "collective", "algorithm", "iters", "avg us", "median us", "min us",
+                  "max us", "algbw GB/s", "busbw GB/s", "busbw/p2p"):
         table.add_column(title, justify="left" if title in ("collective", "algorithm") else "right")
     for m in report.measurements:
         fraction = f"{m.busbw_gbps / p2p:.2f}" if p2p else "-"
         table.add_row(
             format_bytes(m.nbytes), m.collective, m.algorithm, str(len(m.times_s)),
-            f"{m.avg_us:.1f}", f"{m.min_us:.1f}", f"{m.max_us:.1f}", f"{m.algbw_gbps:.3f}",
-            f"{m.busbw_gbps:.3f}", fraction,
+            *(f"{us:.1f}" for us in (m.avg_us, m.median_us, m.min_us, m.max_us)),
+            f"{m.algbw_gbps:.3f}", f"{m.busbw_gbps:.3f}", fraction,
         )
     console.print(table)
     for ratio in native_ratios(report.measurements):
@@ -262,17 +240,28 @@ def write_json(report: BenchReport, path: Path) -> None:
     path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
 
 
+def _tick(nbytes: int) -> str:
+    """Plot label: exact binary units, or ``~`` the nearest power of two (4092 B -> ~4 KiB)."""
+    nearest = 1 << max(0, round(math.log2(max(nbytes, 1))))
+    return format_bytes(nbytes) if nbytes == nearest else f"~{format_bytes(nearest)}"
+
+
 def write_plot(report: BenchReport, path: Path) -> None:
     """busbw vs message size per algorithm, one panel per collective, p2p ceiling dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     collectives = list(dict.fromkeys(m.collective for m in report.measurements))
-    fig, axes = plt.subplots(1, max(1, len(collectives)), squeeze=False,
-                             figsize=(5.5 * max(1, len(collectives)), 4.2))
-    for ax, collective in zip(axes[0], collectives):
+    columns = min(3, max(1, len(collectives)))
+    rows_count = math.ceil(max(1, len(collectives)) / columns)
+    fig, axes = plt.subplots(rows_count, columns, squeeze=False,
+                             figsize=(5.5 * columns, 4.2 * rows_count))
+    for ax in axes.flat[len(collectives):]:
+        ax.set_visible(False)
+    for ax, collective in zip(axes.flat, collectives, strict=False):
         rows = [m for m in report.measurements if m.collective == collective]
         for name in dict.fromkeys(m.algorithm for m in rows):
             points = sorted((m.nbytes, m.busbw_gbps) for m in rows if m.algorithm == name)
@@ -280,7 +269,11 @@ def write_plot(report: BenchReport, path: Path) -> None:
         if report.p2p_gbps:
             ax.axhline(report.p2p_gbps, linestyle="--", color="gray", label="p2p ceiling")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("message size (bytes)")
+        sizes = sorted({m.nbytes for m in rows})
+        ax.set_xticks(sizes, [_tick(n) for n in sizes], rotation=30, fontsize="small")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("message size")
         ax.set_ylabel("busbw (GB/s)")
         ax.set_title(f"{collective}, p={report.environment['world_size']}")
         ax.grid(True, which="both", alpha=0.3)

@@ -12,20 +12,54 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from scaledl.bench.collectives import DTYPES, BenchConfig, select_algorithms
-from scaledl.bench.report import message_sizes, parse_bytes
+from scaledl.bootstrap import read_launch_env
 from scaledl.cli.launch import run_distributed, under_launcher
 from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.collectives.schedule import Collective
 from scaledl.topology import TOPOLOGY_ENV, Topology
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "parse_bytes", "message_sizes", "build_config"]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_RANKS = 2
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str) -> int:
+    """Parse ``"4K"``, ``"256M"``, ``"1G"``, ``"64KiB"`` or ``"4096"`` into bytes (K = 1024)."""
+    match = _SIZE.match(str(text))
+    if match is None:
+        raise ValueError(
+            f"size {text!r} is not a byte count; write an integer with an optional K, M or G "
+            "suffix (powers of 1024), e.g. 4K or 256M"
+        )
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def message_sizes(min_bytes: int, max_bytes: int, step_factor: int = 4) -> list[int]:
+    """``min_bytes, min_bytes * f, ...`` up to ``max_bytes`` (added at the end if not reached)."""
+    if min_bytes < 1:
+        raise ValueError(f"--min-bytes {min_bytes} must be at least 1")
+    if max_bytes < min_bytes:
+        raise ValueError(f"--max-bytes {max_bytes} is smaller than --min-bytes {min_bytes}")
+    if step_factor < 2:
+        raise ValueError(f"--step-factor {step_factor} must be at least 2")
+    sizes = [min_bytes]
+    while sizes[-1] * step_factor <= max_bytes:
+        sizes.append(sizes[-1] * step_factor)
+    if sizes[-1] != max_bytes:
+        sizes.append(max_bytes)
+    return sizes
 
 
 def add_parser(subparsers: Any) -> None:
@@ -39,7 +73,9 @@ def add_parser(subparsers: Any) -> None:
         description="Time collective algorithms per message size on local workers (or under a "
                     "launcher) and compare them with the native torch.distributed collective.",
     )
-    p.add_argument("--ranks", type=int, default=2, help="local worker processes (default 2)")
+    p.add_argument("--ranks", type=int, default=None,
+                   help=f"local worker processes (default {DEFAULT_RANKS}; under a launcher "
+                        "the launcher's count)")
     p.add_argument("--collectives", default="allreduce",
                    help=f"comma list of {', '.join(c.value for c in Collective)}")
     p.add_argument("--algorithms", default=None,
@@ -103,13 +139,16 @@ def run(args: argparse.Namespace) -> int:
     """Check the options, then launch the workers (or be one)."""
     if args.benchmark != "collectives":
         raise ValueError(f"unknown benchmark {args.benchmark!r}")
-    if args.ranks < 1:
-        raise ValueError(f"--ranks {args.ranks} must be at least 1")
+    ranks = DEFAULT_RANKS if args.ranks is None else args.ranks
+    if ranks < 1:
+        raise ValueError(f"--ranks {ranks} must be at least 1")
     config = build_config(args)
     launched = under_launcher()
-    world_size = int(os.environ.get("WORLD_SIZE", args.ranks)) if launched else args.ranks
+    world_size = read_launch_env().world_size if launched else ranks
+    if launched and args.ranks is not None and args.ranks != world_size:
+        log.warning("--ranks %d ignored: the launcher started %d ranks", args.ranks, world_size)
     _check_layout(config, world_size, launched)
-    return run_distributed(args.ranks, args.argv, lambda: _worker(args, config))
+    return run_distributed(ranks, args.argv, lambda: _worker(args, config))
 
 
 def _console() -> Any:
@@ -138,13 +177,14 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
     from scaledl import bootstrap
     from scaledl.bench import report as rep
     from scaledl.bench.collectives import measure_p2p, run_benchmark
+    from scaledl.bench.fit import describe
     from scaledl.collectives.communicator import communicator_for
 
     topology = bootstrap.init(timeout=args.timeout, topology=config.topology)
     try:
         rank, world_size = topology.rank, topology.world_size
         console = _console() if rank == 0 else None
-        echo = (lambda text: console.print(text, markup=False, highlight=False)) if console else None
+        echo = partial(console.print, markup=False, highlight=False) if console else None
         p2p = measure_p2p(config.p2p_bytes, rank, world_size)
         measurements = run_benchmark(config, topology, echo)
         if console is None:
@@ -157,8 +197,9 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
             result.calibration = _calibrate(result, topology, comm.cost_model, comm.chunk_bytes)
         rep.render_table(result, console)
         if result.calibration is not None:
+            console.print(describe(result.calibration), markup=False, highlight=False)
             console.print(f"calibration written to {result.calibration['path']}",
-                          markup=False)
+                          markup=False, highlight=False)
         if args.json is not None:
             rep.write_json(result, args.json)
             log.info("wrote %s", args.json)

@@ -73,6 +73,7 @@ def configure_logging(rank: int) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
 
 def _one_line(error: BaseException) -> str:

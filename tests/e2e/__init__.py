@@ -1,0 +1,1 @@
+"""End-to-end tests: the ``scaledl`` command run as a subprocess."""
