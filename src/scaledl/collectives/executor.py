@@ -1,12 +1,13 @@
 """The executor: runs any :class:`~scaledl.collectives.schedule.Schedule` over a transport.
 
-For each round it cuts every transfer into chunks of at most ``chunk_numel`` elements, posts all
-chunks of the round at once (receives and sends interleaved), then waits for the receives in order
-and reduces each chunk as soon as it lands, so the reduction of chunk ``j`` overlaps the transfer
-of chunk ``j+1``.  On this project's 2-core machine that overlap is what lets the ring beat
-Gloo's own allreduce (see docs/benchmarks.md).  Received data to be reduced lands in a scratch
-buffer that a :class:`Workspace` keeps between calls: allocating fresh large tensors costs page
-faults on every call.
+It cuts every transfer into chunks of at most ``chunk_numel`` elements and runs them as a
+dataflow (:mod:`scaledl.collectives.dataflow`): a chunk is posted as soon as the data it reads
+has arrived, even if that was in an earlier round, and received chunks are reduced as they are
+waited for, so the reduction of chunk ``j`` overlaps the transfer of chunk ``j+1`` and the rounds
+of a ring flow into each other.  On this project's 2-core machine that overlap is what lets the
+ring beat Gloo's own allreduce (see docs/benchmarks.md).  Received data to be reduced lands in a
+scratch buffer that a :class:`Workspace` keeps between calls: allocating fresh large tensors
+costs page faults on every call.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from scaledl.collectives.dataflow import DEFAULT_WINDOW, build_ops, run_ops
 from scaledl.collectives.ops import ReduceOp
-from scaledl.collectives.schedule import Action, Round, Schedule
-from scaledl.transport.base import Handle, Transport
+from scaledl.collectives.schedule import Action, Schedule
+from scaledl.transport.base import Transport
 
 __all__ = ["Workspace", "execute", "DEFAULT_CHUNK_BYTES"]
 
@@ -43,43 +45,6 @@ class Workspace:
         return buffer[:numel]
 
 
-def _chunks(lo: int, hi: int, chunk_numel: int) -> list[tuple[int, int]]:
-    return [(a, min(hi, a + chunk_numel)) for a in range(lo, hi, chunk_numel)]
-
-
-def _run_round(
-    round_: Round, buffer: torch.Tensor, transport: Transport, op: ReduceOp,
-    chunk_numel: int, workspace: Workspace,
-) -> None:
-    reduce_numel = sum(t.numel for t in round_.transfers if t.action is Action.RECV_REDUCE)
-    scratch = workspace.scratch(reduce_numel, buffer) if reduce_numel else buffer[:0]
-    pieces = [_chunks(t.lo, t.hi, chunk_numel) for t in round_.transfers]
-    reductions: list[tuple[Handle, torch.Tensor, torch.Tensor]] = []
-    others: list[Handle] = []
-    offset = 0
-    # Interleave the chunks of all transfers so every link has work queued from the start.
-    for j in range(max(len(p) for p in pieces)):
-        for t, chunks in zip(round_.transfers, pieces):
-            if j >= len(chunks):
-                continue
-            a, b = chunks[j]
-            if t.action is Action.SEND:
-                others.append(transport.queue_send(buffer[a:b], t.peer, t.tag))
-            elif t.action is Action.RECV_COPY:
-                others.append(transport.queue_recv(buffer[a:b], t.peer, t.tag))
-            else:
-                landing = scratch[offset:offset + (b - a)]
-                offset += b - a
-                handle = transport.queue_recv(landing, t.peer, t.tag)
-                reductions.append((handle, buffer[a:b], landing))
-    transport.commit()
-    for handle, target, landing in reductions:
-        handle.wait()
-        op.combine(target, landing)
-    for handle in others:
-        handle.wait()
-
-
 def execute(
     schedule: Schedule, buffer: torch.Tensor, transport: Transport, op: ReduceOp = ReduceOp.SUM,
     chunk_numel: int = DEFAULT_CHUNK_BYTES // 4, workspace: Workspace | None = None,
@@ -93,8 +58,12 @@ def execute(
     if chunk_numel < 1:
         raise ValueError(f"chunk_numel {chunk_numel} must be >= 1")
     workspace = workspace if workspace is not None else Workspace()
-    for round_ in schedule.rounds:
-        _run_round(round_, buffer, transport, op, chunk_numel, workspace)
+    ops = build_ops(schedule, chunk_numel)
+    reduce_sizes = [o.hi - o.lo for o in ops if o.action is Action.RECV_REDUCE]
+    slot_numel = max(reduce_sizes, default=0)
+    window = min(DEFAULT_WINDOW, len(reduce_sizes))
+    scratch = workspace.scratch(window * slot_numel, buffer)
+    run_ops(ops, buffer, transport, op, scratch, slot_numel, max(window, 1))
 
 
 def execute_reduce_scatter(

@@ -1,0 +1,166 @@
+"""Dataflow execution of a schedule: chunks move as soon as their data is ready, across rounds.
+
+A schedule's rounds are cut into *ops* (one chunk of one transfer each), in the order a
+round-by-round executor would post them.  Each op records the last earlier op it depends on:
+
+- a send reads its range, so it waits for earlier receives into that range (read after write);
+- a receive-and-copy writes its range as the bytes land, so it waits for earlier sends reading
+  the range (write after read) and earlier receives writing it (write after write);
+- a receive-and-reduce lands in scratch and is reduced into the buffer only when it is waited
+  for, so it needs no buffer dependency, only a free scratch slot.
+
+The loop then alternates two steps until every op is complete: post every op whose dependency is
+complete (keeping, per peer, tag and direction, the schedule's order, which is how messages are
+matched); wait for the next op in schedule order and, for a receive-and-reduce, reduce it.
+Completions are taken in schedule order, so an op is complete exactly when its index is below
+the cursor, and the loop never waits for anything a round-by-round executor would not already
+have waited for: it cannot deadlock where that one does not.  What it gains: the ring's step
+``s + 1`` sends chunk ``j`` as soon as step ``s`` has reduced it, so one slow chunk no longer
+holds up a whole round, and reduction overlaps transfers across round boundaries.
+
+Gloo's point-to-point works report completion only through ``wait()`` (no futures, and
+``is_completed()`` stays false until waited), which is why completions are consumed in order
+rather than as they happen.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from scaledl.collectives.ops import ReduceOp
+from scaledl.collectives.schedule import Action, Schedule
+from scaledl.transport.base import Handle, Transport
+
+__all__ = ["Op", "build_ops", "run_ops", "DEFAULT_WINDOW"]
+
+DEFAULT_WINDOW = 32
+"""Receive-and-reduce chunks in flight at once (each holds one scratch slot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One chunk of one transfer."""
+
+    action: Action
+    peer: int
+    tag: int
+    lo: int
+    hi: int
+    ready_after: int
+    """Index of the last earlier op that must complete before this one is posted (-1: none)."""
+
+
+@lru_cache(maxsize=512)
+def build_ops(schedule: Schedule, chunk_numel: int) -> tuple[Op, ...]:
+    """Cut ``schedule`` into chunk ops in posting order, with their dependencies."""
+    ops: list[Op] = []
+    history: list[tuple[int, int, bool]] = []  # (lo, hi, writes) of every earlier op
+    for round_ in schedule.rounds:
+        pieces = [
+            [(a, min(t.hi, a + chunk_numel)) for a in range(t.lo, t.hi, chunk_numel)]
+            for t in round_.transfers
+        ]
+        for j in range(max(len(p) for p in pieces)):
+            for t, chunks in zip(round_.transfers, pieces):
+                if j < len(chunks):
+                    lo, hi = chunks[j]
+                    ops.append(Op(t.action, t.peer, t.tag, lo, hi, _last_conflict(
+                        history, lo, hi, t.action)))
+                    history.append((lo, hi, not t.is_send))
+    return tuple(ops)
+
+
+def _last_conflict(history: list[tuple[int, int, bool]], lo: int, hi: int, action: Action) -> int:
+    if action is Action.RECV_REDUCE:
+        return -1
+    for index in range(len(history) - 1, -1, -1):
+        other_lo, other_hi, writes = history[index]
+        if other_lo < hi and lo < other_hi and (writes or action is Action.RECV_COPY):
+            return index
+    return -1
+
+
+class _Poster:
+    """Posts ready ops, queue by queue, in schedule order within each queue."""
+
+    def __init__(
+        self, ops: tuple[Op, ...], buffer: torch.Tensor, transport: Transport,
+        scratch: torch.Tensor, slot_numel: int, window: int,
+    ) -> None:
+        self.ops, self.buffer, self.transport = ops, buffer, transport
+        self.scratch, self.slot_numel = scratch, slot_numel
+        self.free_slots = list(range(window - 1, -1, -1))
+        self.handles: list[Handle | None] = [None] * len(ops)
+        self.slot_of: dict[int, int] = {}
+        self.queues: dict[tuple[bool, int, int], deque[int]] = {}
+        for index, op in enumerate(ops):
+            key = (op.action is Action.SEND, op.peer, op.tag)
+            self.queues.setdefault(key, deque()).append(index)
+        self.reduces = deque(i for i, op in enumerate(ops) if op.action is Action.RECV_REDUCE)
+
+    def post_ready(self, cursor: int) -> None:
+        any_posted = progress = False
+        while True:
+            progress = False
+            for queue in self.queues.values():
+                while queue and self._ready(queue[0], cursor):
+                    self._post(queue.popleft())
+                    progress = any_posted = True
+            if not progress:
+                break
+        if any_posted:
+            self.transport.commit()
+
+    def _ready(self, index: int, cursor: int) -> bool:
+        op = self.ops[index]
+        if op.ready_after >= cursor:
+            return False
+        if op.action is Action.RECV_REDUCE:
+            # Scratch slots go to reduces in schedule order, so the one the cursor waits for
+            # always gets a slot once the earlier ones are reduced.
+            return bool(self.free_slots) and self.reduces[0] == index
+        return True
+
+    def _post(self, index: int) -> None:
+        op = self.ops[index]
+        if op.action is Action.SEND:
+            handle = self.transport.queue_send(self.buffer[op.lo:op.hi], op.peer, op.tag)
+        elif op.action is Action.RECV_COPY:
+            handle = self.transport.queue_recv(self.buffer[op.lo:op.hi], op.peer, op.tag)
+        else:
+            self.reduces.popleft()
+            slot = self.free_slots.pop()
+            self.slot_of[index] = slot
+            landing = self.landing(index)
+            handle = self.transport.queue_recv(landing, op.peer, op.tag)
+        self.handles[index] = handle
+
+    def landing(self, index: int) -> torch.Tensor:
+        op = self.ops[index]
+        start = self.slot_of[index] * self.slot_numel
+        return self.scratch[start:start + (op.hi - op.lo)]
+
+    def complete(self, index: int, op_kind: ReduceOp) -> None:
+        handle = self.handles[index]
+        assert handle is not None, f"op {index} waited for before it was posted"
+        handle.wait()
+        op = self.ops[index]
+        if op.action is Action.RECV_REDUCE:
+            op_kind.combine(self.buffer[op.lo:op.hi], self.landing(index))
+            self.free_slots.append(self.slot_of.pop(index))
+        self.handles[index] = None
+
+
+def run_ops(
+    ops: tuple[Op, ...], buffer: torch.Tensor, transport: Transport, op: ReduceOp,
+    scratch: torch.Tensor, chunk_numel: int, window: int,
+) -> None:
+    """Execute ``ops`` on ``buffer``; ``scratch`` holds ``window`` slots of ``chunk_numel``."""
+    poster = _Poster(ops, buffer, transport, scratch, chunk_numel, window)
+    for cursor in range(len(ops)):
+        poster.post_ready(cursor)
+        poster.complete(cursor, op)
