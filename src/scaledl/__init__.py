@@ -9,11 +9,14 @@ from scaledl.bootstrap import init, shutdown
 from scaledl.collectives import (
     CollectiveHandle, ReduceOp, allgather, allreduce, broadcast, explain, reduce, reduce_scatter,
 )
+from scaledl.strategies import AllreduceSGD, ReduceBroadcastSGD, Strategy, build_strategy
+from scaledl.sync import DataParallel, ReduceBroadcast, ddp_hook
 from scaledl.topology import Topology
 
 __version__ = "0.1.0"
 
 __all__ = [
     "init", "shutdown", "Topology", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
-    "CollectiveHandle", "ReduceOp", "__version__",
+    "CollectiveHandle", "ReduceOp", "DataParallel", "ReduceBroadcast", "ddp_hook", "Strategy",
+    "AllreduceSGD", "ReduceBroadcastSGD", "build_strategy", "__version__",
 ]

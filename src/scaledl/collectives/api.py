@@ -212,10 +212,10 @@ def reduce(
     def job() -> None:
         call.begin(tensor.numel(), tensor.dtype)
         is_root = call.comm.rank == dst
-        if is_root:
-            buffer, copy_back = _stage(tensor, call.comm)
-        else:
-            buffer, copy_back = _stage(tensor, call.comm)[0].clone(), False
+        buffer, copy_back = _stage(tensor, call.comm)
+        if not is_root:  # work on a reused copy: other ranks' tensors stay unchanged
+            buffer = call.comm.workspace.scratch(buffer.numel(), buffer, "reduce").copy_(buffer)
+            copy_back = False
         call.run(buffer)
         if is_root:
             call.op.finish(buffer, call.comm.world_size)

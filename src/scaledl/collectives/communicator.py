@@ -16,6 +16,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -36,10 +37,28 @@ DEBUG_ENV = "SCALEDL_DEBUG"
 
 
 class CollectiveHandle:
-    """An asynchronous collective in flight; ``wait()`` blocks until it is done."""
+    """An asynchronous collective in flight; ``wait()`` blocks until it is done.
+
+    ``started_at`` and ``finished_at`` (``time.perf_counter()`` values, set by the thread that
+    ran the collective) measure how long it ran, which is how training reports communication
+    time and the share of it hidden behind computation.
+    """
 
     def __init__(self, future: Future[None]) -> None:
         self._future = future
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+
+    def add_done_callback(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Call ``callback(error_or_None)`` once the collective finished (on the worker thread)."""
+        self._future.add_done_callback(lambda future: callback(future.exception()))
+
+    @property
+    def duration(self) -> float:
+        """Seconds the collective ran (0 while it has not finished)."""
+        if self.started_at is None or self.finished_at is None:
+            return 0.0
+        return self.finished_at - self.started_at
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until done (raising the collective's error, if any); return True."""
@@ -89,7 +108,9 @@ class Communicator:
         self.choices: dict[tuple[object, ...], str] = {}
         """``auto``'s decisions, by (collective, numel, itemsize, root, topology)."""
         self.cost_model = self._agree_on_model(CostModel.load())
-        self._jobs: queue.Queue[tuple[Callable[[], None], Future[None]] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[Callable[[], None], CollectiveHandle] | None] = (
+            queue.Queue()
+        )
         self._pending = 0
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()
@@ -108,14 +129,13 @@ class Communicator:
             idle = self._pending == 0
             if async_op or not idle:
                 self._pending += 1
-                future: Future[None] = Future()
+                handle = CollectiveHandle(Future())
                 self._ensure_worker()
-                self._jobs.put((job, future))
+                self._jobs.put((job, handle))
         if not async_op and idle:
             with self._run_lock:
                 job()
             return None
-        handle = CollectiveHandle(future)
         if not async_op:
             handle.wait()
             return None
@@ -133,17 +153,23 @@ class Communicator:
             item = self._jobs.get()
             if item is None:
                 return
-            job, future = item
+            job, handle = item
+            future = handle._future
+            # The job counts as done before its future resolves, so a waiter that submits
+            # the next job right away may run it inline.
             try:
                 with self._run_lock:
+                    handle.started_at = time.perf_counter()
                     job()
+                    handle.finished_at = time.perf_counter()
             except BaseException as error:  # handed to the waiter
-                future.set_exception(error)
-            else:
-                future.set_result(None)
-            finally:
                 with self._lock:
                     self._pending -= 1
+                future.set_exception(error)
+            else:
+                with self._lock:
+                    self._pending -= 1
+                future.set_result(None)
 
     def close(self) -> None:
         """Stop the worker thread after the queued jobs."""

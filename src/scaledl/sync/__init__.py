@@ -1,0 +1,13 @@
+"""Synchronisation: gradients to buckets to collectives overlapped with backward; per-layer model
+propagation overlapped with forward; a DDP comm hook."""
+
+from scaledl.sync.bucketing import Bucket, plan_buckets
+from scaledl.sync.data_parallel import DataParallel
+from scaledl.sync.ddp_hook import ddp_hook
+from scaledl.sync.propagation import ReduceBroadcast
+from scaledl.sync.reducer import GradientReducer, SpanRecorder, SyncStats
+
+__all__ = [
+    "Bucket", "plan_buckets", "DataParallel", "ddp_hook", "ReduceBroadcast",
+    "GradientReducer", "SpanRecorder", "SyncStats",
+]

@@ -1,0 +1,87 @@
+"""Start every rank from the same model: check that the models agree, then copy rank 0's state.
+
+The check compares, across ranks, the list of (name, shape, dtype) of every parameter and
+buffer.  When they differ, every rank raises the same one-line ``ValueError`` naming the first
+difference, instead of a later hang or a size mismatch deep inside a collective.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scaledl import collectives
+from scaledl.collectives.ops import SUPPORTED_DTYPES
+
+__all__ = ["check_same_model", "broadcast_state", "broadcast_tensors", "model_signature"]
+
+
+def model_signature(module: nn.Module) -> list[str]:
+    """One line per parameter and buffer: ``kind name shape dtype``."""
+    lines = [
+        f"parameter {name} {tuple(p.shape)} {str(p.dtype).removeprefix('torch.')}"
+        for name, p in module.named_parameters()
+    ]
+    lines += [
+        f"buffer {name} {tuple(b.shape)} {str(b.dtype).removeprefix('torch.')}"
+        for name, b in module.named_buffers()
+    ]
+    return lines
+
+
+def check_same_model(module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
+    """Raise ``ValueError`` on every rank if the ranks wrapped different models."""
+    world_size = dist.get_world_size(group)
+    if world_size == 1:
+        return
+    mine = model_signature(module)
+    everyone: list[list[str] | None] = [None] * world_size
+    dist.all_gather_object(everyone, mine, group=group)
+    reference = everyone[0] or []
+    for rank, theirs in enumerate(everyone[1:], start=1):
+        theirs = theirs or []
+        if theirs == reference:
+            continue
+        for index in range(max(len(reference), len(theirs))):
+            ours = reference[index] if index < len(reference) else "nothing"
+            other = theirs[index] if index < len(theirs) else "nothing"
+            if ours != other:
+                raise ValueError(
+                    f"ranks wrapped different models: entry {index} is '{ours}' on rank 0 but "
+                    f"'{other}' on rank {rank}; build the same model on every rank"
+                )
+
+
+def _flat_groups(tensors: list[torch.Tensor]) -> dict[torch.dtype, list[torch.Tensor]]:
+    groups: dict[torch.dtype, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        groups.setdefault(tensor.dtype, []).append(tensor)
+    return groups
+
+
+@torch.no_grad()
+def broadcast_tensors(
+    tensors: list[torch.Tensor], src: int = 0, algorithm: str = "auto",
+    group: dist.ProcessGroup | None = None,
+) -> None:
+    """Copy ``src``'s values of ``tensors`` into every rank's, one flat broadcast per dtype."""
+    for dtype, same in _flat_groups(tensors).items():
+        supported = dtype in SUPPORTED_DTYPES
+        flat = torch.cat([t.detach().reshape(-1) for t in same])
+        work = flat if supported else flat.to(torch.float64)
+        collectives.broadcast(work, src=src, algorithm=algorithm, group=group)
+        if not supported:
+            flat.copy_(work.to(dtype))
+        offset = 0
+        for tensor in same:
+            tensor.copy_(flat[offset:offset + tensor.numel()].view_as(tensor))
+            offset += tensor.numel()
+
+
+def broadcast_state(module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
+    """Give every rank rank 0's parameters and buffers."""
+    if dist.get_world_size(group) == 1:
+        return
+    tensors = [p for p in module.parameters()] + [b for b in module.buffers()]
+    broadcast_tensors(tensors, group=group)

@@ -1,0 +1,103 @@
+"""DataParallel: scaledl's one-line replacement for DistributedDataParallel.
+
+``model = scaledl.DataParallel(model, algorithm="ring")`` then train as usual: ``loss.backward()``
+returns with every gradient averaged over the ranks, so any torch optimizer works unchanged.
+
+On wrapping, every rank checks that all ranks built the same model (names, shapes, dtypes;
+otherwise a ``ValueError`` naming the first difference, on every rank) and takes rank 0's
+parameters and buffers.  During backward, gradients are packed into buckets in reverse
+registration order and each full bucket is averaged with an asynchronous scaledl allreduce
+while backward goes on (:mod:`scaledl.sync.reducer`); the end of backward waits for the last
+ones.  ``no_sync()`` skips the reduction for gradient accumulation.
+
+A parameter that gets no gradient in a step (a branch not taken, on one rank or all) does not
+hang the job: at the end of backward its slot contributes its accumulated ``.grad`` or zeros,
+and afterwards its ``.grad`` holds the average (zeros when no rank used it).  Unlike DDP with
+``find_unused_parameters``, it is then not ``None``, so an optimizer with momentum or weight
+decay still updates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scaledl import collectives
+from scaledl.collectives import CollectiveHandle
+from scaledl.sync.bucketing import Bucket, plan_buckets
+from scaledl.sync.consistency import broadcast_state, broadcast_tensors, check_same_model
+from scaledl.sync.reducer import GradientReducer, SpanRecorder, SyncStats
+from scaledl.topology import Topology
+
+__all__ = ["DataParallel"]
+
+MiB = 1 << 20
+
+
+class DataParallel(nn.Module):
+    """Wrap ``module`` so backward averages gradients over the ranks of ``group``."""
+
+    def __init__(
+        self, module: nn.Module, algorithm: str = "auto", bucket_mb: float = 25.0,
+        topology: Topology | None = None, group: dist.ProcessGroup | None = None,
+        broadcast_buffers: bool = True, timeline: SpanRecorder | None = None,
+    ) -> None:
+        super().__init__()
+        if bucket_mb <= 0:
+            raise ValueError(f"bucket_mb {bucket_mb} must be > 0 (DDP's default is 25)")
+        if algorithm != "auto":
+            collectives.lookup(algorithm, "allreduce")
+        if not dist.is_initialized():
+            raise RuntimeError("call scaledl.init() before wrapping a model in DataParallel")
+        self.module = module
+        self.algorithm = algorithm
+        self.topology = topology
+        self.group = group
+        self.broadcast_buffers = broadcast_buffers
+        self.world_size = dist.get_world_size(group)
+        check_same_model(module, group)
+        broadcast_state(module, group)
+        self.buckets: list[Bucket] = plan_buckets(
+            list(module.named_parameters()), int(bucket_mb * MiB)
+        )
+        self.reducer = GradientReducer(
+            self.buckets, dict(module.named_parameters()), self._launch, timeline
+        )
+
+    def _launch(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
+        return collectives.allreduce(
+            buffer, op="avg", algorithm=self.algorithm, topology=self.topology,
+            group=self.group, async_op=True,
+        )
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the wrapped module (after taking rank 0's buffers, like DDP)."""
+        if self.broadcast_buffers and self.world_size > 1:
+            buffers = [b for b in self.module.buffers()]
+            if buffers:
+                broadcast_tensors(buffers, group=self.group)
+        return self.module(*args, **kwargs)
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients locally; the next backward outside the block averages the sum."""
+        previous = self.reducer.enabled
+        self.reducer.enabled = False
+        try:
+            yield
+        finally:
+            self.reducer.enabled = previous
+
+    @property
+    def stats(self) -> SyncStats:
+        """Communication time, exposed wait time and bytes since the last ``stats.reset()``."""
+        return self.reducer.stats
+
+    def bucket_summary(self) -> list[tuple[int, int, int]]:
+        """``(index, parameters, bytes)`` of every bucket, in launch order."""
+        return [(b.index, len(b.names), b.nbytes) for b in self.buckets]

@@ -1,0 +1,53 @@
+"""A DDP communication hook that runs DDP's gradient buckets through a scaledl algorithm.
+
+    ddp = DistributedDataParallel(model)
+    ddp.register_comm_hook(None, scaledl.ddp_hook(algorithm="ring"))
+
+DDP keeps its bucketing, overlap and unused-parameter handling; each bucket's allreduce becomes a
+scaledl collective (averaged), run in order on the group's communicator thread, and DDP receives
+a ``torch.futures.Future`` that completes when it is done.  This module deliberately does not use
+``from __future__ import annotations``: DDP inspects the hook's real annotation objects.
+"""
+
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+from scaledl import collectives
+from scaledl.topology import Topology
+
+__all__ = ["ddp_hook"]
+
+HookFunction = Callable[[object, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+
+
+def ddp_hook(
+    algorithm: str = "auto", topology: Optional[Topology] = None,
+    group: Optional[dist.ProcessGroup] = None,
+) -> HookFunction:
+    """A comm hook averaging each DDP bucket with scaledl's ``algorithm``."""
+    if algorithm != "auto":
+        collectives.lookup(algorithm, "allreduce")
+
+    def scaledl_allreduce_hook(
+        state: object, bucket: dist.GradBucket
+    ) -> torch.futures.Future[torch.Tensor]:
+        buffer = bucket.buffer()
+        future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        handle = collectives.allreduce(
+            buffer, op="avg", algorithm=algorithm, topology=topology, group=group,
+            async_op=True,
+        )
+        assert handle is not None
+
+        def resolve(error: Optional[BaseException]) -> None:
+            if error is None:
+                future.set_result(buffer)
+            else:
+                future.set_exception(error)
+
+        handle.add_done_callback(resolve)
+        return future
+
+    return scaledl_allreduce_hook

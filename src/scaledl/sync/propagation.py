@@ -1,0 +1,167 @@
+"""Reduce-broadcast with multi-stage model propagation (S-Caffe, OSU-Caffe, CaffeGPI).
+
+Instead of every rank averaging gradients and stepping its own optimizer, one root owns the
+update:
+
+1. backward: each layer's gradients form a bucket, reduced to the root (tree, chain or
+   hierarchical reduce) as soon as backward has produced them, layer by layer;
+2. the root alone runs the optimizer step on the averaged gradients;
+3. propagation: the root broadcasts the new parameters layer by layer, first layer first, all
+   asynchronous; a forward pre-hook on each layer waits only for that layer's broadcast, so the
+   later layers are still arriving while the first ones compute ("multi-stage data propagation"
+   in S-Caffe's words).
+
+The parameters equal those of allreduce data parallelism up to floating-point rounding: the
+same averaged gradient, applied once at the root instead of on every rank.  Only the root
+holds optimizer state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from scaledl import collectives
+from scaledl.collectives import CollectiveHandle
+from scaledl.sync.bucketing import Bucket, plan_buckets
+from scaledl.sync.consistency import broadcast_state, check_same_model
+from scaledl.sync.reducer import GradientReducer, SpanRecorder, SyncStats
+from scaledl.topology import Topology
+
+__all__ = ["ReduceBroadcast", "ROOTED_ALGORITHMS"]
+
+ROOTED_ALGORITHMS = ("auto", "tree", "chain", "hierarchical", "native")
+
+
+class _Layer:
+    """One layer's parameters as a flat buffer that travels as one broadcast."""
+
+    def __init__(self, name: str, params: list[nn.Parameter]) -> None:
+        self.name = name
+        self.params = params
+        self.flat = torch.cat([p.detach().reshape(-1) for p in params])
+        self.handle: CollectiveHandle | None = None
+        self.launched = 0.0
+
+    def pack(self) -> None:
+        offset = 0
+        for p in self.params:
+            self.flat[offset:offset + p.numel()].copy_(p.detach().reshape(-1))
+            offset += p.numel()
+
+    @torch.no_grad()
+    def unpack(self) -> None:
+        offset = 0
+        for p in self.params:
+            p.copy_(self.flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+class ReduceBroadcast(nn.Module):
+    """Wrap ``module``: per-layer reduce to ``root`` in backward, per-layer broadcast after."""
+
+    def __init__(
+        self, module: nn.Module, algorithm: str = "auto", root: int = 0,
+        topology: Topology | None = None, group: dist.ProcessGroup | None = None,
+        timeline: SpanRecorder | None = None,
+    ) -> None:
+        super().__init__()
+        if algorithm not in ROOTED_ALGORITHMS:
+            raise ValueError(
+                f"reduce-broadcast algorithm {algorithm!r} is not one of {ROOTED_ALGORITHMS}"
+            )
+        if not dist.is_initialized():
+            raise RuntimeError("call scaledl.init() before wrapping a model in ReduceBroadcast")
+        self.module = module
+        self.algorithm, self.root, self.topology, self.group = algorithm, root, topology, group
+        self.timeline = timeline
+        self.rank = dist.get_rank(group)
+        world = dist.get_world_size(group)
+        if not 0 <= root < world:
+            raise ValueError(f"root {root} is outside the group of {world} ranks")
+        check_same_model(module, group)
+        broadcast_state(module, group)
+        named = list(module.named_parameters())
+        self.buckets = plan_buckets(named, bucket_bytes=1, by_layer=True)
+        self.reducer = GradientReducer(
+            self.buckets, dict(named), self._launch_reduce, timeline, label="reduce"
+        )
+        self.layers = self._layers(named)
+        self._pre_hooks: list[RemovableHandle] = [
+            module.get_submodule(layer.name).register_forward_pre_hook(self._waiter(layer))
+            if layer.name else module.register_forward_pre_hook(self._waiter(layer))
+            for layer in self.layers
+        ]
+
+    @staticmethod
+    def _layers(named: list[tuple[str, nn.Parameter]]) -> list[_Layer]:
+        by_layer: dict[str, list[nn.Parameter]] = {}
+        for name, param in named:
+            if param.requires_grad:
+                by_layer.setdefault(name.rpartition(".")[0], []).append(param)
+        return [_Layer(name, params) for name, params in by_layer.items()]
+
+    def _launch_reduce(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
+        return collectives.reduce(
+            buffer, dst=self.root, op="avg", algorithm=self.algorithm, topology=self.topology,
+            group=self.group, async_op=True,
+        )
+
+    def _waiter(self, layer: _Layer) -> Any:
+        def wait_for_layer(module: nn.Module, inputs: Any) -> None:
+            self._receive(layer)
+        return wait_for_layer
+
+    def _receive(self, layer: _Layer) -> None:
+        if layer.handle is None:
+            return
+        blocked = time.perf_counter()
+        layer.handle.wait()
+        now = time.perf_counter()
+        stats = self.reducer.stats
+        stats.wait_s += now - blocked
+        stats.comm_s += layer.handle.duration
+        stats.bytes += layer.flat.numel() * layer.flat.element_size()
+        if self.timeline is not None and layer.handle.started_at and layer.handle.finished_at:
+            self.timeline.record(f"broadcast {layer.name}", "comm", layer.handle.started_at,
+                                 layer.handle.finished_at, "comm")
+            self.timeline.record(f"wait {layer.name}", "wait", blocked, now, "compute")
+        if self.rank != self.root:
+            layer.unpack()
+        layer.handle = None
+
+    def propagate(self) -> None:
+        """After the root's optimizer step: broadcast every layer, first layer first."""
+        self.synchronize()  # a layer whose forward never ran still holds last step's broadcast
+        for layer in self.layers:
+            if self.rank == self.root:
+                layer.pack()
+            layer.launched = time.perf_counter()
+            layer.handle = collectives.broadcast(
+                layer.flat, src=self.root, algorithm=self.algorithm, topology=self.topology,
+                group=self.group, async_op=True,
+            )
+
+    def synchronize(self) -> None:
+        """Wait for every pending broadcast (before evaluation or a checkpoint)."""
+        for layer in self.layers:
+            self._receive(layer)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the wrapped module; each layer waits for its own parameters first."""
+        return self.module(*args, **kwargs)
+
+    @property
+    def is_root(self) -> bool:
+        """True on the rank that owns the optimizer."""
+        return self.rank == self.root
+
+    @property
+    def stats(self) -> SyncStats:
+        """Communication time (reduces and broadcasts), exposed waits and bytes."""
+        return self.reducer.stats

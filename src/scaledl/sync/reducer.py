@@ -1,0 +1,197 @@
+"""The gradient reducer: launch each bucket's collective as soon as backward has filled it.
+
+How one backward pass goes:
+
+1. a post-accumulate-grad hook on every trainable parameter copies its gradient into the
+   parameter's slot of its bucket's flat buffer (no copy when ``.grad`` already is that slot)
+   and counts it;
+2. when a bucket is complete it is launched as an asynchronous collective, but only in bucket
+   order: bucket ``k`` waits for ``0..k-1`` to launch, so every rank issues the same sequence
+   even when gradients arrive in a different order;
+3. at the end of backward (a callback queued on autograd's engine) buckets that are still
+   incomplete are launched: the slot of a parameter that got no gradient in this step holds its
+   accumulated ``.grad`` if it has one, else zeros, so a rank that did not use a parameter
+   contributes zero instead of hanging the others; then every collective is waited for and each
+   parameter's ``.grad`` becomes a view of its slot, holding the reduced gradient.
+
+The reduction itself (allreduce-average, or reduce to a root) is the ``launch`` callable, so the
+same machinery serves data parallelism and the reduce-broadcast strategy.  Time spent by the
+collectives (on the communicator's thread) and time the training thread was blocked waiting for
+them are accumulated in :class:`SyncStats`, from which the share of communication hidden behind
+backward computation follows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from scaledl.collectives import CollectiveHandle
+from scaledl.sync.bucketing import Bucket
+
+__all__ = ["GradientReducer", "SyncStats", "SpanRecorder", "Launch"]
+
+Launch = Callable[[Bucket, torch.Tensor], "CollectiveHandle | None"]
+"""Start the collective of one bucket's flat buffer; return its handle (None if synchronous)."""
+
+
+class SpanRecorder(Protocol):
+    """Where timing spans go (``scaledl.train.timeline.Timeline`` implements it)."""
+
+    def record(
+        self, name: str, category: str, start_s: float, end_s: float, lane: str, **args: Any
+    ) -> None:
+        """Record a span measured with ``time.perf_counter()``."""
+        ...
+
+
+@dataclass
+class SyncStats:
+    """Communication accounting, accumulated until :meth:`reset`."""
+
+    syncs: int = 0
+    """Backward passes whose gradients were reduced."""
+    comm_s: float = 0.0
+    """Seconds the collectives ran (measured where they ran)."""
+    wait_s: float = 0.0
+    """Seconds the training thread was blocked waiting for collectives."""
+    bytes: int = 0
+    """Bytes of gradient reduced."""
+
+    @property
+    def hidden_fraction(self) -> float:
+        """Share of communication time that overlapped computation: ``1 - wait / comm``."""
+        if self.comm_s <= 0:
+            return 1.0
+        return min(1.0, max(0.0, 1.0 - self.wait_s / self.comm_s))
+
+    def reset(self) -> SyncStats:
+        """Return the totals so far and start again from zero."""
+        totals = SyncStats(self.syncs, self.comm_s, self.wait_s, self.bytes)
+        self.syncs, self.comm_s, self.wait_s, self.bytes = 0, 0.0, 0.0, 0
+        return totals
+
+
+class GradientReducer:
+    """Bucket buffers, readiness counting and launching for one model."""
+
+    def __init__(
+        self, buckets: Sequence[Bucket], parameters: dict[str, nn.Parameter], launch: Launch,
+        timeline: SpanRecorder | None = None, label: str = "allreduce",
+    ) -> None:
+        self.buckets = list(buckets)
+        self.launch = launch
+        self.timeline = timeline
+        self.label = label
+        self.enabled = True
+        self.stats = SyncStats()
+        self.buffers = [torch.zeros(b.numel, dtype=b.dtype, device=b.device) for b in buckets]
+        self._slots: dict[str, tuple[int, torch.Tensor]] = {}
+        self._params: dict[str, nn.Parameter] = {}
+        for bucket, buffer in zip(self.buckets, self.buffers):
+            for name, offset, numel in zip(bucket.names, bucket.offsets, bucket.numels):
+                param = parameters[name]
+                view = buffer[offset:offset + numel].view_as(param)
+                self._slots[name] = (bucket.index, view)
+                self._params[name] = param
+        self._hooks = [
+            param.register_post_accumulate_grad_hook(self._hook_for(name))
+            for name, param in self._params.items()
+        ]
+        self._begin_step()
+
+    def _begin_step(self) -> None:
+        self._missing = [len(b.names) for b in self.buckets]
+        self._ready: set[str] = set()
+        self._handles: list[CollectiveHandle | None] = []
+        self._launch_times: list[float] = []
+        self._queued = False
+
+    def _hook_for(self, name: str) -> Callable[[torch.Tensor], None]:
+        def hook(param: torch.Tensor) -> None:
+            if self.enabled:
+                self._mark_ready(name, param)
+        return hook
+
+    def _mark_ready(self, name: str, param: torch.Tensor) -> None:
+        if not self._queued:
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self.finish)
+        if name in self._ready:
+            return
+        self._ready.add(name)
+        index, view = self._slots[name]
+        if param.grad is not None and param.grad.data_ptr() != view.data_ptr():
+            view.copy_(param.grad)
+        self._missing[index] -= 1
+        self._launch_ready()
+
+    def _launch_ready(self) -> None:
+        while len(self._handles) < len(self.buckets) and self._missing[len(self._handles)] == 0:
+            self._launch_next()
+
+    def _launch_next(self) -> None:
+        bucket = self.buckets[len(self._handles)]
+        self._launch_times.append(time.perf_counter())
+        self._handles.append(self.launch(bucket, self.buffers[bucket.index]))
+
+    def _fill_missing(self) -> None:
+        for name, param in self._params.items():
+            if name in self._ready:
+                continue
+            _, view = self._slots[name]
+            if param.grad is None:
+                view.zero_()
+            elif param.grad.data_ptr() != view.data_ptr():
+                view.copy_(param.grad)
+            self._ready.add(name)
+
+    def finish(self) -> None:
+        """Launch what is left, wait for everything, expose the reduced gradients."""
+        if not self.enabled:
+            return
+        self._fill_missing()
+        while len(self._handles) < len(self.buckets):
+            self._launch_next()
+        blocked = time.perf_counter()
+        for bucket, handle, launched in zip(self.buckets, self._handles, self._launch_times):
+            if handle is not None:
+                handle.wait()
+            self._account(bucket, handle, launched)
+        now = time.perf_counter()
+        self.stats.wait_s += now - blocked
+        self.stats.syncs += 1
+        if self.timeline is not None:
+            self.timeline.record("wait for gradients", "wait", blocked, now, "compute")
+        for name, param in self._params.items():
+            view = self._slots[name][1]
+            if param.grad is None or param.grad.data_ptr() != view.data_ptr():
+                param.grad = view
+        self._begin_step()
+
+    def _account(self, bucket: Bucket, handle: CollectiveHandle | None, launched: float) -> None:
+        self.stats.bytes += bucket.nbytes
+        if handle is None or handle.started_at is None or handle.finished_at is None:
+            return
+        self.stats.comm_s += handle.duration
+        if self.timeline is not None:
+            self.timeline.record(
+                f"{self.label} bucket {bucket.index}", "comm", handle.started_at,
+                handle.finished_at, "comm", bytes=bucket.nbytes, launched=launched,
+            )
+
+    @property
+    def pending(self) -> bool:
+        """True between the first gradient of a backward pass and :meth:`finish`."""
+        return self._queued
+
+    def remove(self) -> None:
+        """Remove the hooks (the model goes back to plain local gradients)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []

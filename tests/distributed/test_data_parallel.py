@@ -1,0 +1,187 @@
+"""Data parallelism equals single-process training on the concatenated batch.
+
+Every rank trains on its slice of a fixed global batch; after several SGD-with-momentum steps
+its parameters must equal those of one process training on the whole batch (fp tolerance).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import scaledl
+from scaledl.collectives import available
+from scaledl.topology import Topology
+from tests.harness import run_ranks
+
+pytestmark = pytest.mark.distributed
+
+STEPS, PER_RANK = 4, 6
+
+
+class Net(nn.Module):
+    def __init__(self, extra_branch: bool = False) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(10, 16)
+        self.fc2 = nn.Linear(16, 3)
+        self.extra = nn.Linear(16, 3) if extra_branch else None
+
+    def forward(self, x: torch.Tensor, use_extra: bool = False) -> torch.Tensor:
+        hidden = torch.relu(self.fc1(x))
+        out = self.fc2(hidden)
+        if use_extra and self.extra is not None:
+            out = out + self.extra(hidden)
+        return out
+
+
+def _batch(world_size: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(100 + step)
+    x = torch.randn(world_size * PER_RANK, 10, generator=gen)
+    y = torch.randint(0, 3, (world_size * PER_RANK,), generator=gen)
+    return x, y
+
+
+def _reference(world_size: int) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(STEPS):
+        x, y = _batch(world_size, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _local(rank: int, world_size: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = _batch(world_size, step)
+    part = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+    return x[part], y[part]
+
+
+def _topology(name: str, world_size: int) -> Topology | None:
+    if name in ("torus", "hierarchical"):
+        return Topology(axes=(1, world_size), explicit=True)
+    return None
+
+
+def _train(rank: int, world_size: int, strategy: str, algorithm: str) -> list[str]:
+    torch.manual_seed(rank)  # different init per rank: wrapping must copy rank 0's
+    model = Net()
+    if rank == 0:
+        torch.manual_seed(0)
+        model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    trainer = scaledl.build_strategy(strategy, model, opt, algorithm=algorithm,
+                                     topology=_topology(algorithm, world_size))
+    for step in range(STEPS):
+        x, y = _local(rank, world_size, step)
+        trainer.zero_grad()
+        nn.functional.cross_entropy(trainer.model(x), y).backward()
+        trainer.step()
+    trainer.synchronize()
+    failures = []
+    for got, want in zip(model.parameters(), _reference(world_size)):
+        if not torch.allclose(got, want, atol=1e-5, rtol=1e-4):
+            failures.append(f"{strategy}/{algorithm} rank {rank}: max diff "
+                            f"{(got - want).abs().max().item():.2e}")
+    stats = trainer.stats
+    assert stats.bytes > 0 and stats.comm_s >= 0
+    return failures
+
+
+def _all_allreduce(rank: int, world_size: int) -> list[str]:
+    failures = []
+    for algorithm in available("allreduce"):
+        failures += _train(rank, world_size, "allreduce", algorithm)
+    for algorithm in ("tree", "chain", "native", "auto"):
+        failures += _train(rank, world_size, "reduce-broadcast", algorithm)
+    return failures
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_training_equals_single_process_for_every_algorithm(world_size: int) -> None:
+    results = run_ranks(world_size, _all_allreduce, timeout=150)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, failures
+
+
+def _no_sync(rank: int, world_size: int) -> bool:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dp = scaledl.DataParallel(model, algorithm="ring", bucket_mb=0.001)
+    x, y = _local(rank, world_size, 0)
+    with dp.no_sync():
+        nn.functional.cross_entropy(dp(x[:3]), y[:3], reduction="sum").backward()
+    nn.functional.cross_entropy(dp(x[3:]), y[3:], reduction="sum").backward()
+    accumulated = [p.grad.clone() for p in model.parameters()]
+    reference = Net()
+    reference.load_state_dict(model.state_dict())
+    gx, gy = _batch(world_size, 0)
+    nn.functional.cross_entropy(reference(gx), gy, reduction="sum").backward()
+    return all(torch.allclose(a, r.grad / world_size, atol=1e-5)
+               for a, r in zip(accumulated, reference.parameters()))
+
+
+def test_no_sync_accumulation_equals_one_large_batch() -> None:
+    assert all(run_ranks(2, _no_sync, timeout=60))
+
+
+def _unused_branch(rank: int, world_size: int) -> list[float]:
+    torch.manual_seed(0)
+    model = Net(extra_branch=True)
+    dp = scaledl.DataParallel(model, algorithm="ring", bucket_mb=0.0001)
+    x, y = _local(rank, world_size, 0)
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(dp(x, use_extra=rank == 0), y).backward()
+    assert model.extra is not None and model.extra.weight.grad is not None
+    return [model.extra.weight.grad.abs().sum().item(), model.fc1.weight.grad.sum().item()]
+
+
+def test_unused_parameter_on_one_rank_does_not_hang() -> None:
+    results = run_ranks(2, _unused_branch, timeout=60)
+    assert results[0] == pytest.approx(results[1])
+    assert results[0][0] > 0  # rank 0's gradient, averaged with rank 1's zeros
+
+
+def _ddp(rank: int, world_size: int, algorithm: str) -> list[list[float]]:
+    torch.manual_seed(0)
+    model = Net()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    if algorithm != "plain":
+        ddp.register_comm_hook(None, scaledl.ddp_hook(algorithm=algorithm))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    for step in range(STEPS):
+        x, y = _local(rank, world_size, step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return [p.detach().reshape(-1).tolist() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "halving_doubling"])
+def test_ddp_comm_hook_equals_plain_ddp(algorithm: str) -> None:
+    plain = run_ranks(2, _ddp, "plain", timeout=60)
+    hooked = run_ranks(2, _ddp, algorithm, timeout=60)
+    for a, b in zip(plain[0], hooked[0]):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-6, rtol=1e-5)
+
+
+def _mismatched(rank: int, world_size: int) -> str:
+    model = nn.Linear(4, 3 if rank == 0 else 5)
+    try:
+        scaledl.DataParallel(model)
+    except ValueError as error:
+        dist.barrier()
+        return str(error)
+    return "NO ERROR"
+
+
+def test_different_models_raise_on_every_rank() -> None:
+    messages = run_ranks(2, _mismatched, timeout=60)
+    assert messages[0] == messages[1]
+    assert "rank 0" in messages[0] and "rank 1" in messages[0] and "weight" in messages[0]
