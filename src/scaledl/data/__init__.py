@@ -1,0 +1,9 @@
+"""Data for data-parallel training: datasets by name, per-rank sharding, prefetching loader."""
+
+from __future__ import annotations
+
+from scaledl.data.datasets import ArrayDataset, available_datasets, load_dataset
+from scaledl.data.loader import ShardedLoader
+from scaledl.data.sharding import ShardedSampler
+
+__all__ = ["ArrayDataset", "ShardedLoader", "ShardedSampler", "available_datasets", "load_dataset"]

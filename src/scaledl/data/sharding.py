@@ -1,0 +1,211 @@
+"""Data sharding: which samples each rank reads in each epoch.
+
+:class:`ShardedSampler` gives every rank a disjoint share of one global order of the dataset:
+
+1. Each epoch, every rank draws the same permutation of ``0..N-1`` from a ``torch.Generator``
+   seeded with ``(seed, epoch)``, so no communication is needed to agree on it.
+2. The permutation is brought to a multiple of the world size ``p`` (the *uneven tail* policy):
+
+   - ``drop_last=False`` (default) pads by wrapping around to the start of the permutation, so
+     every rank gets ``ceil(N / p)`` samples and the first ``total - N`` samples are seen twice;
+   - ``drop_last=True`` truncates to ``floor(N / p) * p`` samples, so every rank gets
+     ``floor(N / p)`` and the last ``N mod p`` samples of the permutation are skipped this epoch.
+
+   Either way every rank takes the same number of steps, which data parallelism needs: a rank
+   with one step more would wait forever in a collective the others never join.
+3. Rank ``r`` takes ``indices[r::p]`` (strided), so the first ``k`` samples of every rank
+   together are exactly the first ``k * p`` samples of the global order.
+
+The sampler also records how far this rank got (``position``: samples of this epoch already
+consumed, advanced by the loader through :meth:`ShardedSampler.advance`), so a checkpoint taken
+between batches resumes at the exact sample.  Because of step 3, ``position * world_size`` is the
+global point of the epoch, and a job may resume with a different world size: it continues from
+the same global point rounded down to a multiple of the new world size (at most ``p_new - 1``
+samples of the epoch are read a second time; none are skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+__all__ = ["ShardedSampler", "epoch_generator"]
+
+logger = logging.getLogger(__name__)
+
+_STATE_KEYS = ("epoch", "position", "seed", "num_samples", "world_size")
+
+
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """A generator seeded from ``(seed, epoch)``; distinct pairs give unrelated streams."""
+    words = np.random.SeedSequence([seed % 2**64, epoch % 2**64]).generate_state(2, np.uint32)
+    generator = torch.Generator()
+    generator.manual_seed((int(words[0]) << 32 | int(words[1])) & (2**63 - 1))
+    return generator
+
+
+class ShardedSampler(Sampler[int]):
+    """This rank's share of a global per-epoch permutation; resumable at the exact sample.
+
+    Call :meth:`set_epoch` at the start of each epoch.  ``set_epoch(e)`` with ``e`` equal to the
+    current epoch keeps the position (so a resumed job calling ``set_epoch(saved_epoch)`` goes on
+    where it stopped); any other epoch starts at position 0.  Iteration yields this rank's samples
+    from the current position to the end of the epoch; once an epoch is consumed, iterating again
+    yields nothing until :meth:`set_epoch` moves on or :meth:`rewind` starts the epoch over.
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        rank: int,
+        world_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ) -> None:
+        _validate(num_samples, rank, world_size, drop_last)
+        self.num_samples = num_samples
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self._epoch = 0
+        self._position = 0
+
+    # -- geometry -------------------------------------------------------------------------------
+    @property
+    def samples_per_rank(self) -> int:
+        """Samples this rank reads per epoch: ``ceil(N/p)``, or ``floor(N/p)`` with drop_last."""
+        if self.drop_last:
+            return self.num_samples // self.world_size
+        return math.ceil(self.num_samples / self.world_size)
+
+    @property
+    def total_size(self) -> int:
+        """Samples read per epoch by all ranks together (padded or truncated)."""
+        return self.samples_per_rank * self.world_size
+
+    def __len__(self) -> int:
+        return self.samples_per_rank
+
+    # -- epoch and position ---------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self._epoch
+
+    @property
+    def position(self) -> int:
+        """Samples of the current epoch this rank has already consumed."""
+        return self._position
+
+    @property
+    def remaining(self) -> int:
+        """Samples of the current epoch this rank has still to read."""
+        return self.samples_per_rank - self._position
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch`` at position 0; keep the position when ``epoch`` is the current one."""
+        if epoch < 0:
+            raise ValueError(f"epoch {epoch} must be >= 0")
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._position = 0
+
+    def rewind(self) -> None:
+        """Start the current epoch over (position 0), e.g. for another evaluation pass."""
+        self._position = 0
+
+    def advance(self, count: int) -> None:
+        """Mark ``count`` more samples of this epoch as consumed (the loader calls this)."""
+        if count < 0 or self._position + count > self.samples_per_rank:
+            raise ValueError(
+                f"cannot advance position {self._position} by {count}: this rank has "
+                f"{self.samples_per_rank} samples per epoch; advance by 0..{self.remaining}"
+            )
+        self._position += count
+
+    # -- indices --------------------------------------------------------------------------------
+    def global_indices(self) -> torch.Tensor:
+        """The epoch's global order after padding or truncation (``total_size`` int64 indices)."""
+        if self.shuffle:
+            generator = epoch_generator(self.seed, self._epoch)
+            order = torch.randperm(self.num_samples, generator=generator)
+        else:
+            order = torch.arange(self.num_samples)
+        if self.total_size <= self.num_samples:
+            return order[: self.total_size]
+        repeats = math.ceil(self.total_size / self.num_samples)
+        return order.repeat(repeats)[: self.total_size]
+
+    def rank_indices(self) -> torch.Tensor:
+        """All of this rank's indices for the current epoch, from position 0."""
+        return self.global_indices()[self.rank :: self.world_size]
+
+    def remaining_indices(self) -> torch.Tensor:
+        """This rank's indices from the current position to the end of the epoch."""
+        return self.rank_indices()[self._position :]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.remaining_indices().tolist())
+
+    # -- checkpointing --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, int]:
+        """``epoch``, ``position``, ``seed``, ``num_samples``, ``world_size``: enough to resume."""
+        return {
+            "epoch": self._epoch,
+            "position": self._position,
+            "seed": self.seed,
+            "num_samples": self.num_samples,
+            "world_size": self.world_size,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`, possibly saved under another world size."""
+        missing = [key for key in _STATE_KEYS if key not in state]
+        if missing:
+            raise ValueError(f"sampler state lacks {missing}; pass a ShardedSampler.state_dict()")
+        for field in ("num_samples", "seed"):
+            if int(state[field]) != getattr(self, field):
+                raise ValueError(
+                    f"sampler state has {field}={state[field]} but this sampler has "
+                    f"{field}={getattr(self, field)}; resume with the same dataset and seed"
+                )
+        saved_world, position = int(state["world_size"]), int(state["position"])
+        if saved_world < 1 or position < 0:
+            raise ValueError(
+                f"sampler state has world_size={saved_world}, position={position}; "
+                "both must be non-negative (world_size >= 1): the checkpoint is corrupt"
+            )
+        self._epoch = int(state["epoch"])
+        if saved_world == self.world_size:
+            self._position = min(position, self.samples_per_rank)
+            return
+        consumed = position * saved_world
+        self._position = min(consumed // self.world_size, self.samples_per_rank)
+        logger.info(
+            "resuming epoch %d with world size %d (saved with %d): %d global samples consumed, "
+            "continuing at %d per rank",
+            self._epoch, self.world_size, saved_world, consumed, self._position,
+        )
+
+
+def _validate(num_samples: int, rank: int, world_size: int, drop_last: bool) -> None:
+    if world_size < 1:
+        raise ValueError(f"world_size {world_size} must be >= 1")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1} for world_size {world_size}")
+    if num_samples < 1:
+        raise ValueError(f"num_samples {num_samples} must be >= 1; the dataset is empty")
+    if drop_last and num_samples < world_size:
+        raise ValueError(
+            f"drop_last with {num_samples} samples on {world_size} ranks leaves every rank "
+            "empty; use drop_last=False (pads by wrap-around) or fewer ranks"
+        )

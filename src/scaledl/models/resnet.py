@@ -1,0 +1,150 @@
+"""ResNet (He et al., "Deep Residual Learning for Image Recognition", CVPR 2016).
+
+Two families from the paper:
+
+- CIFAR-style (section 4.2): a 3x3 convolution to 16 channels, then 3 stages of ``n`` basic
+  blocks (two 3x3 convolutions) with 16, 32 and 64 channels, the first block of stages 2 and 3
+  halving the resolution; global average pooling and a linear classifier.  Depth ``6n + 2``:
+  ResNet-20 (n=3, 0.27M parameters) and ResNet-56 (n=9, 0.85M).  Shortcuts that change shape are
+  the paper's option A: subsample and pad the new channels with zeros (no parameters).
+- ImageNet-style (table 1): a 7x7 stride-2 convolution and 3x3 max pooling, then 4 stages of
+  bottleneck blocks (1x1 reduce, 3x3, 1x1 expand by 4) with widths 64, 128, 256, 512;
+  ResNet-50 has 3, 4, 6, 3 blocks (25.6M parameters), ResNet-101 3, 4, 23, 3 (44.5M).  Shortcuts
+  that change shape are 1x1 projections (option B); a stage's stride sits on the 3x3 convolution
+  (the common "v1.5" placement, same parameter count).  Adaptive average pooling lets the network
+  run on inputs smaller than 224x224 (down to 32x32).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from scaledl.models.common import image_shape, init_weights
+
+__all__ = ["CifarResNet", "ImageNetResNet", "cifar_resnet", "imagenet_resnet"]
+
+
+def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
+    conv = nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias=False)
+    return [conv, nn.BatchNorm2d(cout)]
+
+
+class ZeroPadShortcut(nn.Module):
+    """Option A shortcut: keep every ``stride``-th pixel and append zero channels."""
+
+    def __init__(self, stride: int, extra_channels: int) -> None:
+        super().__init__()
+        self.stride = stride
+        self.extra_channels = extra_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :, :: self.stride, :: self.stride]
+        return F.pad(x, (0, 0, 0, 0, 0, self.extra_channels))
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with batch norm, added to the (zero-padded) input."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            *_conv_bn(cin, cout, 3, stride), nn.ReLU(inplace=True), *_conv_bn(cout, cout, 3)
+        )
+        changes = stride != 1 or cin != cout
+        self.shortcut = ZeroPadShortcut(stride, cout - cin) if changes else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.body(x) + self.shortcut(x))
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce, 3x3 (carries the stride), 1x1 expand by 4; projection shortcut on change."""
+
+    expansion = 4
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * self.expansion
+        self.body = nn.Sequential(
+            *_conv_bn(cin, width, 1), nn.ReLU(inplace=True),
+            *_conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
+            *_conv_bn(width, cout, 1),
+        )
+        changes = stride != 1 or cin != cout
+        self.shortcut = nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if changes else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.body(x) + self.shortcut(x))
+
+
+class CifarResNet(nn.Module):
+    """ResNet-(6n+2) for small images: 3 stages of ``blocks_per_stage`` basic blocks."""
+
+    def __init__(
+        self, input_shape: tuple[int, ...], num_classes: int, blocks_per_stage: int
+    ) -> None:
+        super().__init__()
+        channels, _, _ = image_shape(f"resnet{6 * blocks_per_stage + 2}", input_shape)
+        layers: list[nn.Module] = [*_conv_bn(channels, 16, 3), nn.ReLU(inplace=True)]
+        cin = 16
+        for stage, cout in enumerate((16, 32, 64)):
+            for block in range(blocks_per_stage):
+                stride = 2 if stage > 0 and block == 0 else 1
+                layers.append(BasicBlock(cin, cout, stride))
+                cin = cout
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes)
+        )
+        init_weights(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class ImageNetResNet(nn.Module):
+    """ResNet with bottleneck blocks: stem, 4 stages, global pooling, classifier."""
+
+    def __init__(
+        self, input_shape: tuple[int, ...], num_classes: int, blocks: tuple[int, int, int, int]
+    ) -> None:
+        super().__init__()
+        depth = 3 * sum(blocks) + 2
+        channels, _, _ = image_shape(f"resnet{depth}", input_shape, min_side=32)
+        layers: list[nn.Module] = [
+            *_conv_bn(channels, 64, 7, stride=2), nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        ]
+        cin = 64
+        for stage, (count, width) in enumerate(zip(blocks, (64, 128, 256, 512))):
+            for block in range(count):
+                stride = 2 if stage > 0 and block == 0 else 1
+                layers.append(Bottleneck(cin, width, stride))
+                cin = width * Bottleneck.expansion
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)
+        )
+        init_weights(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+def cifar_resnet(depth: int, input_shape: tuple[int, ...], num_classes: int) -> CifarResNet:
+    """ResNet-20, -32, -44, -56, -110 ...: ``depth = 6n + 2``."""
+    if depth < 8 or (depth - 2) % 6:
+        raise ValueError(f"CIFAR ResNet depth {depth} must be 6n + 2 (20, 32, 44, 56, 110)")
+    return CifarResNet(input_shape, num_classes, (depth - 2) // 6)
+
+
+_IMAGENET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+
+
+def imagenet_resnet(depth: int, input_shape: tuple[int, ...], num_classes: int) -> ImageNetResNet:
+    """ResNet-50, -101 or -152 with bottleneck blocks."""
+    if depth not in _IMAGENET_BLOCKS:
+        raise ValueError(f"ImageNet ResNet depth {depth} must be one of {sorted(_IMAGENET_BLOCKS)}")
+    return ImageNetResNet(input_shape, num_classes, _IMAGENET_BLOCKS[depth])

@@ -1,0 +1,144 @@
+"""Models: every registry entry builds and runs, parameters match the papers, profiles add up."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from scaledl.models import available_models, build_model, layer_profile, total_flops
+
+SMALL_INPUTS: dict[str, tuple[int, ...]] = {
+    "mlp": (1, 8, 8),
+    "lenet": (1, 28, 28),
+    "resnet20": (3, 32, 32),
+    "resnet56": (1, 8, 8),
+    "resnet50": (3, 32, 32),
+    "resnet101": (3, 32, 32),
+    "vgg16": (3, 32, 32),
+    "googlenet": (3, 32, 32),
+    "alexnet": (3, 64, 64),
+}
+"""The smallest input each model is run on (ImageNet models at reduced resolution)."""
+
+PUBLISHED_PARAMETERS: dict[str, tuple[tuple[int, ...], int, float]] = {
+    "resnet20": ((3, 32, 32), 10, 0.27e6),
+    "resnet56": ((3, 32, 32), 10, 0.85e6),
+    "resnet50": ((3, 224, 224), 1000, 25.6e6),
+    "resnet101": ((3, 224, 224), 1000, 44.5e6),
+    "vgg16": ((3, 224, 224), 1000, 138e6),
+    "alexnet": ((3, 224, 224), 1000, 61e6),
+    "googlenet": ((3, 224, 224), 1000, 7.0e6),
+}
+"""Input, classes and parameter count as the papers give them.  GoogLeNet: the paper's table 1
+sums to about 6.8M; with batch norm and true 5x5 convolutions it is 7.0M (torchvision's 6.6M
+uses 3x3 where the paper has 5x5)."""
+
+
+def _count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_registry_names() -> None:
+    assert available_models() == list(SMALL_INPUTS)
+    with pytest.raises(ValueError, match="unknown model 'resnet18'; available: mlp, lenet"):
+        build_model("resnet18", (3, 32, 32), 10)
+
+
+@pytest.mark.parametrize("name", list(SMALL_INPUTS))
+def test_builds_runs_forward_and_backward(name: str) -> None:
+    shape = SMALL_INPUTS[name]
+    torch.manual_seed(0)
+    model = build_model(name, shape, 7)
+    batch = torch.randn(2, *shape)
+    output = model(batch)
+    assert output.shape == (2, 7) and torch.isfinite(output).all()
+    output.square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (1, 8, 8), (3, 32, 32)])
+def test_lenet_adapts_to_the_input(shape: tuple[int, ...]) -> None:
+    model = build_model("lenet", shape, 10)
+    assert model(torch.randn(3, *shape)).shape == (3, 10)
+
+
+def test_lenet_is_the_classic_network_at_28_and_32() -> None:
+    # 61,706 parameters for MNIST (1x28x28 padded like 32x32); 16x5x5 into the first FC layer.
+    assert _count(build_model("lenet", (1, 28, 28), 10)) == 61_706
+    assert _count(build_model("lenet", (1, 32, 32), 10)) == 61_706
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED_PARAMETERS))
+def test_parameter_counts_match_the_papers(name: str) -> None:
+    shape, classes, published = PUBLISHED_PARAMETERS[name]
+    with torch.device("meta"):
+        model = build_model(name, shape, classes)
+    assert abs(_count(model) - published) / published < 0.02, _count(model)
+
+
+def test_exact_counts_of_well_known_models() -> None:
+    expected = {"resnet50": 25_557_032, "vgg16": 138_357_544, "alexnet": 60_965_224}
+    for name, count in expected.items():
+        with torch.device("meta"):
+            assert _count(build_model(name, (3, 224, 224), 1000)) == count
+    assert _count(build_model("resnet20", (3, 32, 32), 10)) == 269_722
+    assert _count(build_model("mlp", (1, 28, 28), 10)) == 784 * 256 + 256 + 256 * 10 + 10
+
+
+def test_initialisation_is_deterministic_given_the_seed() -> None:
+    states = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(seed)
+        states.append(build_model("resnet20", (3, 32, 32), 10).state_dict())
+    assert all(torch.equal(states[0][key], states[1][key]) for key in states[0])
+    assert not all(torch.equal(states[0][key], states[2][key]) for key in states[0])
+
+
+@pytest.mark.parametrize("name", list(SMALL_INPUTS))
+def test_layer_profile_sums_to_the_parameter_count(name: str) -> None:
+    shape = SMALL_INPUTS[name]
+    with torch.device("meta"):
+        model = build_model(name, shape, 10)
+    profiles = layer_profile(model, shape)
+    assert sum(p.parameters for p in profiles) == _count(model)
+    assert sum(p.parameter_bytes for p in profiles) == 4 * _count(model)
+    assert all(p.forward_flops > 0 and p.output_shape for p in profiles)
+
+
+def test_layer_profile_flops_follow_the_formulas() -> None:
+    model = nn.Sequential(
+        nn.Conv2d(4, 6, 3, padding=1, groups=2), nn.BatchNorm2d(6), nn.Flatten(),
+        nn.Linear(6 * 5 * 5, 3),
+    )
+    model.train()
+    weights = [p.clone() for p in model.parameters()]
+    profiles = layer_profile(model, (4, 5, 5))
+    assert [p.kind for p in profiles] == ["Conv2d", "BatchNorm2d", "Linear"]
+    assert [p.name for p in profiles] == ["0", "1", "3"]
+    assert profiles[0].forward_flops == 2 * 4 * 6 * 3 * 3 * 5 * 5 // 2
+    assert profiles[1].forward_flops == 2 * 6 * 5 * 5
+    assert profiles[2].forward_flops == 2 * 150 * 3
+    assert profiles[0].output_shape == (6, 5, 5)
+    assert model.training and all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+
+
+def test_profile_flops_of_resnet50_match_the_published_4_1_gmacs() -> None:
+    with torch.device("meta"):
+        model = build_model("resnet50", (3, 224, 224), 1000)
+    assert total_flops(layer_profile(model, (3, 224, 224))) == pytest.approx(2 * 4.1e9, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "message"),
+    [
+        ("lenet", (64,), "lenet needs an image input"),
+        ("alexnet", (3, 32, 32), "alexnet needs images of at least 64x64, got 32x32"),
+        ("vgg16", (3, 16, 16), "at least 32x32"),
+    ],
+)
+def test_bad_input_shapes(name: str, shape: tuple[int, ...], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build_model(name, shape, 10)
+    with pytest.raises(ValueError, match="num_classes 0"):
+        build_model("mlp", (4,), 0)
