@@ -182,7 +182,7 @@ class GradientReducer:
         if self.timeline is not None:
             self.timeline.record(
                 f"{self.label} bucket {bucket.index}", "comm", handle.started_at,
-                handle.finished_at, "comm", bytes=bucket.nbytes, launched=launched,
+                handle.finished_at, "comm", bytes=bucket.nbytes,
             )
 
     @property

@@ -1,0 +1,152 @@
+"""``scaledl train``: data-parallel training on local workers, or as one worker of a launcher.
+
+Started by hand, it checks the whole configuration first (names, topology against the worker
+count, that the data set loads and that a checkpoint to resume from is readable), then runs
+itself as ``--workers`` processes under torch's elastic launcher.  Under torchrun, mpirun or
+srun it is one worker.  Rank 0 shows a progress bar and ends with a summary table; the run
+directory receives metrics.jsonl, timeline.json, loss/accuracy plots, checkpoints and
+summary.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from scaledl.cli.launch import run_distributed, under_launcher
+from scaledl.train.config import TrainConfig, build_config, load_toml
+
+__all__ = ["add_parser", "run"]
+
+log = logging.getLogger(__name__)
+
+FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("workers", int, "worker processes (default: one per core)"),
+    ("strategy", str, "allreduce or reduce-broadcast"),
+    ("algorithm", str, "collective algorithm (auto, ring, torus, ...; tree/chain for "
+                       "reduce-broadcast)"),
+    ("topology", str, "network layout innermost first, e.g. 2x2"),
+    ("model", str, "mlp, lenet, resnet20, resnet56, ..."),
+    ("dataset", str, "digits (default), mnist, fashion-mnist, cifar10, npz, synthetic"),
+    ("data_dir", str, "where the data set's files are"),
+    ("epochs", int, "passes over the training set"),
+    ("batch_size", int, "samples per step on each worker"),
+    ("lr", float, "learning rate"),
+    ("momentum", float, "SGD momentum in [0, 1)"),
+    ("weight_decay", float, "L2 penalty"),
+    ("seed", int, "seed of initialisation and data order"),
+    ("bucket_mb", float, "gradient bucket size in MiB (allreduce strategy)"),
+    ("out", str, "run directory"),
+    ("resume", str, "checkpoint to resume from, or 'auto' for the latest in --out"),
+    ("checkpoint_every", int, "steps between checkpoints (default: every epoch)"),
+    ("timeout_s", float, "seconds a blocking call may take before a dead peer is reported"),
+    ("synthetic_size", int, "samples of the synthetic data set"),
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``scaledl train``."""
+    parser = subparsers.add_parser(
+        "train", help="train a model data-parallel on local workers",
+        description="Data-parallel training with overlapped gradient aggregation.",
+    )
+    for name, kind, text in FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
+                            help=text)
+    parser.add_argument("--config", default=None, help="TOML file with [data], [model], "
+                        "[optim], [parallel], [run] tables; flags override it")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                        help="no progress bar")
+    parser.set_defaults(handler=run)
+
+
+def _config(args: argparse.Namespace) -> TrainConfig:
+    file_values = load_toml(args.config) if args.config else {}
+    overrides = {name: getattr(args, name) for name, _, _ in FLAGS}
+    overrides["progress"] = args.progress
+    return build_config(file_values, overrides)
+
+
+def _preflight(config: TrainConfig, workers: int) -> None:
+    """Fail before launching for anything a user can get wrong."""
+    from scaledl.data import load_dataset
+    from scaledl.train.checkpoint import latest_checkpoint, load_checkpoint
+    from scaledl.train.setup import validate_config
+
+    validate_config(config, workers)
+    data = config.data
+    for split in ("train", "test"):
+        load_dataset(data.dataset, data.data_dir, split, config.run.seed, data.synthetic_size)
+    resume = config.run.resume
+    if resume and resume != "auto":
+        load_checkpoint(resume)
+    elif resume == "auto" and latest_checkpoint(config.run.out) is None:
+        log.info("no checkpoint in %s yet; starting from scratch", config.run.out)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check everything, then launch the workers (or be one)."""
+    config = _config(args)
+    workers = config.parallel.workers or os.cpu_count() or 1
+    if not under_launcher():
+        _preflight(config, workers)
+        log.info("config: %s", json.dumps(config.to_dict(), sort_keys=True))
+    code = run_distributed(workers, args.argv, lambda: _worker(config))
+    if code not in (0, 2) and not under_launcher():
+        log.error("training failed (exit code %d); the worker messages above name the cause",
+                  code)
+    return code
+
+
+def _worker(config: TrainConfig) -> int:
+    from scaledl import bootstrap
+    from scaledl.train.trainer import Trainer
+
+    topology = bootstrap.init(timeout=config.parallel.timeout_s,
+                              topology=config.parallel.topology)
+    try:
+        result = Trainer(config, topology).run()
+    except (ValueError, TypeError):
+        raise
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        log.error("training stopped on rank %d: %s", topology.rank, first)
+        return 1
+    finally:
+        bootstrap.shutdown()
+    if topology.rank == 0:
+        _report(result, config)
+    return 0
+
+
+def _report(result: dict[str, Any], config: TrainConfig) -> None:
+    out = Path(result["out"])
+    (out / "summary.json").write_text(json.dumps(
+        {"config": config.to_dict(), "result": result}, indent=2, default=str
+    ))
+    table = Table(title=f"scaledl train: {config.model.name} on {config.data.dataset}, "
+                  f"{result['world_size']} workers, {config.parallel.strategy} "
+                  f"({config.parallel.algorithm})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    hidden = result.get("hidden_fraction")
+    rows = [
+        ("test accuracy", f"{result['test_accuracy']:.4f}"),
+        ("wall time", f"{result['wall_s']:.1f} s"),
+        ("steps", str(result["steps"])),
+        ("samples/s", f"{result['samples_per_s']:,.0f}"),
+        ("time in communication", f"{100 * result['comm_share']:.1f} %"),
+        ("communication hidden behind compute",
+         "n/a" if hidden is None else f"{100 * hidden:.1f} %"),
+        ("run directory", str(out)),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)

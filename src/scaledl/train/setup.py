@@ -1,0 +1,107 @@
+"""Build what a training run needs from a :class:`TrainConfig`: data, model, optimizer, strategy.
+
+Everything a user can get wrong is checked by :func:`validate_config` before any worker starts
+(the CLI calls it in the launching process), so a bad name or a topology that does not match
+the workers fails once, with one line, instead of on every rank after start-up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from scaledl import collectives
+from scaledl.data import ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, load_dataset
+from scaledl.models import available_models, build_model
+from scaledl.strategies import STRATEGIES, Strategy, build_strategy
+from scaledl.sync.propagation import ROOTED_ALGORITHMS
+from scaledl.sync.reducer import SpanRecorder
+from scaledl.topology import Topology, parse_axes
+from scaledl.train.config import TrainConfig
+
+__all__ = ["validate_config", "RunParts", "build_run", "algorithms_for"]
+
+
+def algorithms_for(strategy: str) -> tuple[str, ...]:
+    """Algorithm names a strategy accepts."""
+    if strategy == "reduce-broadcast":
+        return ROOTED_ALGORITHMS
+    return tuple(collectives.available("allreduce"))
+
+
+def validate_config(config: TrainConfig, workers: int) -> None:
+    """Raise ``ValueError`` (one line: the value and the fix) for anything that cannot run."""
+    if config.model.name not in available_models():
+        raise ValueError(f"unknown model {config.model.name!r}; use one of: "
+                         f"{', '.join(available_models())}")
+    dataset = config.data.dataset.split(":")[0]
+    if dataset not in available_datasets():
+        raise ValueError(f"unknown dataset {config.data.dataset!r}; use one of: "
+                         f"{', '.join(available_datasets())}")
+    strategy = config.parallel.strategy
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; use one of: {', '.join(STRATEGIES)}")
+    allowed = algorithms_for(strategy)
+    if config.parallel.algorithm not in allowed:
+        raise ValueError(f"algorithm {config.parallel.algorithm!r} does not work with strategy "
+                         f"{strategy!r}; use one of: {', '.join(allowed)}")
+    if config.parallel.topology:
+        axes = parse_axes(config.parallel.topology)
+        if math.prod(axes) != workers:
+            raise ValueError(
+                f"topology {config.parallel.topology!r} describes {math.prod(axes)} ranks but "
+                f"{workers} workers were asked for; give --workers {math.prod(axes)} or a "
+                f"topology whose axes multiply to {workers}"
+            )
+
+
+@dataclass
+class RunParts:
+    """The pieces of one rank's training run."""
+
+    train_set: ArrayDataset
+    test_set: ArrayDataset
+    sampler: ShardedSampler
+    loader: ShardedLoader
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    strategy: Strategy
+
+
+def _strategy_options(config: TrainConfig, topology: Topology | None,
+                      timeline: SpanRecorder | None) -> dict[str, Any]:
+    options: dict[str, Any] = {"algorithm": config.parallel.algorithm, "topology": topology,
+                               "timeline": timeline}
+    if config.parallel.strategy == "allreduce":
+        options["bucket_mb"] = config.parallel.bucket_mb
+    return options
+
+
+def build_run(
+    config: TrainConfig, rank: int, world_size: int, topology: Topology | None,
+    timeline: SpanRecorder | None, model_state: dict[str, Any] | None = None,
+) -> RunParts:
+    """Data, sampler, loader, model (with ``model_state`` loaded), optimizer and strategy."""
+    data = config.data
+    train_set = load_dataset(data.dataset, data.data_dir, "train", config.run.seed,
+                             data.synthetic_size)
+    test_set = load_dataset(data.dataset, data.data_dir, "test", config.run.seed,
+                            data.synthetic_size)
+    sampler = ShardedSampler(len(train_set), rank, world_size, config.run.seed,
+                             shuffle=True, drop_last=data.drop_last)
+    loader = ShardedLoader(train_set, data.batch_size, sampler, data.prefetch,
+                           drop_last=data.drop_last)
+    torch.manual_seed(config.run.seed)
+    model = build_model(config.model.name, train_set.input_shape, train_set.num_classes)
+    if model_state is not None:
+        model.load_state_dict(model_state)
+    optim = config.optim
+    optimizer = torch.optim.SGD(model.parameters(), lr=optim.lr, momentum=optim.momentum,
+                                weight_decay=optim.weight_decay)
+    strategy = build_strategy(config.parallel.strategy, model, optimizer,
+                              **_strategy_options(config, topology, timeline))
+    return RunParts(train_set, test_set, sampler, loader, model, optimizer, strategy)
