@@ -109,7 +109,6 @@ class GradientReducer:
         self._missing = [len(b.names) for b in self.buckets]
         self._ready: set[str] = set()
         self._handles: list[CollectiveHandle | None] = []
-        self._launch_times: list[float] = []
         self._queued = False
 
     def _hook_for(self, name: str) -> Callable[[torch.Tensor], None]:
@@ -137,7 +136,6 @@ class GradientReducer:
 
     def _launch_next(self) -> None:
         bucket = self.buckets[len(self._handles)]
-        self._launch_times.append(time.perf_counter())
         self._handles.append(self.launch(bucket, self.buffers[bucket.index]))
 
     def _fill_missing(self) -> None:
@@ -159,10 +157,10 @@ class GradientReducer:
         while len(self._handles) < len(self.buckets):
             self._launch_next()
         blocked = time.perf_counter()
-        for bucket, handle, launched in zip(self.buckets, self._handles, self._launch_times):
+        for bucket, handle in zip(self.buckets, self._handles):
             if handle is not None:
                 handle.wait()
-            self._account(bucket, handle, launched)
+            self._account(bucket, handle)
         now = time.perf_counter()
         self.stats.wait_s += now - blocked
         self.stats.syncs += 1
@@ -174,7 +172,7 @@ class GradientReducer:
                 param.grad = view
         self._begin_step()
 
-    def _account(self, bucket: Bucket, handle: CollectiveHandle | None, launched: float) -> None:
+    def _account(self, bucket: Bucket, handle: CollectiveHandle | None) -> None:
         self.stats.bytes += bucket.nbytes
         if handle is None or handle.started_at is None or handle.finished_at is None:
             return
