@@ -20,6 +20,7 @@ from typing import Any
 
 from scaledl.bench.collectives import DTYPES, BenchConfig, select_algorithms
 from scaledl.bootstrap import read_launch_env
+from scaledl.cli import bench_train
 from scaledl.cli.launch import run_distributed, under_launcher
 from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.collectives.schedule import Collective
@@ -103,6 +104,7 @@ def add_parser(subparsers: Any) -> None:
                    help="fit auto's cost model and write it to the calibration file")
     p.add_argument("--explain", action="store_true", help="print auto's choice for every size")
     p.set_defaults(handler=run)
+    bench_train.add_parser(kinds, run)
 
 
 def build_config(args: argparse.Namespace) -> BenchConfig:
@@ -137,6 +139,8 @@ def _check_layout(config: BenchConfig, world_size: int, launched: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the options, then launch the workers (or be one)."""
+    if args.benchmark == "train":
+        return bench_train.run(args)
     if args.benchmark != "collectives":
         raise ValueError(f"unknown benchmark {args.benchmark!r}")
     ranks = DEFAULT_RANKS if args.ranks is None else args.ranks
