@@ -1,0 +1,287 @@
+"""Checkpoints: a run's state on disk, written atomically and loaded without unpickling code.
+
+A checkpoint is one ``torch.save`` file holding a dict of plain values only -- tensors, numbers,
+strings, bytes, ``None``, lists, tuples, sets and dicts of them, plus ``torch.Size``, dtypes and
+devices -- so that :func:`load_checkpoint` can use ``torch.load(weights_only=True)``, which refuses
+to run code from the file.  (It also refuses numpy arrays and scalars, ``frozenset``, ``range``,
+``slice`` and any other class: :func:`save_checkpoint` checks before writing and raises
+``TypeError`` naming the offending key, rather than leave a file that will not load.)
+
+Every checkpoint carries :data:`REQUIRED_KEYS`: ``version`` (:data:`CHECKPOINT_VERSION`, stamped
+by :func:`save_checkpoint`), ``step``, ``epoch``, ``world_size`` and ``config`` (the
+``TrainConfig.to_dict()`` of the run), so a trainer can refuse or adapt when it resumes with
+another world size.  The rest (``model``, ``optimizer``, ``strategy``, ``rng`` from
+:func:`capture_rng`, ...) is the trainer's.
+
+Writing is crash-safe: the file goes to a temporary name in the same directory, is fsynced, then
+``os.replace``-d onto its final name, so a file under a checkpoint name is always complete.  In a
+run directory, :func:`write_checkpoint` names files ``checkpoint-step000123.pt``, then points the
+``latest`` file (also replaced atomically) at the new one, then prunes old ones, keeping the
+newest ``keep_last`` and never the one ``latest`` names.  One process writes to a run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+import re
+import tempfile
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "CHECKPOINT_VERSION", "REQUIRED_KEYS", "LATEST_NAME", "save_checkpoint", "load_checkpoint",
+    "checkpoint_path", "write_checkpoint", "list_checkpoints", "latest_checkpoint",
+    "load_latest", "prune_checkpoints", "capture_rng", "restore_rng",
+]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 1
+"""Format version stored in every checkpoint; bump it when the layout changes."""
+
+REQUIRED_KEYS: tuple[str, ...] = ("version", "step", "epoch", "world_size", "config")
+"""Keys every checkpoint holds; :func:`load_checkpoint` rejects a file missing any of them."""
+
+LATEST_NAME = "latest"
+"""File in a run directory holding the file name of the newest complete checkpoint."""
+
+_PATTERN = re.compile(r"^checkpoint-step(\d+)\.pt$")
+_TMP_PREFIX = ".tmp-"
+_SCALARS = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device)
+
+
+# -- one file ---------------------------------------------------------------------------------
+def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
+    """Write ``state`` (with ``version`` stamped in) to ``path`` atomically."""
+    path = Path(path)
+    missing = [key for key in REQUIRED_KEYS if key != "version" and key not in state]
+    if missing:
+        raise ValueError(
+            f"checkpoint state lacks {', '.join(missing)}; include every key of {REQUIRED_KEYS}"
+        )
+    payload = {**state, "version": CHECKPOINT_VERSION}
+    _check_plain(payload, "state")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, lambda handle: torch.save(payload, handle))
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True`` onto the CPU; ``ValueError`` naming the path
+    when it is missing, unreadable, truncated or not a scaledl checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(
+            f"checkpoint {path} does not exist; pass an existing checkpoint file, or 'auto' "
+            "to resume from the latest one in the run directory"
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "unpickling failed"
+        raise ValueError(
+            f"checkpoint {path} cannot be loaded safely ({first}); write it with "
+            "save_checkpoint, which stores only tensors and plain values"
+        ) from None
+    except Exception as error:  # torch reports truncation as RuntimeError, EOFError, ...
+        raise ValueError(
+            f"checkpoint {path} is truncated or corrupt ({type(error).__name__}); delete it "
+            "and resume from an older checkpoint"
+        ) from None
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {path} holds a {type(state).__name__}, not a state dict; "
+                         "pass a checkpoint written by scaledl")
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks {', '.join(missing)}; pass a checkpoint "
+                         "written by scaledl")
+    if state["version"] != CHECKPOINT_VERSION:
+        raise ValueError(
+            f"checkpoint {path} has format version {state['version']} but this scaledl reads "
+            f"version {CHECKPOINT_VERSION}; resume with the scaledl version that wrote it"
+        )
+    return state
+
+
+# -- a run directory --------------------------------------------------------------------------
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    """``run_dir/checkpoint-step000123.pt`` for step 123."""
+    if step < 0:
+        raise ValueError(f"checkpoint step {step} must be >= 0")
+    return Path(run_dir) / f"checkpoint-step{step:06d}.pt"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every checkpoint file in ``run_dir``, oldest first."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for entry in run_dir.iterdir():
+        match = _PATTERN.match(entry.name)
+        if match and entry.is_file():
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+def write_checkpoint(
+    run_dir: str | Path, step: int, state: Mapping[str, Any], keep_last: int = 2
+) -> Path:
+    """Save ``state`` as step ``step``'s checkpoint, point ``latest`` at it, prune old ones."""
+    if keep_last < 1:
+        raise ValueError(f"keep_last {keep_last} must be at least 1")
+    path = checkpoint_path(run_dir, step)
+    save_checkpoint(path, state)
+    _atomic_write(Path(run_dir) / LATEST_NAME, lambda handle: handle.write(
+        f"{path.name}\n".encode()
+    ))
+    prune_checkpoints(run_dir, keep_last)
+    return path
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint ``latest`` names, else the highest-step file, else ``None``."""
+    run_dir = Path(run_dir)
+    pointed = _pointed(run_dir)
+    if pointed is not None:
+        return pointed
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def load_latest(run_dir: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """Load the newest checkpoint of ``run_dir`` that loads, skipping (with a warning) corrupt
+    newer ones; ``None`` when there is none.  This is what ``resume = "auto"`` means."""
+    candidates = [path for _, path in reversed(list_checkpoints(run_dir))]
+    pointed = _pointed(Path(run_dir))
+    if pointed is not None:
+        candidates.remove(pointed)
+        candidates.insert(0, pointed)
+    for path in candidates:
+        try:
+            return path, load_checkpoint(path)
+        except ValueError as error:
+            log.warning("skipping %s", error)
+    return None
+
+
+def prune_checkpoints(run_dir: str | Path, keep_last: int = 2) -> list[Path]:
+    """Delete all but the newest ``keep_last`` checkpoints, never the one ``latest`` names, and
+    leftover temporary files of interrupted writes; return what was deleted."""
+    if keep_last < 1:
+        raise ValueError(f"keep_last {keep_last} must be at least 1")
+    run_dir = Path(run_dir)
+    pointed = _pointed(run_dir)
+    found = list_checkpoints(run_dir)
+    doomed = [path for _, path in found[:-keep_last] if path != pointed]
+    if run_dir.is_dir():
+        doomed += [entry for entry in run_dir.iterdir() if entry.name.startswith(_TMP_PREFIX)]
+    for path in doomed:
+        path.unlink(missing_ok=True)
+        log.debug("deleted %s", path)
+    return doomed
+
+
+def _pointed(run_dir: Path) -> Path | None:
+    try:
+        name = (run_dir / LATEST_NAME).read_text().strip()
+    except OSError:
+        return None
+    path = run_dir / name
+    if _PATTERN.match(name) and path.is_file():
+        return path
+    return None
+
+
+# -- random number generators ------------------------------------------------------------------
+def capture_rng() -> dict[str, Any]:
+    """The state of Python's, numpy's and torch's (CPU and CUDA) global RNGs, as plain values
+    that survive ``weights_only=True``."""
+    version, internal, gauss_next = random.getstate()
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
+                   "gauss_next": gauss_next},
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(cached_gaussian)},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: Mapping[str, Any]) -> None:
+    """Put the global RNGs back to a :func:`capture_rng` state."""
+    try:
+        python, numpy_state = state["python"], state["numpy"]
+        torch.set_rng_state(state["torch"])
+        random.setstate((python["version"], tuple(int(v) for v in python["internal"].tolist()),
+                         python["gauss_next"]))
+        np.random.set_state((numpy_state["name"], numpy_state["keys"].numpy().astype(np.uint32),
+                             numpy_state["pos"], numpy_state["has_gauss"],
+                             numpy_state["cached_gaussian"]))
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"RNG state is malformed (missing or wrong {error}); pass the dict "
+                         "capture_rng returned") from None
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _atomic_write(path: Path, write: Any) -> None:
+    """Call ``write(handle)`` on a temporary file beside ``path``, fsync, rename onto ``path``."""
+    descriptor, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms that cannot open directories
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Raise ``TypeError`` naming ``where`` when ``value`` holds something ``weights_only=True``
+    would refuse to load."""
+    if isinstance(value, (torch.Tensor, torch.Size) + _SCALARS):
+        return
+    if type(value) in (dict, OrderedDict):
+        for key, item in value.items():
+            _check_plain(key, f"{where} key {key!r}")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    if type(value) in (list, tuple, set):
+        for index, item in enumerate(value):
+            _check_plain(item, f"{where}[{index}]")
+        return
+    hint = " (use .item() or torch.from_numpy)" if type(value).__module__ == "numpy" else ""
+    hint = hint or (" (use a plain dict)" if isinstance(value, dict) else "")
+    raise TypeError(
+        f"checkpoint {where} is a {type(value).__module__}.{type(value).__qualname__}, which "
+        f"torch.load(weights_only=True) refuses; store tensors and plain values{hint}"
+    )

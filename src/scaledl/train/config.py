@@ -1,0 +1,324 @@
+"""Training configuration: what one ``scaledl train`` run does, as frozen dataclasses.
+
+A run is described by five sections (:class:`DataConfig`, :class:`ModelConfig`,
+:class:`OptimConfig`, :class:`ParallelConfig`, :class:`RunConfig`) grouped in a
+:class:`TrainConfig`.  Values come from three places, later ones winning: the defaults below, an
+optional TOML file with one table per section (``[data]``, ``[model]``, ``[optim]``,
+``[parallel]``, ``[run]``), and command-line flags.  Flags are flat (``--lr``, ``--workers``);
+:data:`FIELD_SECTION` says which section and field each flat key sets.  Every section validates
+itself on construction, so a :class:`TrainConfig` that exists is a valid one.
+
+Example TOML::
+
+    [optim]
+    lr = 0.1
+    epochs = 5
+
+    [parallel]
+    workers = 4
+    strategy = "allreduce"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scaledl.topology import parse_axes
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = [
+    "DataConfig", "ModelConfig", "OptimConfig", "ParallelConfig", "RunConfig", "TrainConfig",
+    "STRATEGIES", "FIELD_SECTION", "SECTIONS", "load_toml", "build_config",
+]
+
+STRATEGIES: tuple[str, ...] = ("allreduce", "reduce-broadcast")
+"""Known training strategies; later strategies add their names here."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which data set to train on and how it is batched."""
+
+    dataset: str = "digits"
+    """Data set name, as known to :mod:`scaledl.data`."""
+    data_dir: str | None = None
+    """Where the data set lives or is downloaded to; ``None`` uses the data module's default."""
+    batch_size: int = 32
+    """Samples per step on each worker (the global batch is ``batch_size * world_size``)."""
+    prefetch: int = 2
+    """Batches prepared ahead of the training loop (0 disables prefetching)."""
+    drop_last: bool = False
+    """Drop each epoch's last, incomplete batch."""
+    synthetic_size: int | None = None
+    """Number of random samples to train on instead of a real data set (``None``: real data)."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        if not self.dataset:
+            raise ValueError("dataset '' is empty; name a data set, e.g. dataset = 'digits'")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size {self.batch_size} must be at least 1")
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch {self.prefetch} must be >= 0 (0 disables prefetching)")
+        if self.synthetic_size is not None and self.synthetic_size < 1:
+            raise ValueError(
+                f"synthetic_size {self.synthetic_size} must be at least 1, or unset for real data"
+            )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model to train."""
+
+    name: str = "mlp"
+    """Model name, as known to :mod:`scaledl.models`; the small ``mlp`` suits ``digits``."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        if not self.name:
+            raise ValueError("model name '' is empty; name a model, e.g. name = 'mlp'")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """SGD with momentum and how long to run it."""
+
+    lr: float = 0.05
+    """Learning rate."""
+    momentum: float = 0.9
+    """Momentum factor, in [0, 1)."""
+    weight_decay: float = 0.0
+    """L2 penalty added to the gradient (>= 0)."""
+    epochs: int = 10
+    """Passes over the training set (>= 1)."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        if not self.lr > 0:
+            raise ValueError(f"lr {self.lr} must be positive, e.g. 0.05")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum {self.momentum} must be in [0, 1), e.g. 0.9")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay {self.weight_decay} must be >= 0")
+        if self.epochs < 1:
+            raise ValueError(f"epochs {self.epochs} must be at least 1")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """How many workers train together and how they communicate."""
+
+    workers: int | None = None
+    """Worker processes; ``None`` means one per CPU core (or the launcher's count)."""
+    strategy: str = "allreduce"
+    """Training strategy, one of :data:`STRATEGIES`."""
+    algorithm: str = "auto"
+    """Collective algorithm; the trainer checks it against ``scaledl.collectives.available``."""
+    topology: str | None = None
+    """Network layout innermost axis first, e.g. ``"2x2"``; ``None`` detects or assumes flat."""
+    bucket_mb: float = 25.0
+    """Gradient bucket size in MiB: a full bucket starts its collective during backward."""
+    timeout_s: float = 60.0
+    """Seconds any blocking distributed call may take before the run fails naming the rank."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(
+                f"workers {self.workers} must be at least 1, or unset for one per core"
+            )
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"strategy {self.strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}"
+            )
+        if not self.algorithm:
+            raise ValueError(
+                "algorithm '' is empty; use 'auto' or an algorithm name such as 'ring'"
+            )
+        if self.topology is not None:
+            parse_axes(self.topology)
+        if not self.bucket_mb > 0:
+            raise ValueError(f"bucket_mb {self.bucket_mb} must be positive, e.g. 25")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s {self.timeout_s} must be positive, e.g. 60")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where a run writes, how it is seeded, resumed, checkpointed and reported."""
+
+    out: str = "runs/latest"
+    """Run directory: metrics, checkpoints, timeline and plots go here."""
+    seed: int = 0
+    """Seed for model initialisation, data order and every RNG."""
+    resume: str | None = None
+    """Checkpoint to resume from: a path, or ``"auto"`` for the latest one in ``out``."""
+    checkpoint_every: int | None = None
+    """Steps between checkpoints; ``None`` checkpoints once per epoch."""
+    log_every: int = 10
+    """Steps between metric log lines on the console (every step still goes to the JSONL)."""
+    progress: bool = True
+    """Show a progress bar on rank 0."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        if not self.out:
+            raise ValueError("out '' is empty; give a run directory, e.g. out = 'runs/latest'")
+        if self.seed < 0:
+            raise ValueError(f"seed {self.seed} must be >= 0")
+        if self.resume is not None and not self.resume:
+            raise ValueError("resume '' is empty; give a checkpoint path or 'auto'")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise ValueError(
+                f"checkpoint_every {self.checkpoint_every} must be at least 1 step, "
+                "or unset for once per epoch"
+            )
+        if self.log_every < 1:
+            raise ValueError(f"log_every {self.log_every} must be at least 1 step")
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "optim": OptimConfig,
+    "parallel": ParallelConfig,
+    "run": RunConfig,
+}
+"""TOML table name -> the dataclass it fills (also the :class:`TrainConfig` attribute name)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    """Data set and batching."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Model to train."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimiser and schedule."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """Workers, strategy and communication."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Output, seeding, checkpoints and reporting."""
+
+    def __post_init__(self) -> None:
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}")
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Nested plain dict, one entry per section (JSON-, TOML- and checkpoint-safe)."""
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """Build from a nested dict such as :meth:`to_dict` or a TOML file gives; missing
+        sections and fields take their defaults, unknown ones raise ``ValueError``."""
+        unknown = sorted(set(values) - set(SECTIONS))
+        if unknown:
+            raise ValueError(
+                f"unknown config section {unknown[0]!r}; allowed sections: {', '.join(SECTIONS)}"
+            )
+        sections = {}
+        for name, section_cls in SECTIONS.items():
+            section = values.get(name, {})
+            if not isinstance(section, Mapping):
+                raise ValueError(f"config section {name!r} must be a table, got {section!r}")
+            sections[name] = section_cls(**_known_fields(name, section_cls, section))
+        return cls(**sections)
+
+
+def _section_fields() -> dict[str, tuple[str, str]]:
+    table = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            table[f.name] = (section, f.name)
+    table["model"] = ("model", "name")
+    del table["name"]
+    return table
+
+
+FIELD_SECTION: dict[str, tuple[str, str]] = _section_fields()
+"""Flat CLI key -> (section, field): ``"lr" -> ("optim", "lr")``, ``"model" -> ("model",
+"name")``.  Every other key is its field's name."""
+
+
+def _known_fields(section: str, cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    for key in values:
+        if key not in allowed:
+            raise ValueError(
+                f"unknown key {key!r} in [{section}]; allowed keys: {', '.join(allowed)}"
+            )
+    return dict(values)
+
+
+def _check_types(instance: Any) -> None:
+    """Raise ``ValueError`` when a field holds a value of the wrong type (TOML typos); accept
+    an int where a float is expected and store it as a float."""
+    hints = typing.get_type_hints(type(instance))
+    section = type(instance).__name__
+    for f in dataclasses.fields(instance):
+        value = getattr(instance, f.name)
+        allowed = typing.get_args(hints[f.name]) or (hints[f.name],)
+        if value is None and type(None) in allowed:
+            continue
+        if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(instance, f.name, float(value))
+            continue
+        if any(type(value) is kind for kind in allowed):
+            continue
+        names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in allowed)
+        raise ValueError(f"{section}.{f.name} = {value!r} must be {names}")
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML config file into a nested dict; ``ValueError`` naming the path when it is
+    missing or malformed."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist; check the --config path") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"config file {path} cannot be read: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"config file {path} is not valid TOML: {error}") from None
+
+
+def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -> TrainConfig:
+    """Merge a TOML file's sections with flat CLI overrides (``None`` = flag not given) into a
+    validated :class:`TrainConfig`; overrides win."""
+    merged: dict[str, dict[str, Any]] = {}
+    for key, value in file_values.items():
+        if key in SECTIONS and isinstance(value, Mapping):
+            merged[key] = dict(value)
+        elif key in FIELD_SECTION:
+            section, _ = FIELD_SECTION[key]
+            raise ValueError(f"config key {key!r} must be inside the [{section}] table")
+        else:
+            raise ValueError(
+                f"unknown config section {key!r}; allowed sections: {', '.join(SECTIONS)}"
+            )
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key not in FIELD_SECTION:
+            raise ValueError(
+                f"unknown option {key!r}; allowed options: {', '.join(sorted(FIELD_SECTION))}"
+            )
+        section, name = FIELD_SECTION[key]
+        merged.setdefault(section, {})[name] = value
+    return TrainConfig.from_dict(merged)
