@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 from scaledl.collectives import registry
-from scaledl.collectives.executor import Workspace, execute, execute_allgather, execute_reduce_scatter
+from scaledl.collectives.executor import (
+    Workspace, execute, execute_allgather, execute_reduce_scatter,
+)
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Collective
 from scaledl.topology import Topology
@@ -54,7 +56,9 @@ def run_loopback(
             execute_allgather(schedule, shard, out, transport, chunk_numel, workspace)
             return out
         if collective is Collective.BROADCAST:
-            buffer = rank_input(rank, numel, dtype) if rank == root else torch.zeros(numel, dtype=dtype)
+            buffer = rank_input(rank, numel, dtype)
+            if rank != root:
+                buffer.zero_()
         else:
             buffer = rank_input(rank, numel, dtype)
         execute(schedule, buffer, transport, op, chunk_numel, workspace)

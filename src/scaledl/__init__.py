@@ -16,7 +16,8 @@ from scaledl.topology import Topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "init", "shutdown", "Topology", "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
+    "init", "shutdown", "Topology", "allreduce", "reduce_scatter", "allgather", "broadcast",
+    "reduce", "explain",
     "CollectiveHandle", "ReduceOp", "DataParallel", "ReduceBroadcast", "ddp_hook", "Strategy",
     "AllreduceSGD", "ReduceBroadcastSGD", "build_strategy", "__version__",
 ]

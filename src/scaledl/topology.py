@@ -130,7 +130,8 @@ class Topology:
             local = env.get(name)
             if local and local.isdigit() and 1 <= int(local) < world_size:
                 if world_size % int(local) == 0:
-                    return cls(axes=(int(local), world_size // int(local)), rank=rank, explicit=True)
+                    axes = (int(local), world_size // int(local))
+                    return cls(axes=axes, rank=rank, explicit=True)
         return cls.flat(world_size, rank)
 
     def with_rank(self, rank: int) -> Topology:

@@ -98,7 +98,9 @@ def _dtypes_and_ops(rank: int, world_size: int) -> list[str]:
                             "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op]
                 dist.all_reduce(ref, op=torch_op)
                 if op == "avg":
-                    ref = ref / world_size if dtype.is_floating_point else torch.floor(ref / world_size)
+                    ref = ref / world_size
+                    if not dtype.is_floating_point:
+                        ref = torch.floor(ref)
                 tolerance = 0.05 if dtype in (torch.float16, torch.bfloat16) else 1e-6
                 if not torch.allclose(got.to(torch.float64), ref, atol=tolerance, rtol=0.01):
                     failures.append(f"{dtype} {op} {name}")

@@ -111,7 +111,6 @@ def test_training_equals_single_process_for_every_algorithm(world_size: int) -> 
 def _no_sync(rank: int, world_size: int) -> bool:
     torch.manual_seed(0)
     model = Net()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     dp = scaledl.DataParallel(model, algorithm="ring", bucket_mb=0.001)
     x, y = _local(rank, world_size, 0)
     with dp.no_sync():

@@ -1,4 +1,5 @@
-"""Every collective x algorithm x world size x awkward numel, on thread-ranks, against closed forms."""
+"""Every collective x algorithm x world size x awkward numel on thread-ranks, against closed
+forms."""
 
 from __future__ import annotations
 
@@ -82,8 +83,11 @@ def test_reduce(name: str, p: int) -> None:
                 check_reduced(results, expected(ReduceOp.SUM, p, numel, torch.float64), [root])
 
 
+ALLREDUCE_ALGORITHMS = [n for n in SCHEDULED if Collective.ALLREDUCE in ALGORITHMS[n].supports]
+
+
 @pytest.mark.parametrize("op", list(ReduceOp))
-@pytest.mark.parametrize("name", [n for n in SCHEDULED if Collective.ALLREDUCE in ALGORITHMS[n].supports])
+@pytest.mark.parametrize("name", ALLREDUCE_ALGORITHMS)
 def test_allreduce_ops(name: str, op: ReduceOp) -> None:
     for p in (3, 4, 6):
         topology = layouts_for(name, p)[-1]

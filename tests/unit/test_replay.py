@@ -9,7 +9,9 @@ import pytest
 
 from scaledl.collectives.registry import ALGORITHMS, plan
 from scaledl.collectives.replay import Link, replay
-from scaledl.collectives.schedule import Action, Collective, Round, Schedule, ScheduleError, Transfer
+from scaledl.collectives.schedule import (
+    Action, Collective, Round, Schedule, ScheduleError, Transfer,
+)
 from scaledl.topology import Topology
 from tests.helpers_loopback import topologies
 
@@ -18,7 +20,8 @@ UNIFORM = Link(ALPHA, BETA)
 
 
 def _replay(name: str, collective: Collective, topology: Topology, numel: int, root: int = 0):
-    schedules = [plan(name, collective, topology, r, numel, root) for r in range(topology.world_size)]
+    ranks = range(topology.world_size)
+    schedules = [plan(name, collective, topology, r, numel, root) for r in ranks]
     return replay(schedules, lambda a, b: UNIFORM, itemsize=4)
 
 

@@ -10,7 +10,8 @@ where ``link`` is the outermost topology axis a transfer crosses (0 = inside a h
 ``REPLAY_LIMIT`` ranks the prediction replays every rank's schedule together
 (:mod:`scaledl.collectives.replay`), so time spent waiting for peers counts; beyond it, the
 slowest of a fixed sample of ranks is used.  The inputs are the same on every rank, so every rank
-makes the same choice.  ``native`` is modelled as the better of the ring and halving-doubling schedules run
+makes the same choice.  ``native`` is modelled as the better of the ring and halving-doubling
+schedules run
 with Gloo's own (lower) per-round overhead and a measured bandwidth factor.
 
 Parameters come from ``scaledl bench collectives --calibrate`` (a JSON file at
@@ -181,7 +182,8 @@ def _native_time(
     if collective in (Collective.BROADCAST, Collective.REDUCE):
         proxies, target, count = ("tree",), collective, numel
     elif collective is Collective.REDUCE_SCATTER:
-        proxies, target, count = ("ring", "halving_doubling"), Collective.ALLREDUCE, numel * topology.world_size
+        proxies, target = ("ring", "halving_doubling"), Collective.ALLREDUCE
+        count = numel * topology.world_size
     else:
         proxies, target, count = ("ring", "halving_doubling"), collective, numel
     return min(

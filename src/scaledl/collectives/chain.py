@@ -10,7 +10,8 @@ segments that flow down the line one behind another, so every link is busy at on
 3. allreduce: a reduce to position 0 whose result flows straight back down as a broadcast:
    position 0 sends segment ``j`` back at step ``k - 1 + j``, right after reducing it.
 
-Cost for ``c`` segments: ``(p - 1 + c - 1)(alpha + n/c beta)``, which tends to ``n beta`` (independent
+Cost for ``c`` segments: ``(p - 1 + c - 1)(alpha + n/c beta)``, which tends to ``n beta``
+(independent
 of ``p``) for large messages; the best ``c`` is about ``sqrt((p-2) n beta / alpha)``.
 
 Source: Awan et al., "S-Caffe", PPoPP 2017 (chain-based hierarchical reduce) and "Optimized

@@ -36,7 +36,7 @@ class Workspace:
     )
 
     def scratch(self, numel: int, like: torch.Tensor, name: str = "recv") -> torch.Tensor:
-        """A 1-D tensor of ``numel`` elements of ``like``'s dtype and device, kept under ``name``."""
+        """A 1-D tensor of ``numel`` elements of ``like``'s dtype and device, kept as ``name``."""
         key = (name, like.dtype, like.device)
         buffer = self._buffers.get(key)
         if buffer is None or buffer.numel() < numel:
@@ -91,7 +91,7 @@ def execute_allgather(
     schedule: Schedule, shard: torch.Tensor, output: torch.Tensor, transport: Transport,
     chunk_numel: int = DEFAULT_CHUNK_BYTES // 4, workspace: Workspace | None = None,
 ) -> None:
-    """Allgather every rank's flat ``shard`` into the flat ``output`` (rank ``r`` at block ``r``)."""
+    """Allgather every rank's flat ``shard`` into the flat ``output`` (rank r at block r)."""
     workspace = workspace if workspace is not None else Workspace()
     m, p = shard.numel(), schedule.world_size
     identity = schedule.layout is None

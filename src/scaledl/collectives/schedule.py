@@ -106,7 +106,7 @@ class Schedule:
         return rank if self.layout is None else self.layout[rank]
 
     def validate(self) -> None:
-        """Raise :class:`ScheduleError` if a range leaves the buffer or a round races with itself."""
+        """Raise :class:`ScheduleError` if a range leaves the buffer or a round races itself."""
         for index, round_ in enumerate(self.rounds):
             writes: list[tuple[int, int]] = []
             reads: list[tuple[int, int]] = []

@@ -9,7 +9,7 @@ a ``torch.futures.Future`` that completes when it is done.  This module delibera
 ``from __future__ import annotations``: DDP inspects the hook's real annotation objects.
 """
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -23,8 +23,8 @@ HookFunction = Callable[[object, dist.GradBucket], torch.futures.Future[torch.Te
 
 
 def ddp_hook(
-    algorithm: str = "auto", topology: Optional[Topology] = None,
-    group: Optional[dist.ProcessGroup] = None,
+    algorithm: str = "auto", topology: Topology | None = None,
+    group: dist.ProcessGroup | None = None,
 ) -> HookFunction:
     """A comm hook averaging each DDP bucket with scaledl's ``algorithm``."""
     if algorithm != "auto":
@@ -41,7 +41,7 @@ def ddp_hook(
         )
         assert handle is not None
 
-        def resolve(error: Optional[BaseException]) -> None:
+        def resolve(error: BaseException | None) -> None:
             if error is None:
                 future.set_result(buffer)
             else:

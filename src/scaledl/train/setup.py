@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 from scaledl import collectives
-from scaledl.data import ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, load_dataset
+from scaledl.data import (
+    ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, load_dataset,
+)
 from scaledl.models import available_models, build_model
 from scaledl.strategies import STRATEGIES, Strategy, build_strategy
 from scaledl.sync.propagation import ROOTED_ALGORITHMS
