@@ -36,10 +36,12 @@ SUPPORTS = frozenset({Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collectiv
 NEEDS_TOPOLOGY = False
 
 
-def reduce_scatter_rounds(
-    members: Sequence[int], rank: int, blocks: Sequence[tuple[int, int]], tag: int = 0
+def _ring_rounds(
+    members: Sequence[int], rank: int, blocks: Sequence[tuple[int, int]], tag: int,
+    shift: int, action: Action,
 ) -> list[Round | None]:
-    """Ring reduce-scatter among ``members``; member ``i`` ends owning ``blocks[i]``."""
+    """Step ``s`` sends block ``i-s-shift`` right and receives block ``i-s-shift-1`` from the
+    left (``i`` = this rank's position in ``members``), ``k-1`` steps."""
     k = len(members)
     if k == 1:
         return []
@@ -47,33 +49,27 @@ def reduce_scatter_rounds(
     right, left = members[(i + 1) % k], members[(i - 1) % k]
     rounds = []
     for step in range(k - 1):
-        lo_s, hi_s = blocks[(i - step - 1) % k]
-        lo_r, hi_r = blocks[(i - step - 2) % k]
+        lo_s, hi_s = blocks[(i - step - shift) % k]
+        lo_r, hi_r = blocks[(i - step - shift - 1) % k]
         rounds.append(make_round([
             Transfer(Action.SEND, right, lo_s, hi_s, tag),
-            Transfer(Action.RECV_REDUCE, left, lo_r, hi_r, tag),
+            Transfer(action, left, lo_r, hi_r, tag),
         ]))
     return rounds
+
+
+def reduce_scatter_rounds(
+    members: Sequence[int], rank: int, blocks: Sequence[tuple[int, int]], tag: int = 0
+) -> list[Round | None]:
+    """Ring reduce-scatter among ``members``; member ``i`` ends owning ``blocks[i]``."""
+    return _ring_rounds(members, rank, blocks, tag, 1, Action.RECV_REDUCE)
 
 
 def allgather_rounds(
     members: Sequence[int], rank: int, blocks: Sequence[tuple[int, int]], tag: int = 0
 ) -> list[Round | None]:
     """Ring allgather among ``members``; member ``i`` starts owning ``blocks[i]``."""
-    k = len(members)
-    if k == 1:
-        return []
-    i = members.index(rank)
-    right, left = members[(i + 1) % k], members[(i - 1) % k]
-    rounds = []
-    for step in range(k - 1):
-        lo_s, hi_s = blocks[(i - step) % k]
-        lo_r, hi_r = blocks[(i - step - 1) % k]
-        rounds.append(make_round([
-            Transfer(Action.SEND, right, lo_s, hi_s, tag),
-            Transfer(Action.RECV_COPY, left, lo_r, hi_r, tag),
-        ]))
-    return rounds
+    return _ring_rounds(members, rank, blocks, tag, 0, Action.RECV_COPY)
 
 
 def plan(

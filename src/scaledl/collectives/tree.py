@@ -32,15 +32,19 @@ SUPPORTS = frozenset({Collective.ALLREDUCE, Collective.BROADCAST, Collective.RED
 NEEDS_TOPOLOGY = False
 
 
+def _relative(members: Sequence[int], rank: int, root: int) -> tuple[int, int, int]:
+    """(member count, root's position, this rank's position relative to the root)."""
+    base = members.index(root)
+    return len(members), base, (members.index(rank) - base) % len(members)
+
+
 def reduce_rounds(
     members: Sequence[int], rank: int, root: int, lo: int, hi: int, tag: int = 0
 ) -> list[Round | None]:
     """Binomial reduce of ``[lo, hi)`` among ``members`` to the member ``root`` (a rank)."""
-    k = len(members)
+    k, base, v = _relative(members, rank, root)
     if k == 1 or hi <= lo:
         return []
-    base = members.index(root)
-    v = (members.index(rank) - base) % k
     rounds: list[Round | None] = []
     mask = 1
     while mask < k:
@@ -59,11 +63,9 @@ def broadcast_rounds(
     members: Sequence[int], rank: int, root: int, lo: int, hi: int, tag: int = 0
 ) -> list[Round | None]:
     """Binomial broadcast of ``[lo, hi)`` among ``members`` from the member ``root`` (a rank)."""
-    k = len(members)
+    k, base, v = _relative(members, rank, root)
     if k == 1 or hi <= lo:
         return []
-    base = members.index(root)
-    v = (members.index(rank) - base) % k
     rounds: list[Round | None] = []
     if v == 0:
         mask = 1 << (k - 1).bit_length() - 1
