@@ -39,3 +39,14 @@ def test_resume_is_bitwise_identical(tmp_path: Path, strategy: str) -> None:
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+def test_resume_with_a_different_world_size_continues(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run_ranks(2, _train, str(out), 1, None, "allreduce", timeout=120)
+    first = load_checkpoint(latest_checkpoint(out))
+    accuracy = run_ranks(1, _train, str(out), 2, "auto", "allreduce", timeout=120)[0]
+    second = load_checkpoint(latest_checkpoint(out))
+    assert first["world_size"] == 2 and second["world_size"] == 1
+    assert second["epoch"] == 2 and second["step"] > first["step"]
+    assert accuracy > 0.8
