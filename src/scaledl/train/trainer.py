@@ -64,6 +64,12 @@ class Trainer:
             MetricsWriter(self.out / "metrics.jsonl", truncate_after_step=self.step)
             if self.rank == 0 else None
         )
+        if self.metrics is not None:
+            self.metrics.log_run(
+                model=config.model.name, dataset=config.data.dataset, world_size=self.world_size,
+                strategy=config.parallel.strategy, topology=topology.spec, start_step=self.step,
+                config=config.to_dict(),
+            )
         self.stats = RunStats()
 
     # -- resume ---------------------------------------------------------------------------------
