@@ -139,7 +139,7 @@ def _report(result: dict[str, Any], config: TrainConfig) -> None:
     hidden = result.get("hidden_fraction")
     rows = [
         ("test accuracy", f"{result['test_accuracy']:.4f}"),
-        ("wall time", f"{result['wall_s']:.1f} s"),
+        ("training time (after start-up)", f"{result['wall_s']:.1f} s"),
         ("steps", str(result["steps"])),
         ("samples/s", f"{result['samples_per_s']:,.0f}"),
         ("time in communication", f"{100 * result['comm_share']:.1f} %"),

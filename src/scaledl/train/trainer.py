@@ -26,7 +26,8 @@ from torch import nn
 from scaledl import collectives
 from scaledl.topology import Topology
 from scaledl.train.checkpoint import (
-    capture_rng, latest_checkpoint, load_checkpoint, restore_rng, write_checkpoint,
+    LATEST_NAME, capture_rng, latest_checkpoint, list_checkpoints, load_checkpoint, restore_rng,
+    write_checkpoint,
 )
 from scaledl.train.config import TrainConfig
 from scaledl.train.metrics import MetricsWriter, RunStats, RunSummary, StepTimes
@@ -53,6 +54,8 @@ class Trainer:
         state = load_checkpoint(checkpoint) if checkpoint is not None else None
         if state is not None:
             self._check_resumable(state, checkpoint)
+        elif self.rank == 0:
+            self._clear_old_checkpoints()
         model_state = state["strategy"]["model"] if state is not None else None
         explicit = topology if topology.explicit else None
         self.parts: RunParts = build_run(config, self.rank, self.world_size, explicit,
@@ -80,6 +83,18 @@ class Trainer:
         if resume == "auto":
             return latest_checkpoint(self.out)
         return Path(resume)
+
+    def _clear_old_checkpoints(self) -> None:
+        """A fresh run owns its directory: an older run's checkpoints would outrank its own, and
+        its metrics would mix with the new ones."""
+        old = list_checkpoints(self.out)
+        for _, path in old:
+            path.unlink(missing_ok=True)
+        (self.out / LATEST_NAME).unlink(missing_ok=True)
+        (self.out / "metrics.jsonl").unlink(missing_ok=True)
+        if old:
+            log.info("fresh run: removed %d checkpoints of an earlier run from %s (use --resume "
+                     "auto to continue a run instead)", len(old), self.out)
 
     def _check_resumable(self, state: dict[str, Any], path: Path | None) -> None:
         saved = state.get("config", {})
