@@ -309,12 +309,12 @@ def _select_device(backend: str, launch: LaunchEnv) -> torch.device | None:
 def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str, str]) -> None:
     """Create the world process group; a job of one needs no address (an in-memory store)."""
     device = _select_device(backend, launch)
-    extra = {"device_id": device} if device is not None else {}
     if backend == "mpi":
         dist.init_process_group("mpi", timeout=timeout)
     elif launch.world_size == 1 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         dist.init_process_group(
-            backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **extra
+            backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
+            device_id=device,
         )
     else:
         host = launch.master_addr or _LOOPBACK
@@ -322,7 +322,7 @@ def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str,
         try:
             dist.init_process_group(
                 backend, init_method=address, rank=launch.rank, world_size=launch.world_size,
-                timeout=timeout, **extra,
+                timeout=timeout, device_id=device,
             )
         except dist.DistError as error:
             raise RuntimeError(

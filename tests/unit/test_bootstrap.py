@@ -248,7 +248,7 @@ def test_init_multi_rank_passes_address_rank_and_timeout(
     assert (topology.axes, topology.rank) == ((2, 4), 3)
     assert calls == [(("gloo",), {
         "init_method": "tcp://host0:1234", "rank": 3, "world_size": 8,
-        "timeout": timedelta(seconds=12.5),
+        "timeout": timedelta(seconds=12.5), "device_id": None,
     })]
     calls.clear()
     bootstrap.init(backend="GLOO", timeout=timedelta(seconds=3), topology="8",

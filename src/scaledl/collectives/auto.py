@@ -179,13 +179,12 @@ def _native_time(
 
     Gloo runs reduce_scatter as a whole allreduce followed by a copy, so it is costed as one.
     """
+    proxies: tuple[str, ...] = ("ring", "halving_doubling")
+    target, count = collective, numel
     if collective in (Collective.BROADCAST, Collective.REDUCE):
-        proxies, target, count = ("tree",), collective, numel
+        proxies = ("tree",)
     elif collective is Collective.REDUCE_SCATTER:
-        proxies, target = ("ring", "halving_doubling"), Collective.ALLREDUCE
-        count = numel * topology.world_size
-    else:
-        proxies, target, count = ("ring", "halving_doubling"), collective, numel
+        target, count = Collective.ALLREDUCE, numel * topology.world_size
     return min(
         _predict(proxy, target, topology, count, itemsize, model, root,
                  model.native_overhead, model.native_beta_factor)

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from scaledl.collectives.auto import CostModel, LinkModel
 from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
-from scaledl.transport.torch_p2p import TorchTransport
+from scaledl.transport.torch_p2p import TorchTransport, resolve_group
 
 __all__ = ["Communicator", "CollectiveHandle", "communicator_for"]
 
@@ -96,7 +96,7 @@ class Communicator:
     def __init__(
         self, group: dist.ProcessGroup | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
     ) -> None:
-        self.group = group if group is not None else dist.group.WORLD
+        self.group = resolve_group(group)
         self.transport = TorchTransport(self.group)
         self.rank = self.transport.rank
         self.world_size = self.transport.world_size
@@ -184,16 +184,12 @@ _COMMUNICATORS: dict[int, tuple[dist.ProcessGroup, Communicator]] = {}
 
 def communicator_for(group: dist.ProcessGroup | None) -> Communicator:
     """The communicator of ``group`` (the default group if None), created on first use."""
-    if not dist.is_initialized():
-        raise RuntimeError(
-            "torch.distributed is not initialised; call scaledl.init() (or "
-            "torch.distributed.init_process_group) first"
-        )
-    resolved = group if group is not None else dist.group.WORLD
+    resolved = resolve_group(group)
     entry = _COMMUNICATORS.get(id(resolved))
     if entry is None or entry[0] is not resolved:
-        entry = (resolved, Communicator(resolved))
-        _COMMUNICATORS[id(resolved)] = entry
+        comm = Communicator(resolved)
+        _COMMUNICATORS[id(resolved)] = (resolved, comm)
+        return comm
     return entry[1]
 
 

@@ -68,8 +68,8 @@ def plan(
         )
     rounds = []
     for step in range(max(len(r) for r in per_ring)):
-        merged = [t for r in per_ring if step < len(r) and r[step] for t in r[step].transfers]
-        round_ = make_round(merged)
+        present = [r[step] for r in per_ring if step < len(r)]
+        round_ = make_round(t for part in present if part is not None for t in part.transfers)
         if round_ is not None:
             rounds.append(round_)
     return Schedule(collective, "multiring", rank, p, numel, tuple(rounds))

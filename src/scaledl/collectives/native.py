@@ -23,7 +23,7 @@ NEEDS_TOPOLOGY = False
 
 
 def _torch_op(op: ReduceOp) -> dist.ReduceOp:
-    return dist.ReduceOp.SUM if op is ReduceOp.AVG else op.to_torch()
+    return (ReduceOp.SUM if op is ReduceOp.AVG else op).to_torch()
 
 
 def run(

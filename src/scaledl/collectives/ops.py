@@ -59,7 +59,7 @@ class ReduceOp(str, enum.Enum):
 
     def to_torch(self) -> dist.ReduceOp:
         """The matching ``torch.distributed.ReduceOp``."""
-        return getattr(dist.ReduceOp, self.name)
+        return dist.ReduceOp(getattr(dist.ReduceOp, self.name))
 
 
 def check_dtype(tensor: torch.Tensor) -> None:

@@ -36,9 +36,9 @@ class LeNet5(nn.Module):
     def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__()
         channels, height, width = image_shape("lenet", input_shape)
-        pad1 = tuple(2 if side < 32 else 0 for side in (height, width))
+        pad1 = (2 if height < 32 else 0, 2 if width < 32 else 0)
         sides = [_pool_out(_conv_out(side, p)) for side, p in zip((height, width), pad1)]
-        pad2 = tuple(2 if side < 10 else 0 for side in sides)
+        pad2 = (2 if sides[0] < 10 else 0, 2 if sides[1] < 10 else 0)
         sides = [_pool_out(_conv_out(side, p)) for side, p in zip(sides, pad2)]
         self.features = nn.Sequential(
             nn.Conv2d(channels, 6, 5, padding=pad1),

@@ -45,7 +45,7 @@ def ddp_hook(
             if error is None:
                 future.set_result(buffer)
             else:
-                future.set_exception(error)
+                future.set_exception(error)  # type: ignore[arg-type]  # torch stub
 
         handle.add_done_callback(resolve)
         return future

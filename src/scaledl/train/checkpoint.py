@@ -31,7 +31,7 @@ import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -205,7 +205,9 @@ def capture_rng() -> dict[str, Any]:
     """The state of Python's, numpy's and torch's (CPU and CUDA) global RNGs, as plain values
     that survive ``weights_only=True``."""
     version, internal, gauss_next = random.getstate()
-    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    name, keys, pos, has_gauss, cached_gaussian = cast(
+        "tuple[str, np.ndarray, int, int, float]", np.random.get_state()
+    )
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),

@@ -26,7 +26,7 @@ def run_title(records: Sequence[dict[str, Any]]) -> str | None:
     if not runs:
         return None
     run = runs[-1]
-    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    config: dict[str, Any] = run["config"] if isinstance(run.get("config"), dict) else {}
     model = run.get("model") or config.get("model", {}).get("name")
     dataset = run.get("dataset") or config.get("data", {}).get("dataset")
     world_size = run.get("world_size")

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from scaledl.transport.base import Handle, Transport, TransportError
 
-__all__ = ["TorchTransport"]
+__all__ = ["TorchTransport", "resolve_group"]
 
 
 @dataclass
@@ -51,13 +51,24 @@ def _first_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
+def resolve_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
+    """``group``, or the default group; a clear error when torch.distributed is not set up."""
+    resolved = group if group is not None else dist.group.WORLD
+    if resolved is None or not dist.is_initialized():
+        raise RuntimeError(
+            "torch.distributed is not initialised; call scaledl.init() (or "
+            "torch.distributed.init_process_group) first"
+        )
+    return resolved
+
+
 class TorchTransport(Transport):
     """Point-to-point messaging over a ``torch.distributed`` process group."""
 
     def __init__(
         self, group: dist.ProcessGroup | None = None, timeout: float | None = None
     ) -> None:
-        self.group = group if group is not None else dist.group.WORLD
+        self.group = resolve_group(group)
         self.rank = dist.get_rank(self.group)
         self.world_size = dist.get_world_size(self.group)
         self.backend = str(dist.get_backend(self.group))
