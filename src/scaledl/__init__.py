@@ -5,7 +5,8 @@ collectives ``allreduce``, ``reduce_scatter``, ``allgather``, ``broadcast``, ``r
 a choice of algorithm (``scaledl.collectives.available("allreduce")``).
 """
 
-from scaledl.bootstrap import init, shutdown
+from scaledl import bootstrap
+from scaledl.bootstrap import init
 from scaledl.collectives import (
     CollectiveHandle, ReduceOp, allgather, allreduce, broadcast, explain, reduce, reduce_scatter,
 )
@@ -14,6 +15,14 @@ from scaledl.sync import DataParallel, ReduceBroadcast, ddp_hook
 from scaledl.topology import Topology
 
 __version__ = "0.1.0"
+
+
+def shutdown() -> None:
+    """Stop scaledl's communicator threads, then destroy the default process group."""
+    from scaledl.collectives.communicator import forget_communicators
+
+    forget_communicators()
+    bootstrap.shutdown()
 
 __all__ = [
     "init", "shutdown", "Topology", "allreduce", "reduce_scatter", "allgather", "broadcast",

@@ -184,3 +184,62 @@ def test_different_models_raise_on_every_rank() -> None:
     messages = run_ranks(2, _mismatched, timeout=60)
     assert messages[0] == messages[1]
     assert "rank 0" in messages[0] and "rank 1" in messages[0] and "weight" in messages[0]
+
+
+class RootParams(nn.Module):
+    """Parameters on the root module and in a ParameterList: no leaf forward runs for them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(10, 3)
+        self.scale = nn.Parameter(torch.ones(3))
+        self.extra = nn.ParameterList([nn.Parameter(torch.zeros(3))])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.scale + self.extra[0]
+
+
+def _root_params(rank: int, world_size: int, strategy: str) -> list[list[float]]:
+    torch.manual_seed(0)
+    model = RootParams()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    trainer = scaledl.build_strategy(strategy, model, opt, algorithm="auto")
+    for step in range(STEPS):
+        x, y = _local(rank, world_size, step)
+        trainer.zero_grad()
+        nn.functional.cross_entropy(trainer.model(x), y).backward()
+        trainer.step()
+    trainer.synchronize()
+    return [p.detach().reshape(-1).tolist() for p in model.parameters()]
+
+
+def test_reduce_broadcast_waits_for_parameters_outside_leaf_modules() -> None:
+    allreduce = run_ranks(2, _root_params, "allreduce", timeout=60)
+    rooted = run_ranks(2, _root_params, "reduce-broadcast", timeout=60)
+    for rank in range(2):
+        for a, b in zip(allreduce[rank], rooted[rank]):
+            torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=1e-4)
+
+
+def _wrap_errors_and_grad_tensors(rank: int, world_size: int) -> list[str]:
+    messages = []
+    for make in (lambda: scaledl.DataParallel(Net(), algorithm="torus"),
+                 lambda: scaledl.ReduceBroadcast(Net(), algorithm="hierarchical"),
+                 lambda: scaledl.DataParallel(Net(), topology=Topology.parse("2x2"))):
+        try:
+            make()
+            messages.append("NO ERROR")
+        except ValueError as error:
+            messages.append(str(error))
+    weight = nn.Parameter(torch.full((5,), float(rank + 1)))
+    scaledl.allreduce(weight, algorithm="ring")
+    scaledl.broadcast(weight, src=0, algorithm="tree")
+    assert weight.requires_grad and torch.all(weight == 3.0)
+    return messages
+
+
+def test_bad_wrapping_fails_at_wrap_time_and_grad_tensors_work() -> None:
+    messages = run_ranks(2, _wrap_errors_and_grad_tensors, timeout=60)[0]
+    assert "needs the network layout" in messages[0]
+    assert "needs the network layout" in messages[1]
+    assert "describes 4 ranks but the group has 2" in messages[2]

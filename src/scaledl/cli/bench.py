@@ -178,6 +178,7 @@ def _config_dict(args: argparse.Namespace, config: BenchConfig, chunk_bytes: int
 def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
     import torch.distributed as dist
 
+    import scaledl
     from scaledl import bootstrap
     from scaledl.bench import report as rep
     from scaledl.bench.collectives import measure_p2p, run_benchmark
@@ -212,7 +213,7 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
             log.info("wrote %s", args.plot)
         return 0
     finally:
-        bootstrap.shutdown()
+        scaledl.shutdown()
 
 
 def _calibrate(

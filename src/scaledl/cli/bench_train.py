@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace, config: TrainBenchConfig) -> int:
     import torch
 
+    import scaledl
     from scaledl import bootstrap
     from scaledl.bench.train import run_train_benchmark
 
@@ -69,7 +70,7 @@ def _worker(args: argparse.Namespace, config: TrainBenchConfig) -> int:
     try:
         result = run_train_benchmark(config)
     finally:
-        bootstrap.shutdown()
+        scaledl.shutdown()
     if topology.rank != 0:
         return 0
     result["environment"] = {

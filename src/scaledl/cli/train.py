@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _worker(config: TrainConfig) -> int:
+    import scaledl
     from scaledl import bootstrap
     from scaledl.train.trainer import Trainer
 
@@ -120,7 +121,7 @@ def _worker(config: TrainConfig) -> int:
         log.error("training stopped on rank %d: %s", topology.rank, first)
         return 1
     finally:
-        bootstrap.shutdown()
+        scaledl.shutdown()
     if topology.rank == 0:
         _report(result, config)
     return 0

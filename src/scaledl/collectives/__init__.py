@@ -4,7 +4,9 @@
 public in-place collectives re-exported by :mod:`scaledl`.
 """
 
-from scaledl.collectives.api import allgather, allreduce, broadcast, explain, reduce, reduce_scatter
+from scaledl.collectives.api import (
+    allgather, allreduce, broadcast, explain, reduce, reduce_scatter, resolve_topology,
+)
 from scaledl.collectives.auto import CostModel, LinkModel, choose
 from scaledl.collectives.communicator import CollectiveHandle
 from scaledl.collectives.ops import ReduceOp
@@ -13,6 +15,7 @@ from scaledl.collectives.schedule import Action, Collective, Round, Schedule, Tr
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
+    "resolve_topology",
     "available", "lookup", "plan", "ALGORITHMS", "CostModel", "LinkModel", "choose",
     "CollectiveHandle", "ReduceOp", "Action", "Collective", "Round", "Schedule", "Transfer",
 ]

@@ -9,7 +9,6 @@ GPU and the backend is Gloo), resolves ``auto`` with the cost model, plans (cach
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +26,10 @@ from scaledl.collectives.schedule import Collective
 from scaledl.topology import TOPOLOGY_ENV, Topology
 from scaledl.transport.torch_p2p import TorchTransport
 
-__all__ = ["allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain"]
+__all__ = [
+    "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
+    "resolve_topology",
+]
 
 Group = dist.ProcessGroup | None
 
@@ -90,9 +92,9 @@ def _check_agreement(call: _Call, numel: int, dtype: torch.dtype) -> None:
     """Debug mode: every rank compares (collective, numel, dtype, root) before running."""
     fingerprint = torch.tensor(
         [_COLLECTIVE_CODES[call.collective], numel, _DTYPE_CODES[dtype], call.root],
-        dtype=torch.int64,
+        dtype=torch.int64, device=call.comm.device,
     )
-    everyone = torch.empty(call.comm.world_size * 4, dtype=torch.int64)
+    everyone = torch.empty(call.comm.world_size * 4, dtype=torch.int64, device=call.comm.device)
     native.run(Collective.ALLGATHER, everyone, ReduceOp.SUM, call.comm.group, shard=fingerprint)
     rows = everyone.view(-1, 4).tolist()
     for rank, row in enumerate(rows):
@@ -113,9 +115,7 @@ def _describe(row: list[int]) -> str:
 def _topology(topology: Topology | None, comm: Communicator) -> Topology:
     p = comm.world_size
     if topology is None:
-        if comm.group is dist.group.WORLD:
-            return Topology.from_environment(p, comm.rank)
-        return Topology.flat(p, comm.rank)
+        return comm.default_topology
     if topology.world_size != p:
         raise ValueError(
             f"topology {topology.spec} describes {topology.world_size} ranks but the group has "
@@ -135,11 +135,18 @@ def _prepare(
     if len({t.dtype for t in tensors}) > 1:
         raise TypeError(f"input and output dtypes differ: {[t.dtype for t in tensors]}")
     reduce_op = ReduceOp.parse(op)
-    algo = lookup(algorithm, collective) if algorithm != AUTO else None
     comm = communicator_for(group)
-    topo = _topology(topology, comm)
+    topo = _checked_topology(algorithm, collective, topology, comm)
     if not 0 <= root < comm.world_size:
         raise ValueError(f"root rank {root} is outside the group of {comm.world_size} ranks")
+    return _Call(comm, collective, algorithm, topo, reduce_op, root)
+
+
+def _checked_topology(
+    algorithm: str, collective: Collective, topology: Topology | None, comm: Communicator
+) -> Topology:
+    algo = lookup(algorithm, collective) if algorithm != AUTO else None
+    topo = _topology(topology, comm)
     if algo is not None and algo.needs_topology and not topo.explicit:
         raise ValueError(
             f"algorithm {algorithm!r} needs the network layout: pass "
@@ -147,21 +154,28 @@ def _prepare(
             "(R ranks per host, H hosts), "
             f"set {TOPOLOGY_ENV}=RxH, or launch with torchrun --nproc-per-node R"
         )
-    return _Call(comm, collective, algorithm, topo, reduce_op, root)
+    return topo
+
+
+def resolve_topology(
+    algorithm: str, collective: str | Collective, topology: Topology | None = None,
+    group: Group = None,
+) -> Topology:
+    """The layout ``algorithm`` will use for ``collective`` on ``group``, checked now: an
+    unknown algorithm, a topology of the wrong size, or a missing one that the algorithm needs
+    raises ``ValueError``.  Wrappers call this once when they are built."""
+    return _checked_topology(algorithm, parse_collective(collective), topology,
+                             communicator_for(group))
 
 
 def _stage(tensor: torch.Tensor, comm: Communicator) -> tuple[torch.Tensor, bool]:
     """A flat contiguous working view of ``tensor`` and whether it must be copied back."""
     needs_host = tensor.is_cuda and comm.backend != "nccl"
     if tensor.is_contiguous() and not needs_host:
-        return tensor.view(-1), False
+        return tensor.detach().view(-1), False
     flat = tensor.detach().reshape(-1)
     flat = flat.cpu() if needs_host else flat.clone()
     return flat.contiguous(), True
-
-
-def _submit(call: _Call, job: Callable[[], None], async_op: bool) -> CollectiveHandle | None:
-    return call.comm.submit(job, async_op)
 
 
 def allreduce(
@@ -177,9 +191,9 @@ def allreduce(
         call.run(buffer)
         call.op.finish(buffer, call.comm.world_size)
         if copy_back:
-            tensor.copy_(buffer.view_as(tensor))
+            tensor.detach().copy_(buffer.view_as(tensor))
 
-    return _submit(call, job, async_op)
+    return call.comm.submit(job, async_op)
 
 
 def broadcast(
@@ -194,9 +208,9 @@ def broadcast(
         buffer, copy_back = _stage(tensor, call.comm)
         call.run(buffer)
         if copy_back:
-            tensor.copy_(buffer.view_as(tensor))
+            tensor.detach().copy_(buffer.view_as(tensor))
 
-    return _submit(call, job, async_op)
+    return call.comm.submit(job, async_op)
 
 
 def reduce(
@@ -220,9 +234,9 @@ def reduce(
         if is_root:
             call.op.finish(buffer, call.comm.world_size)
             if copy_back:
-                tensor.copy_(buffer.view_as(tensor))
+                tensor.detach().copy_(buffer.view_as(tensor))
 
-    return _submit(call, job, async_op)
+    return call.comm.submit(job, async_op)
 
 
 def _check_sizes(name: str, small: torch.Tensor, large: torch.Tensor, world_size: int) -> None:
@@ -257,9 +271,9 @@ def reduce_scatter(
             execute_reduce_scatter(schedule, source, out, *call.executor_args(source))
         call.op.finish(out, p)
         if copy_back:
-            output.copy_(out.view_as(output))
+            output.detach().copy_(out.view_as(output))
 
-    return _submit(call, job, async_op)
+    return call.comm.submit(job, async_op)
 
 
 def allgather(
@@ -285,9 +299,9 @@ def allgather(
             transport, _, chunk_numel, workspace = call.executor_args(shard)
             execute_allgather(schedule, shard, out, transport, chunk_numel, workspace)
         if copy_back:
-            output.copy_(out.view_as(output))
+            output.detach().copy_(out.view_as(output))
 
-    return _submit(call, job, async_op)
+    return call.comm.submit(job, async_op)
 
 
 def explain(

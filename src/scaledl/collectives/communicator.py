@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from scaledl.collectives.auto import CostModel, LinkModel
 from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
+from scaledl.topology import Topology
 from scaledl.transport.torch_p2p import TorchTransport, resolve_group
 
 __all__ = ["Communicator", "CollectiveHandle", "communicator_for"]
@@ -107,6 +108,14 @@ class Communicator:
         """Compare every call's (collective, numel, dtype, root) across ranks first."""
         self.choices: dict[tuple[object, ...], str] = {}
         """``auto``'s decisions, by (collective, numel, itemsize, root, topology)."""
+        self.device = (torch.device("cuda", torch.cuda.current_device())
+                       if self.backend == "nccl" else torch.device("cpu"))
+        """Where small control tensors live: NCCL groups have no CPU backend."""
+        self.default_topology = (
+            Topology.from_environment(self.world_size, self.rank)
+            if self.group is dist.group.WORLD else Topology.flat(self.world_size, self.rank)
+        )
+        """The layout used when a call gives none: the launcher's hosts for the default group."""
         self.cost_model = self._agree_on_model(CostModel.load())
         self._jobs: queue.Queue[tuple[Callable[[], None], CollectiveHandle] | None] = (
             queue.Queue()
@@ -119,9 +128,9 @@ class Communicator:
     def _agree_on_model(self, local: CostModel) -> CostModel:
         if self.world_size == 1:
             return local
-        tensor = _model_to_tensor(local)
+        tensor = _model_to_tensor(local).to(self.device)
         dist.broadcast(tensor, src=dist.get_global_rank(self.group, 0), group=self.group)
-        return _model_from_tensor(tensor)
+        return _model_from_tensor(tensor.cpu())
 
     def submit(self, job: Callable[[], None], async_op: bool) -> CollectiveHandle | None:
         """Run ``job`` after every job submitted before it; return a handle if ``async_op``."""
@@ -172,11 +181,13 @@ class Communicator:
                 future.set_result(None)
 
     def close(self) -> None:
-        """Stop the worker thread after the queued jobs."""
-        if self._worker is not None:
-            self._jobs.put(None)
-            self._worker.join(timeout=5.0)
-            self._worker = None
+        """Stop the worker thread after the queued jobs (give up waiting after 5 s)."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+            if worker is not None:
+                self._jobs.put(None)
+        if worker is not None:
+            worker.join(timeout=5.0)
 
 
 _COMMUNICATORS: dict[int, tuple[dist.ProcessGroup, Communicator]] = {}

@@ -35,7 +35,7 @@ from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Action, Schedule
 from scaledl.transport.base import Handle, Transport
 
-__all__ = ["Op", "build_ops", "run_ops", "DEFAULT_WINDOW"]
+__all__ = ["Op", "Program", "build_ops", "compile_schedule", "run_ops", "DEFAULT_WINDOW"]
 
 DEFAULT_WINDOW = 32
 """Receive-and-reduce chunks in flight at once (each holds one scratch slot)."""
@@ -54,7 +54,6 @@ class Op:
     """Index of the last earlier op that must complete before this one is posted (-1: none)."""
 
 
-@lru_cache(maxsize=512)
 def build_ops(schedule: Schedule, chunk_numel: int) -> tuple[Op, ...]:
     """Cut ``schedule`` into chunk ops in posting order, with their dependencies."""
     ops: list[Op] = []
@@ -74,6 +73,31 @@ def build_ops(schedule: Schedule, chunk_numel: int) -> tuple[Op, ...]:
     return tuple(ops)
 
 
+@dataclass(frozen=True)
+class Program:
+    """A schedule compiled for one chunk size: its ops and what the loop derives from them."""
+
+    ops: tuple[Op, ...]
+    queues: tuple[tuple[int, ...], ...]
+    """Op indices per (direction, peer, tag), each in schedule order."""
+    reduces: tuple[int, ...]
+    """Indices of the receive-and-reduce ops, in schedule order."""
+    slot_numel: int
+    """Largest receive-and-reduce chunk: the size of one scratch slot."""
+
+
+@lru_cache(maxsize=512)
+def compile_schedule(schedule: Schedule, chunk_numel: int) -> Program:
+    """The ops of ``schedule`` cut at ``chunk_numel`` and their queues (cached)."""
+    ops = build_ops(schedule, chunk_numel)
+    queues: dict[tuple[bool, int, int], list[int]] = {}
+    for index, op in enumerate(ops):
+        queues.setdefault((op.action is Action.SEND, op.peer, op.tag), []).append(index)
+    reduces = tuple(i for i, op in enumerate(ops) if op.action is Action.RECV_REDUCE)
+    slot_numel = max((ops[i].hi - ops[i].lo for i in reduces), default=0)
+    return Program(ops, tuple(tuple(q) for q in queues.values()), reduces, slot_numel)
+
+
 def _last_conflict(history: list[tuple[int, int, bool]], lo: int, hi: int, action: Action) -> int:
     if action is Action.RECV_REDUCE:
         return -1
@@ -88,25 +112,22 @@ class _Poster:
     """Posts ready ops, queue by queue, in schedule order within each queue."""
 
     def __init__(
-        self, ops: tuple[Op, ...], buffer: torch.Tensor, transport: Transport,
-        scratch: torch.Tensor, slot_numel: int, window: int,
+        self, program: Program, buffer: torch.Tensor, transport: Transport,
+        scratch: torch.Tensor, window: int,
     ) -> None:
-        self.ops, self.buffer, self.transport = ops, buffer, transport
-        self.scratch, self.slot_numel = scratch, slot_numel
+        self.ops, self.buffer, self.transport = program.ops, buffer, transport
+        self.scratch, self.slot_numel = scratch, program.slot_numel
         self.free_slots = list(range(window - 1, -1, -1))
-        self.handles: list[Handle | None] = [None] * len(ops)
+        self.handles: list[Handle | None] = [None] * len(program.ops)
         self.slot_of: dict[int, int] = {}
-        self.queues: dict[tuple[bool, int, int], deque[int]] = {}
-        for index, op in enumerate(ops):
-            key = (op.action is Action.SEND, op.peer, op.tag)
-            self.queues.setdefault(key, deque()).append(index)
-        self.reduces = deque(i for i, op in enumerate(ops) if op.action is Action.RECV_REDUCE)
+        self.queues = [deque(queue) for queue in program.queues]
+        self.reduces = deque(program.reduces)
 
     def post_ready(self, cursor: int) -> None:
         any_posted = progress = False
         while True:
             progress = False
-            for queue in self.queues.values():
+            for queue in self.queues:
                 while queue and self._ready(queue[0], cursor):
                     self._post(queue.popleft())
                     progress = any_posted = True
@@ -156,11 +177,12 @@ class _Poster:
 
 
 def run_ops(
-    ops: tuple[Op, ...], buffer: torch.Tensor, transport: Transport, op: ReduceOp,
-    scratch: torch.Tensor, chunk_numel: int, window: int,
+    program: Program, buffer: torch.Tensor, transport: Transport, op: ReduceOp,
+    scratch: torch.Tensor, window: int,
 ) -> None:
-    """Execute ``ops`` on ``buffer``; ``scratch`` holds ``window`` slots of ``chunk_numel``."""
-    poster = _Poster(ops, buffer, transport, scratch, chunk_numel, window)
-    for cursor in range(len(ops)):
+    """Execute ``program`` on ``buffer``; ``scratch`` holds ``window`` slots of
+    ``program.slot_numel`` elements."""
+    poster = _Poster(program, buffer, transport, scratch, window)
+    for cursor in range(len(program.ops)):
         poster.post_ready(cursor)
         poster.complete(cursor, op)

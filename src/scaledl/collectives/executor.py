@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from scaledl.collectives.dataflow import DEFAULT_WINDOW, build_ops, run_ops
+from scaledl.collectives.dataflow import DEFAULT_WINDOW, compile_schedule, run_ops
 from scaledl.collectives.ops import ReduceOp
-from scaledl.collectives.schedule import Action, Schedule
+from scaledl.collectives.schedule import Schedule
 from scaledl.transport.base import Transport
 
 __all__ = ["Workspace", "execute", "DEFAULT_CHUNK_BYTES"]
@@ -58,12 +58,10 @@ def execute(
     if chunk_numel < 1:
         raise ValueError(f"chunk_numel {chunk_numel} must be >= 1")
     workspace = workspace if workspace is not None else Workspace()
-    ops = build_ops(schedule, chunk_numel)
-    reduce_sizes = [o.hi - o.lo for o in ops if o.action is Action.RECV_REDUCE]
-    slot_numel = max(reduce_sizes, default=0)
-    window = min(DEFAULT_WINDOW, len(reduce_sizes))
-    scratch = workspace.scratch(window * slot_numel, buffer)
-    run_ops(ops, buffer, transport, op, scratch, slot_numel, max(window, 1))
+    program = compile_schedule(schedule, chunk_numel)
+    window = max(1, min(DEFAULT_WINDOW, len(program.reduces)))
+    scratch = workspace.scratch(window * program.slot_numel, buffer)
+    run_ops(program, buffer, transport, op, scratch, window)
 
 
 def execute_reduce_scatter(

@@ -88,6 +88,24 @@ class Schedule:
     """reduce_scatter / allgather only: block index that holds each rank's shard (None: rank r's
     shard is block r)."""
 
+    def __post_init__(self) -> None:
+        # Schedules key the plan and op caches on every call: hash the nested tuples once.
+        object.__setattr__(self, "_hash", hash((
+            self.collective, self.algorithm, self.rank, self.world_size, self.numel,
+            self.rounds, self.layout,
+        )))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
+
+    def __getstate__(self) -> dict[str, object]:
+        # String hashes differ between processes: never ship the cached one.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     def transfers(self) -> Iterable[Transfer]:
         """Every transfer in order."""
         for round_ in self.rounds:

@@ -49,7 +49,7 @@ class Bucket:
     @property
     def nbytes(self) -> int:
         """Bytes in the flat buffer."""
-        return self.numel * torch.empty(0, dtype=self.dtype).element_size()
+        return self.numel * self.dtype.itemsize
 
 
 def layer_of(name: str) -> str:

@@ -50,24 +50,19 @@ class DataParallel(nn.Module):
         super().__init__()
         if bucket_mb <= 0:
             raise ValueError(f"bucket_mb {bucket_mb} must be > 0 (DDP's default is 25)")
-        if algorithm != "auto":
-            collectives.lookup(algorithm, "allreduce")
         if not dist.is_initialized():
             raise RuntimeError("call scaledl.init() before wrapping a model in DataParallel")
         self.module = module
         self.algorithm = algorithm
-        self.topology = topology
+        self.topology = collectives.resolve_topology(algorithm, "allreduce", topology, group)
         self.group = group
         self.broadcast_buffers = broadcast_buffers
         self.world_size = dist.get_world_size(group)
         check_same_model(module, group)
         broadcast_state(module, group)
-        self.buckets: list[Bucket] = plan_buckets(
-            list(module.named_parameters()), int(bucket_mb * MiB)
-        )
-        self.reducer = GradientReducer(
-            self.buckets, dict(module.named_parameters()), self._launch, timeline
-        )
+        named = list(module.named_parameters())
+        self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
+        self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline)
 
     def _launch(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
         return collectives.allreduce(

@@ -14,6 +14,12 @@ update:
 The parameters equal those of allreduce data parallelism up to floating-point rounding: the
 same averaged gradient, applied once at the root instead of on every rank.  Only the root
 holds optimizer state.
+
+Which forward waits for which layer: a leaf module's own forward pre-hook waits for its
+parameters; parameters held by a container, a ``ParameterList``/``ParameterDict`` or the wrapped
+module itself are waited for before the whole forward starts.  A parent that reads a leaf
+child's parameters directly (``self.proj.weight`` without calling ``self.proj``) defeats the
+per-layer wait; call ``synchronize()`` first in that case.
 """
 
 from __future__ import annotations
@@ -28,14 +34,17 @@ from torch.utils.hooks import RemovableHandle
 
 from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
-from scaledl.sync.bucketing import Bucket, plan_buckets
+from scaledl.sync.bucketing import Bucket, layer_of, plan_buckets
 from scaledl.sync.consistency import broadcast_state, check_same_model
 from scaledl.sync.reducer import GradientReducer, SpanRecorder, SyncStats
 from scaledl.topology import Topology
 
 __all__ = ["ReduceBroadcast", "ROOTED_ALGORITHMS"]
 
-ROOTED_ALGORITHMS = ("auto", "tree", "chain", "hierarchical", "native")
+ROOTED_ALGORITHMS = tuple(
+    name for name in collectives.available("reduce") if name in collectives.available("broadcast")
+)
+"""Algorithms that implement both reduce and broadcast."""
 
 
 class _Layer:
@@ -46,7 +55,6 @@ class _Layer:
         self.params = params
         self.flat = torch.cat([p.detach().reshape(-1) for p in params])
         self.handle: CollectiveHandle | None = None
-        self.launched = 0.0
 
     def pack(self) -> None:
         offset = 0
@@ -60,6 +68,12 @@ class _Layer:
         for p in self.params:
             p.copy_(self.flat[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
+
+
+def _runs_own_forward(module: nn.Module) -> bool:
+    """True for a leaf module that is called as such (not a parameter container)."""
+    containers = (nn.ParameterList, nn.ParameterDict)
+    return not isinstance(module, containers) and next(module.children(), None) is None
 
 
 class ReduceBroadcast(nn.Module):
@@ -77,8 +91,10 @@ class ReduceBroadcast(nn.Module):
             )
         if not dist.is_initialized():
             raise RuntimeError("call scaledl.init() before wrapping a model in ReduceBroadcast")
+        collectives.resolve_topology(algorithm, "broadcast", topology, group)
         self.module = module
-        self.algorithm, self.root, self.topology, self.group = algorithm, root, topology, group
+        self.algorithm, self.root, self.group = algorithm, root, group
+        self.topology = collectives.resolve_topology(algorithm, "reduce", topology, group)
         self.timeline = timeline
         self.rank = dist.get_rank(group)
         world = dist.get_world_size(group)
@@ -92,18 +108,24 @@ class ReduceBroadcast(nn.Module):
             self.buckets, dict(named), self._launch_reduce, timeline, label="reduce"
         )
         self.layers = self._layers(named)
-        self._pre_hooks: list[RemovableHandle] = [
-            module.get_submodule(layer.name).register_forward_pre_hook(self._waiter(layer))
-            if layer.name else module.register_forward_pre_hook(self._waiter(layer))
-            for layer in self.layers
-        ]
+        # A leaf module's own forward waits for its parameters; a layer whose module may never
+        # run a forward of its own (a container, a ParameterList, the root) is waited for
+        # before the whole forward starts.
+        self._early: list[_Layer] = []
+        self._pre_hooks: list[RemovableHandle] = []
+        for layer in self.layers:
+            owner = module.get_submodule(layer.name)
+            if layer.name and _runs_own_forward(owner):
+                self._pre_hooks.append(owner.register_forward_pre_hook(self._waiter(layer)))
+            else:
+                self._early.append(layer)
 
     @staticmethod
     def _layers(named: list[tuple[str, nn.Parameter]]) -> list[_Layer]:
         by_layer: dict[str, list[nn.Parameter]] = {}
         for name, param in named:
             if param.requires_grad:
-                by_layer.setdefault(name.rpartition(".")[0], []).append(param)
+                by_layer.setdefault(layer_of(name), []).append(param)
         return [_Layer(name, params) for name, params in by_layer.items()]
 
     def _launch_reduce(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
@@ -141,7 +163,6 @@ class ReduceBroadcast(nn.Module):
         for layer in self.layers:
             if self.rank == self.root:
                 layer.pack()
-            layer.launched = time.perf_counter()
             layer.handle = collectives.broadcast(
                 layer.flat, src=self.root, algorithm=self.algorithm, topology=self.topology,
                 group=self.group, async_op=True,
@@ -154,6 +175,8 @@ class ReduceBroadcast(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the wrapped module; each layer waits for its own parameters first."""
+        for layer in self._early:
+            self._receive(layer)
         return self.module(*args, **kwargs)
 
     @property

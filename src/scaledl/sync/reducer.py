@@ -150,9 +150,18 @@ class GradientReducer:
             self._ready.add(name)
 
     def finish(self) -> None:
-        """Launch what is left, wait for everything, expose the reduced gradients."""
+        """Launch what is left, wait for everything, expose the reduced gradients.
+
+        Whatever happens (a peer timing out, say), the reducer is ready for the next backward.
+        """
         if not self.enabled:
             return
+        try:
+            self._finish()
+        finally:
+            self._begin_step()
+
+    def _finish(self) -> None:
         self._fill_missing()
         while len(self._handles) < len(self.buckets):
             self._launch_next()
@@ -170,7 +179,6 @@ class GradientReducer:
             view = self._slots[name][1]
             if param.grad is None or param.grad.data_ptr() != view.data_ptr():
                 param.grad = view
-        self._begin_step()
 
     def _account(self, bucket: Bucket, handle: CollectiveHandle | None) -> None:
         self.stats.bytes += bucket.nbytes
@@ -182,11 +190,6 @@ class GradientReducer:
                 f"{self.label} bucket {bucket.index}", "comm", handle.started_at,
                 handle.finished_at, "comm", bytes=bucket.nbytes,
             )
-
-    @property
-    def pending(self) -> bool:
-        """True between the first gradient of a backward pass and :meth:`finish`."""
-        return self._queued
 
     def remove(self) -> None:
         """Remove the hooks (the model goes back to plain local gradients)."""

@@ -1,7 +1,8 @@
 """Transport over ``torch.distributed`` point-to-point operations (Gloo, NCCL, MPI).
 
-Gloo posts each operation with ``isend``/``irecv`` and honours tags; NCCL needs the operations of
-one round grouped, so :meth:`TorchTransport.commit` uses ``batch_isend_irecv`` there.  Every wait
+Gloo posts each operation with ``isend``/``irecv`` and honours tags; on NCCL, point-to-point
+operations issued together must be grouped, so :meth:`TorchTransport.commit` posts each batch
+of queued operations with ``batch_isend_irecv`` (NCCL ignores tags, matching by order).  Every wait
 carries a timeout (the group's, unless a shorter one is given), so a dead peer raises an error
 naming it instead of hanging.
 """
@@ -101,8 +102,9 @@ class TorchTransport(Transport):
                 for h in queued
             ]
             works = dist.batch_isend_irecv(ops)
-            for handle, work in zip(queued, works):
-                handle.work = work
+            # A coalescing backend returns one work for the whole batch.
+            for index, handle in enumerate(queued):
+                handle.work = works[index] if len(works) == len(queued) else works[0]
             return
         for handle in queued:
             post = dist.isend if handle.kind == "send" else dist.irecv
