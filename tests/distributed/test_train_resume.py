@@ -50,3 +50,13 @@ def test_resume_with_a_different_world_size_continues(tmp_path: Path) -> None:
     assert first["world_size"] == 2 and second["world_size"] == 1
     assert second["epoch"] == 2 and second["step"] > first["step"]
     assert accuracy > 0.8
+
+
+def test_resume_auto_skips_a_corrupt_newest_checkpoint(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run_ranks(2, _train, str(out), 2, None, "allreduce", timeout=120)
+    newest = latest_checkpoint(out)
+    newest.write_bytes(b"torn write")
+    run_ranks(2, _train, str(out), 3, "auto", "allreduce", timeout=120)
+    state = load_checkpoint(latest_checkpoint(out))
+    assert state["epoch"] == 3

@@ -26,7 +26,7 @@ from torch import nn
 from scaledl import collectives
 from scaledl.topology import Topology
 from scaledl.train.checkpoint import (
-    LATEST_NAME, capture_rng, latest_checkpoint, list_checkpoints, load_checkpoint, restore_rng,
+    LATEST_NAME, capture_rng, list_checkpoints, load_checkpoint, load_latest, restore_rng,
     write_checkpoint,
 )
 from scaledl.train.config import TrainConfig
@@ -50,8 +50,7 @@ class Trainer:
         self.out = Path(config.run.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.timeline = Timeline(self.rank)
-        checkpoint = self._find_checkpoint()
-        state = load_checkpoint(checkpoint) if checkpoint is not None else None
+        checkpoint, state = self._find_checkpoint()
         if state is not None:
             self._check_resumable(state, checkpoint)
         elif self.rank == 0:
@@ -76,13 +75,16 @@ class Trainer:
         self.stats = RunStats()
 
     # -- resume ---------------------------------------------------------------------------------
-    def _find_checkpoint(self) -> Path | None:
+    def _find_checkpoint(self) -> tuple[Path | None, dict[str, Any] | None]:
+        """The checkpoint to resume from and its state; ``auto`` takes the newest one that
+        loads, skipping (with a warning) a newer one that is corrupt."""
         resume = self.config.run.resume
         if not resume:
-            return None
+            return None, None
         if resume == "auto":
-            return latest_checkpoint(self.out)
-        return Path(resume)
+            found = load_latest(self.out)
+            return found if found is not None else (None, None)
+        return Path(resume), load_checkpoint(resume)
 
     def _clear_old_checkpoints(self) -> None:
         """A fresh run owns its directory: an older run's checkpoints would outrank its own, and
