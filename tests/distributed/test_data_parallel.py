@@ -61,6 +61,16 @@ def _local(rank: int, world_size: int, step: int) -> tuple[torch.Tensor, torch.T
     return x[part], y[part]
 
 
+def _run_steps(trainer: scaledl.Strategy, rank: int, world_size: int) -> None:
+    """STEPS steps on this rank's slice of the global batches, then wait for communication."""
+    for step in range(STEPS):
+        x, y = _local(rank, world_size, step)
+        trainer.zero_grad()
+        nn.functional.cross_entropy(trainer.model(x), y).backward()
+        trainer.step()
+    trainer.synchronize()
+
+
 def _topology(name: str, world_size: int) -> Topology | None:
     if name in ("torus", "hierarchical"):
         return Topology(axes=(1, world_size), explicit=True)
@@ -76,12 +86,7 @@ def _train(rank: int, world_size: int, strategy: str, algorithm: str) -> list[st
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     trainer = scaledl.build_strategy(strategy, model, opt, algorithm=algorithm,
                                      topology=_topology(algorithm, world_size))
-    for step in range(STEPS):
-        x, y = _local(rank, world_size, step)
-        trainer.zero_grad()
-        nn.functional.cross_entropy(trainer.model(x), y).backward()
-        trainer.step()
-    trainer.synchronize()
+    _run_steps(trainer, rank, world_size)
     failures = []
     for got, want in zip(model.parameters(), _reference(world_size)):
         if not torch.allclose(got, want, atol=1e-5, rtol=1e-4):
@@ -204,12 +209,7 @@ def _root_params(rank: int, world_size: int, strategy: str) -> list[list[float]]
     model = RootParams()
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     trainer = scaledl.build_strategy(strategy, model, opt, algorithm="auto")
-    for step in range(STEPS):
-        x, y = _local(rank, world_size, step)
-        trainer.zero_grad()
-        nn.functional.cross_entropy(trainer.model(x), y).backward()
-        trainer.step()
-    trainer.synchronize()
+    _run_steps(trainer, rank, world_size)
     return [p.detach().reshape(-1).tolist() for p in model.parameters()]
 
 
