@@ -4,6 +4,13 @@ Wrap a model and its optimizer; train with ``strategy.model`` and, after ``loss.
 call ``strategy.step()``.  ``state_dict()`` / ``load_state_dict()`` hold everything needed to
 resume (model, optimizer, and the strategy's own state); ``stats`` reports communication.
 Synchronous strategies are bitwise deterministic for a fixed world size and seed.
+
+Roles.  Every rank builds the same strategy.  Most strategies make every rank a worker.  A
+parameter-server strategy may set aside dedicated server ranks (the *last* ``servers`` ranks, so
+rank 0 is always a worker): on those, ``is_worker`` is False and the training loop calls
+``serve()``, which returns once every worker has called ``finish()``.  Workers shard the data by
+``worker_rank`` / ``num_workers`` and evaluate ``evaluation_module()`` (for elastic averaging,
+the center variable) together over ``worker_group``.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
@@ -41,6 +49,41 @@ class Strategy(ABC):
     @abstractmethod
     def stats(self) -> SyncStats:
         """Communication accounting since the last ``stats.reset()``."""
+
+    # -- roles (see the module docstring) --------------------------------------------------------
+    @property
+    def is_worker(self) -> bool:
+        """Whether this rank trains (False on a dedicated parameter-server rank)."""
+        return True
+
+    @property
+    def worker_rank(self) -> int:
+        """This worker's index among the workers, ``0 .. num_workers - 1``."""
+        return dist.get_rank() if dist.is_initialized() else 0
+
+    @property
+    def num_workers(self) -> int:
+        """How many ranks train (the world size minus dedicated server ranks)."""
+        return dist.get_world_size() if dist.is_initialized() else 1
+
+    @property
+    def worker_group(self) -> dist.ProcessGroup | None:
+        """The process group of the workers (``None``: the default group, every rank)."""
+        return None
+
+    def serve(self) -> None:
+        """On a server rank: serve the workers until all of them have called :meth:`finish`."""
+        raise RuntimeError(f"strategy {self.name!r} has no server ranks; every rank is a worker")
+
+    def finish(self) -> None:
+        """Called once by each worker after its last step: finish pending communication and
+        (asynchronous strategies) tell the server this worker is done."""
+        self.synchronize()
+
+    def evaluation_module(self) -> nn.Module:
+        """The parameters to evaluate: the trained module, or for elastic averaging the center
+        variable.  It may communicate (a pull from a server), so call it on every worker."""
+        return self.module
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of the wrapped module."""

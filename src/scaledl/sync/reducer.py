@@ -23,6 +23,7 @@ backward computation follows.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,7 +62,14 @@ class SyncStats:
     wait_s: float = 0.0
     """Seconds the training thread was blocked waiting for collectives."""
     bytes: int = 0
-    """Bytes of gradient reduced."""
+    """Bytes of gradient reduced (or, for parameter-server strategies, bytes sent and received)."""
+    pushes: int = 0
+    """Updates this worker sent to a parameter server (asynchronous strategies)."""
+    staleness_sum: int = 0
+    """Sum over those updates of their staleness: how many other updates the server applied
+    between this worker's read of the parameters and the arrival of its update."""
+    staleness_max: int = 0
+    """Largest staleness of one of those updates."""
 
     @property
     def hidden_fraction(self) -> float:
@@ -70,10 +78,22 @@ class SyncStats:
             return 1.0
         return min(1.0, max(0.0, 1.0 - self.wait_s / self.comm_s))
 
+    @property
+    def mean_staleness(self) -> float | None:
+        """Mean staleness of this worker's updates (``None`` when it sent none)."""
+        return self.staleness_sum / self.pushes if self.pushes else None
+
+    def record_push(self, staleness: int) -> None:
+        """Account one update sent to a server, which reported ``staleness``."""
+        self.pushes += 1
+        self.staleness_sum += staleness
+        self.staleness_max = max(self.staleness_max, staleness)
+
     def reset(self) -> SyncStats:
         """Return the totals so far and start again from zero."""
-        totals = SyncStats(self.syncs, self.comm_s, self.wait_s, self.bytes)
-        self.syncs, self.comm_s, self.wait_s, self.bytes = 0, 0.0, 0.0, 0
+        totals = dataclasses.replace(self)
+        for item in dataclasses.fields(self):
+            setattr(self, item.name, item.default)
         return totals
 
 
