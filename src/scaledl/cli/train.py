@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 
 FLAGS: tuple[tuple[str, type, str], ...] = (
     ("workers", int, "worker processes (default: one per core)"),
-    ("strategy", str, "allreduce or reduce-broadcast"),
+    ("strategy", str, "allreduce, reduce-broadcast, sync-easgd, easgd (round-robin), "
+                      "local-sgd, async-sgd, async-msgd, hogwild-sgd, async-easgd, "
+                      "async-measgd, hogwild-easgd"),
     ("algorithm", str, "collective algorithm (auto, ring, torus, ...; tree/chain for "
                        "reduce-broadcast)"),
     ("topology", str, "network layout innermost first, e.g. 2x2"),
@@ -43,9 +45,16 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("weight_decay", float, "L2 penalty"),
     ("seed", int, "seed of initialisation and data order"),
     ("bucket_mb", float, "gradient bucket size in MiB (allreduce strategy)"),
+    ("alpha", float, "elastic moving rate in (0, 1) (EASGD family; default 0.9 / workers)"),
+    ("rho", float, "elastic strength; alpha = lr * rho (instead of --alpha)"),
+    ("tau", int, "local steps between exchanges (EASGD family, local-sgd)"),
+    ("servers", int, "dedicated parameter-server ranks, taken from --workers (async "
+                     "strategies; default 0: a server thread beside rank 0)"),
+    ("easgd_form", str, "sync-easgd exchange: tree (reduce + broadcast) or allreduce"),
     ("out", str, "run directory"),
     ("resume", str, "checkpoint to resume from, or 'auto' for the latest in --out"),
     ("checkpoint_every", int, "steps between checkpoints (default: every epoch)"),
+    ("eval_every", int, "steps between test evaluations (default: every epoch)"),
     ("timeout_s", float, "seconds a blocking call may take before a dead peer is reported"),
     ("synthetic_size", int, "samples of the synthetic data set"),
 )
@@ -132,9 +141,10 @@ def _report(result: dict[str, Any], config: TrainConfig) -> None:
     (out / "summary.json").write_text(json.dumps(
         {"config": config.to_dict(), "result": result}, indent=2, default=str
     ))
+    servers = result["world_size"] - result["workers"]
+    ranks = f"{result['workers']} workers" + (f" + {servers} servers" if servers else "")
     table = Table(title=f"scaledl train: {config.model.name} on {config.data.dataset}, "
-                  f"{result['world_size']} workers, {config.parallel.strategy} "
-                  f"({config.parallel.algorithm})")
+                  f"{ranks}, {config.parallel.strategy} ({config.parallel.algorithm})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     hidden = result.get("hidden_fraction")
@@ -146,8 +156,22 @@ def _report(result: dict[str, Any], config: TrainConfig) -> None:
         ("time in communication", f"{100 * result['comm_share']:.1f} %"),
         ("communication hidden behind compute",
          "n/a" if hidden is None else f"{100 * hidden:.1f} %"),
-        ("run directory", str(out)),
     ]
+    rows += _staleness_rows(result)
+    rows.append(("run directory", str(out)))
     for name, value in rows:
         table.add_row(name, value)
     Console().print(table)
+
+
+def _staleness_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """Summary rows on staleness, for runs with a parameter server."""
+    per_worker = result.get("staleness_per_worker")
+    if not per_worker:
+        return []
+    shown = ", ".join("-" if value is None else f"{value:.1f}" for value in per_worker)
+    return [
+        ("updates sent to the server (rank 0)", f"{result['pushes']:,}"),
+        ("staleness, max (rank 0)", str(result["max_staleness"])),
+        ("mean staleness per rank", shown),
+    ]

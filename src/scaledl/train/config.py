@@ -38,11 +38,32 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "DataConfig", "ModelConfig", "OptimConfig", "ParallelConfig", "RunConfig", "TrainConfig",
-    "STRATEGIES", "FIELD_SECTION", "SECTIONS", "load_toml", "build_config",
+    "STRATEGIES", "ELASTIC_STRATEGIES", "PERIODIC_STRATEGIES", "SERVER_STRATEGIES",
+    "EASGD_FORMS", "FIELD_SECTION", "SECTIONS", "load_toml", "build_config",
 ]
 
-STRATEGIES: tuple[str, ...] = ("allreduce", "reduce-broadcast")
-"""Known training strategies; later strategies add their names here."""
+STRATEGIES: tuple[str, ...] = (
+    "allreduce", "reduce-broadcast", "sync-easgd", "easgd", "local-sgd",
+    "async-sgd", "async-msgd", "hogwild-sgd", "async-easgd", "async-measgd", "hogwild-easgd",
+)
+"""Known training strategies (``scaledl.strategies.STRATEGIES`` implements each)."""
+
+ELASTIC_STRATEGIES: tuple[str, ...] = (
+    "sync-easgd", "easgd", "async-easgd", "async-measgd", "hogwild-easgd",
+)
+"""Strategies with an elastic pull toward a center variable (they take ``alpha`` or ``rho``)."""
+
+PERIODIC_STRATEGIES: tuple[str, ...] = ELASTIC_STRATEGIES + ("local-sgd",)
+"""Strategies that communicate every ``tau`` local steps."""
+
+SERVER_STRATEGIES: tuple[str, ...] = (
+    "async-sgd", "async-msgd", "hogwild-sgd", "async-easgd", "async-measgd", "hogwild-easgd",
+)
+"""Strategies served by a parameter server (dedicated ranks, or a thread beside rank 0)."""
+
+EASGD_FORMS: tuple[str, ...] = ("tree", "allreduce")
+"""How Sync EASGD exchanges with the center: tree reduce + broadcast, or an allreduce of the
+elastic differences with a replicated center."""
 
 
 @dataclass(frozen=True)
@@ -130,9 +151,46 @@ class ParallelConfig:
     """Gradient bucket size in MiB: a full bucket starts its collective during backward."""
     timeout_s: float = 60.0
     """Seconds any blocking distributed call may take before the run fails naming the rank."""
+    alpha: float | None = None
+    """Elastic moving rate ``eta * rho`` in (0, 1); ``None``: ``0.9 / workers`` (Zhang et al.'s
+    ``beta = p * alpha = 0.9``), or ``lr * rho`` when ``rho`` is given."""
+    rho: float | None = None
+    """Elastic strength; ``alpha = lr * rho``.  Give ``alpha`` or ``rho``, not both."""
+    tau: int = 1
+    """Local steps between exchanges of the periodic strategies (EASGD family, local SGD)."""
+    servers: int = 0
+    """Dedicated parameter-server ranks (the last ones); 0 runs the server as a thread beside
+    rank 0's worker."""
+    easgd_form: str = "tree"
+    """Sync EASGD's exchange: ``"tree"`` (reduce + broadcast) or ``"allreduce"``."""
 
     def __post_init__(self) -> None:
         _check_types(self)
+        self._check_basics()
+        self._check_elastic()
+
+    def _check_elastic(self) -> None:
+        if self.alpha is not None and not 0 < self.alpha < 1:
+            raise ValueError(f"alpha {self.alpha} must be in (0, 1), e.g. 0.9 / workers")
+        if self.rho is not None and not self.rho > 0:
+            raise ValueError(f"rho {self.rho} must be positive (alpha = lr * rho)")
+        if self.alpha is not None and self.rho is not None:
+            raise ValueError(f"alpha {self.alpha} and rho {self.rho} were both given; give one "
+                             "(alpha = lr * rho)")
+        if self.tau < 1:
+            raise ValueError(f"tau {self.tau} must be at least 1 (local steps between exchanges)")
+        if self.servers < 0:
+            raise ValueError(f"servers {self.servers} must be >= 0 (0: a server thread beside "
+                             "rank 0)")
+        if self.servers and self.strategy not in SERVER_STRATEGIES:
+            raise ValueError(f"servers {self.servers} only applies to the parameter-server "
+                             f"strategies ({', '.join(SERVER_STRATEGIES)}), not "
+                             f"{self.strategy!r}; drop --servers")
+        if self.easgd_form not in EASGD_FORMS:
+            raise ValueError(f"easgd_form {self.easgd_form!r} is unknown; use one of "
+                             f"{', '.join(EASGD_FORMS)}")
+
+    def _check_basics(self) -> None:
         if self.workers is not None and self.workers < 1:
             raise ValueError(
                 f"workers {self.workers} must be at least 1, or unset for one per core"
@@ -165,6 +223,8 @@ class RunConfig:
     """Checkpoint to resume from: a path, or ``"auto"`` for the latest one in ``out``."""
     checkpoint_every: int | None = None
     """Steps between checkpoints; ``None`` checkpoints once per epoch."""
+    eval_every: int | None = None
+    """Steps between evaluations of the test accuracy; ``None`` evaluates once per epoch."""
     log_every: int = 10
     """Steps between metric log lines on the console (every step still goes to the JSONL)."""
     progress: bool = True
@@ -183,6 +243,9 @@ class RunConfig:
                 f"checkpoint_every {self.checkpoint_every} must be at least 1 step, "
                 "or unset for once per epoch"
             )
+        if self.eval_every is not None and self.eval_every < 1:
+            raise ValueError(f"eval_every {self.eval_every} must be at least 1 step, or unset "
+                             "for once per epoch")
         if self.log_every < 1:
             raise ValueError(f"log_every {self.log_every} must be at least 1 step")
 

@@ -255,6 +255,12 @@ class RunSummary:
     """``wait_s / step_s``."""
     hidden_fraction: float | None
     """``1 - wait_s / comm_s`` clipped to [0, 1]; ``None`` without communication."""
+    pushes: int = 0
+    """Updates sent to a parameter server (asynchronous strategies; 0 otherwise)."""
+    mean_staleness: float | None = None
+    """Mean staleness of those updates (server updates applied in between); ``None`` if none."""
+    max_staleness: int | None = None
+    """Largest staleness of one of those updates; ``None`` if none."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -271,6 +277,15 @@ class RunStats:
         self.step_s = 0.0
         self.comm_s = 0.0
         self.wait_s = 0.0
+        self.pushes = 0
+        self.staleness_sum = 0
+        self.staleness_max = 0
+
+    def add_staleness(self, pushes: int, staleness_sum: int, staleness_max: int) -> None:
+        """Count ``pushes`` updates sent to a parameter server with their staleness."""
+        self.pushes += pushes
+        self.staleness_sum += staleness_sum
+        self.staleness_max = max(self.staleness_max, staleness_max)
 
     def add(self, times: StepTimes, samples: int) -> None:
         """Count one step of ``samples`` samples (pass the global batch for global throughput)."""
@@ -292,5 +307,7 @@ class RunStats:
             samples_per_s=self.samples / step_s if step_s > 0 else 0.0,
             comm_share=self.comm_s / step_s if step_s > 0 else 0.0,
             exposed_share=self.wait_s / step_s if step_s > 0 else 0.0,
-            hidden_fraction=hidden,
+            hidden_fraction=hidden, pushes=self.pushes,
+            mean_staleness=self.staleness_sum / self.pushes if self.pushes else None,
+            max_staleness=self.staleness_max if self.pushes else None,
         )

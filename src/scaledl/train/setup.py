@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from scaledl import collectives
+from scaledl.collectives.registry import AUTO
 from scaledl.data import (
     ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, load_dataset,
 )
@@ -23,16 +24,43 @@ from scaledl.strategies import STRATEGIES, Strategy, build_strategy
 from scaledl.sync.propagation import ROOTED_ALGORITHMS
 from scaledl.sync.reducer import SpanRecorder
 from scaledl.topology import Topology, parse_axes
-from scaledl.train.config import TrainConfig
+from scaledl.train.config import (
+    ELASTIC_STRATEGIES, PERIODIC_STRATEGIES, SERVER_STRATEGIES, TrainConfig,
+)
 
-__all__ = ["validate_config", "RunParts", "build_run", "algorithms_for"]
+__all__ = ["validate_config", "RunParts", "build_run", "algorithms_for", "elastic_alpha"]
+
+NO_COLLECTIVES: tuple[str, ...] = SERVER_STRATEGIES + ("easgd",)
+"""Strategies that talk point to point (to a server, or round-robin to a master): no
+collective algorithm to choose."""
 
 
-def algorithms_for(strategy: str) -> tuple[str, ...]:
-    """Algorithm names a strategy accepts."""
-    if strategy == "reduce-broadcast":
+def algorithms_for(strategy: str, easgd_form: str = "tree") -> tuple[str, ...]:
+    """Algorithm names a strategy accepts (for Sync EASGD, in its ``easgd_form``)."""
+    if strategy in NO_COLLECTIVES:
+        return (AUTO,)
+    if strategy == "reduce-broadcast" or (strategy == "sync-easgd" and easgd_form == "tree"):
         return ROOTED_ALGORITHMS
     return tuple(collectives.available("allreduce"))
+
+
+def elastic_alpha(config: TrainConfig, workers: int) -> float:
+    """The elastic moving rate: ``alpha``, else ``lr * rho``, else ``0.9 / workers``."""
+    parallel = config.parallel
+    if parallel.alpha is not None:
+        return parallel.alpha
+    if parallel.rho is not None:
+        alpha = config.optim.lr * parallel.rho
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha = lr * rho = {config.optim.lr} * {parallel.rho} = "
+                             f"{alpha:g} must be in (0, 1); lower --rho or give --alpha")
+        return alpha
+    return 0.9 / max(1, workers)
+
+
+def training_workers(config: TrainConfig, world_size: int) -> int:
+    """Ranks that train: the world size less the dedicated parameter-server ranks."""
+    return world_size - config.parallel.servers
 
 
 def validate_config(config: TrainConfig, workers: int) -> None:
@@ -47,7 +75,9 @@ def validate_config(config: TrainConfig, workers: int) -> None:
     strategy = config.parallel.strategy
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use one of: {', '.join(STRATEGIES)}")
-    allowed = algorithms_for(strategy)
+    _check_servers(config, workers)
+    elastic_alpha(config, training_workers(config, workers))
+    allowed = algorithms_for(strategy, config.parallel.easgd_form)
     if config.parallel.algorithm not in allowed:
         raise ValueError(f"algorithm {config.parallel.algorithm!r} does not work with strategy "
                          f"{strategy!r}; use one of: {', '.join(allowed)}")
@@ -59,6 +89,13 @@ def validate_config(config: TrainConfig, workers: int) -> None:
                 f"{workers} workers were asked for; give --workers {math.prod(axes)} or a "
                 f"topology whose axes multiply to {workers}"
             )
+
+
+def _check_servers(config: TrainConfig, workers: int) -> None:
+    servers = config.parallel.servers
+    if servers >= workers:
+        raise ValueError(f"servers {servers} leaves no worker among {workers} ranks; give "
+                         f"--workers {servers + 1} or more, or fewer --servers")
 
 
 @dataclass
@@ -75,11 +112,22 @@ class RunParts:
 
 
 def _strategy_options(config: TrainConfig, topology: Topology | None,
-                      timeline: SpanRecorder | None) -> dict[str, Any]:
-    options: dict[str, Any] = {"algorithm": config.parallel.algorithm, "topology": topology,
+                      timeline: SpanRecorder | None, world_size: int) -> dict[str, Any]:
+    parallel = config.parallel
+    options: dict[str, Any] = {"algorithm": parallel.algorithm, "topology": topology,
                                "timeline": timeline}
-    if config.parallel.strategy == "allreduce":
-        options["bucket_mb"] = config.parallel.bucket_mb
+    strategy = parallel.strategy
+    if strategy == "allreduce":
+        options["bucket_mb"] = parallel.bucket_mb
+    if strategy in ELASTIC_STRATEGIES:
+        options["alpha"] = elastic_alpha(config, training_workers(config, world_size))
+    if strategy in PERIODIC_STRATEGIES:
+        options["tau"] = parallel.tau
+    if strategy == "sync-easgd":
+        options["form"] = parallel.easgd_form
+    if strategy in SERVER_STRATEGIES:
+        options.update(servers=parallel.servers, momentum=config.optim.momentum,
+                       timeout_s=parallel.timeout_s)
     return options
 
 
@@ -93,10 +141,6 @@ def build_run(
                              data.synthetic_size)
     test_set = load_dataset(data.dataset, data.data_dir, "test", config.run.seed,
                             data.synthetic_size)
-    sampler = ShardedSampler(len(train_set), rank, world_size, config.run.seed,
-                             shuffle=True, drop_last=data.drop_last)
-    loader = ShardedLoader(train_set, data.batch_size, sampler, data.prefetch,
-                           drop_last=data.drop_last)
     torch.manual_seed(config.run.seed)
     model = build_model(config.model.name, train_set.input_shape, train_set.num_classes)
     if model_state is not None:
@@ -105,5 +149,10 @@ def build_run(
     optimizer = torch.optim.SGD(model.parameters(), lr=optim.lr, momentum=optim.momentum,
                                 weight_decay=optim.weight_decay)
     strategy = build_strategy(config.parallel.strategy, model, optimizer,
-                              **_strategy_options(config, topology, timeline))
+                              **_strategy_options(config, topology, timeline, world_size))
+    shard = strategy.worker_rank if strategy.is_worker else 0  # a server rank reads no data
+    sampler = ShardedSampler(len(train_set), shard, strategy.num_workers,
+                             config.run.seed, shuffle=True, drop_last=data.drop_last)
+    loader = ShardedLoader(train_set, data.batch_size, sampler, data.prefetch,
+                           drop_last=data.drop_last)
     return RunParts(train_set, test_set, sampler, loader, model, optimizer, strategy)

@@ -73,6 +73,7 @@ class Trainer:
                 config=config.to_dict(),
             )
         self.stats = RunStats()
+        self._staleness: float | None = None
 
     # -- resume ---------------------------------------------------------------------------------
     def _find_checkpoint(self) -> tuple[Path | None, dict[str, Any] | None]:
@@ -133,7 +134,12 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Train for the configured epochs; return the summary (``RunSummary`` fields, test
-        accuracy, paths) on every rank."""
+        accuracy, paths) on every rank.  A dedicated parameter-server rank serves instead."""
+        strategy = self.parts.strategy
+        if not strategy.is_worker:
+            log.info("rank %d serves parameters", self.rank)
+            strategy.serve()
+            return self._finish(self.stats.summary(), None)
         epochs = self.config.optim.epochs
         display = ProgressDisplay(self.rank == 0 and self.config.run.progress,
                                   total=epochs * len(self.parts.loader), done=self.step)
@@ -143,27 +149,29 @@ class Trainer:
                 self.parts.sampler.set_epoch(self.epoch)
                 self._train_epoch(display)
                 accuracy = self.evaluate()
-                if self.metrics is not None:
-                    self.metrics.log_eval(self.step, self.epoch, test_accuracy=accuracy)
+                self._log_eval(accuracy)
                 self.epoch += 1
                 if self.config.run.checkpoint_every is None:
                     self._save()
         if accuracy is None:
             accuracy = self.evaluate()
+        strategy.finish()
         return self._finish(self.stats.summary(), accuracy)
 
     def _train_epoch(self, display: ProgressDisplay) -> None:
-        every = self.config.run.checkpoint_every
+        every, evals = self.config.run.checkpoint_every, self.config.run.eval_every
         for x, y in self.parts.loader:
             self.timeline.begin_step(self.step)
             loss, correct, times = self._train_step(x, y)
             self.step += 1
-            global_batch = x.shape[0] * self.world_size
+            global_batch = x.shape[0] * self.parts.strategy.num_workers
             self.stats.add(times, global_batch)
             self._log_step(loss, correct / max(1, x.shape[0]), global_batch, times)
             display.advance(loss, correct / max(1, x.shape[0]), global_batch / times.step_s)
             if every is not None and self.step % every == 0:
                 self._save()
+            if evals is not None and self.step % evals == 0:
+                self._log_eval(self.evaluate())
 
     def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int, StepTimes]:
         strategy, timeline = self.parts.strategy, self.timeline
@@ -179,8 +187,14 @@ class Trainer:
             strategy.step()
         elapsed = time.perf_counter() - start
         sync = strategy.stats.reset()
+        self.stats.add_staleness(sync.pushes, sync.staleness_sum, sync.staleness_max)
+        self._staleness = sync.mean_staleness
         correct = int((output.argmax(dim=1) == y).sum())
         return float(loss.detach()), correct, StepTimes(elapsed, sync.comm_s, sync.wait_s)
+
+    def _log_eval(self, accuracy: float) -> None:
+        if self.metrics is not None:
+            self.metrics.log_eval(self.step, self.epoch, test_accuracy=accuracy)
 
     def _log_step(self, loss: float, accuracy: float, samples: int, times: StepTimes) -> None:
         if self.metrics is None:
@@ -188,32 +202,37 @@ class Trainer:
         self.metrics.log_step(
             self.step, self.epoch, loss=loss, accuracy=accuracy,
             samples_per_s=samples / times.step_s, step_s=times.step_s, comm_s=times.comm_s,
-            wait_s=times.wait_s,
+            wait_s=times.wait_s, staleness=self._staleness,
         )
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Test accuracy over the whole test set, each rank scoring every ``world_size``-th
-        sample, the counts summed with an allreduce."""
-        self.parts.strategy.synchronize()
-        model = self.parts.model
+        """Test accuracy of the strategy's evaluation module (the center variable for elastic
+        averaging) over the whole test set, each worker scoring every ``num_workers``-th sample,
+        the counts summed with an allreduce over the workers."""
+        strategy = self.parts.strategy
+        strategy.synchronize()
+        model = strategy.evaluation_module()
         model.eval()
         test = self.parts.test_set
-        indices = torch.arange(self.rank, len(test), self.world_size)
+        indices = torch.arange(strategy.worker_rank, len(test), strategy.num_workers)
         counts = torch.zeros(2, dtype=torch.int64)
         for chunk in indices.split(512):
             x, y = test.gather(chunk)
             counts[0] += int((model(x).argmax(dim=1) == y).sum())
             counts[1] += chunk.numel()
-        collectives.allreduce(counts, algorithm="native")
+        collectives.allreduce(counts, algorithm="native", group=strategy.worker_group)
         return float(counts[0]) / max(1, int(counts[1]))
 
     # -- the end --------------------------------------------------------------------------------
-    def _finish(self, summary: RunSummary, accuracy: float) -> dict[str, Any]:
+    def _finish(self, summary: RunSummary, accuracy: float | None) -> dict[str, Any]:
         self.timeline.save(self.out / f"timeline-rank{self.rank}.json")
+        staleness = self._gather_staleness()
         dist.barrier()
         result: dict[str, Any] = {**summary.to_dict(), "test_accuracy": accuracy,
-                                  "out": str(self.out), "world_size": self.world_size}
+                                  "out": str(self.out), "world_size": self.world_size,
+                                  "workers": self.parts.strategy.num_workers,
+                                  "staleness_per_worker": staleness}
         if self.rank != 0:
             return result
         assert self.metrics is not None
@@ -225,3 +244,14 @@ class Trainer:
             part.unlink(missing_ok=True)
         result["plots"] = [str(p) for p in plot_metrics(self.out / "metrics.jsonl", self.out)]
         return result
+
+    def _gather_staleness(self) -> list[float | None] | None:
+        """Every rank's mean staleness (``None`` for a rank that pushed nothing, e.g. a server),
+        gathered on every rank; ``None`` when no rank pushed to a parameter server."""
+        mine = torch.tensor([self.stats.pushes, self.stats.staleness_sum], dtype=torch.int64)
+        everyone = torch.zeros(self.world_size * 2, dtype=torch.int64)
+        collectives.allgather(everyone, mine, algorithm="native")
+        pairs = everyone.view(-1, 2).tolist()
+        if not any(pushes for pushes, _ in pairs):
+            return None
+        return [total / pushes if pushes else None for pushes, total in pairs]
