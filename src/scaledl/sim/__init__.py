@@ -1,0 +1,23 @@
+"""Simulation: replay scaledl's collective plans on a network model and predict training time.
+
+- :mod:`~scaledl.sim.network`: link classes (intra-host, inter-host, rack uplink), shared links;
+- :mod:`~scaledl.sim.presets`: devices and links with their sources (docs/simulation.md);
+- :mod:`~scaledl.sim.compiled`, :mod:`~scaledl.sim.fastreplay`: every rank's schedule compiled to
+  arrays and replayed in virtual time, vectorised (equal to
+  :func:`scaledl.collectives.replay.replay` on the same plans);
+- :mod:`~scaledl.sim.collective`: one collective's predicted time, plans cached;
+- :mod:`~scaledl.sim.profile`, :mod:`~scaledl.sim.iteration`: a training iteration from a model
+  profile with bucketed overlap, reduce-broadcast and EASGD periods;
+- :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` and validate;
+- :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs.
+"""
+
+from __future__ import annotations
+
+from scaledl.sim.collective import CollectiveSimulator
+from scaledl.sim.iteration import IterationResult, simulate_iteration
+from scaledl.sim.job import Job
+from scaledl.sim.network import LinkClass, Network
+
+__all__ = ["CollectiveSimulator", "IterationResult", "Job", "LinkClass", "Network",
+           "simulate_iteration"]

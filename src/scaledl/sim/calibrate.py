@@ -1,0 +1,234 @@
+"""Calibration and validation of the network model against ``scaledl bench collectives --json``.
+
+Fit: every measured collective of a scheduled algorithm is replayed on the current network; its
+critical path is a linear function of the link parameters (latencies paid and bytes moved per
+link class, :func:`scaledl.sim.fastreplay.critical_path`).  A non-negative least-squares fit of
+``alpha`` and ``beta`` per class to the measured medians, weighted by ``1 / measured`` so that
+small and large messages count alike (relative error), gives new parameters; the replay is
+repeated until the critical paths stop changing.  One host alone measures one class: the
+inter-host and rack classes are fitted only from files whose topology spans hosts (e.g. the
+emulated cluster's ``2x2``), and classes nothing measured keep their prior values.
+
+The per-round software overhead cannot be told apart from latency (every round pays both), so
+the fit sets ``overhead = 0`` and each class's ``alpha`` is the whole per-round cost over that
+link.  The reduction cost ``gamma`` and the chunk size are kept from the prior.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares, nnls
+
+from scaledl.collectives.registry import ALGORITHMS
+from scaledl.collectives.schedule import Collective
+from scaledl.sim.collective import compile_collective
+from scaledl.sim.compiled import Compiled
+from scaledl.sim.fastreplay import cost, critical_path, evaluate
+from scaledl.sim.network import CLASS_NAMES, Network
+from scaledl.topology import Topology
+
+__all__ = ["Point", "load_points", "fit_network", "validate", "FitResult", "ITEMSIZES"]
+
+ITEMSIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured median and the compiled plans that produced it."""
+
+    collective: str
+    algorithm: str
+    nbytes: int
+    topology: Topology
+    """Where the ranks sat (the plans may assume another layout: cyclic placement)."""
+    measured_s: float
+    compiled: Compiled
+    source: str
+
+
+def _topologies(
+    data: dict[str, Any], world_size: int, override: str | None, placement: str
+) -> tuple[Topology, Topology]:
+    """(the topology the plans were made for, where the ranks really sat)."""
+    spec = override or (data.get("config") or {}).get("topology") or \
+        (data.get("environment") or {}).get("topology") or str(world_size)
+    topo = Topology.parse(str(spec), world_size)
+    if placement == "block":
+        return topo, topo
+    if placement != "cyclic":
+        raise ValueError(f"placement {placement!r} is not block or cyclic")
+    per_host, hosts = topo.axes[0], world_size // topo.axes[0]
+    # cyclic: rank r on host r % hosts, so grid position (host, local) holds local * hosts + host
+    order = tuple(local * hosts + host for host in range(hosts) for local in range(per_host))
+    return topo, Topology(topo.axes, order=order, explicit=True)
+
+
+def load_points(
+    paths: Sequence[Path], topology: str | None = None, placement: str = "block"
+) -> list[Point]:
+    """Measurements of scheduled algorithms in bench JSON files, with their plans compiled.
+
+    ``placement`` says how the launcher put ranks on hosts: ``block`` (ranks 0..k-1 on the
+    first host, as the topology spec assumes) or ``cyclic`` (rank r on host r % hosts); the
+    plans are always made for the spec, as the benchmark made them.
+    """
+    points = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot read benchmark file {path}: {error}") from None
+        if not str(data.get("schema", "")).startswith("scaledl.bench.collectives"):
+            raise ValueError(f"{path} is not `scaledl bench collectives --json` output")
+        itemsize = ITEMSIZES.get((data.get("config") or {}).get("dtype", "float32"), 4)
+        for row in data.get("results", []):
+            algo = ALGORITHMS.get(row["algorithm"])
+            if algo is None or not algo.scheduled:
+                continue
+            planned, topo = _topologies(data, int(row["world_size"]), topology, placement)
+            collective = Collective(row["collective"])
+            numel = int(row["nbytes"]) // itemsize
+            if collective in (Collective.REDUCE_SCATTER, Collective.ALLGATHER):
+                numel //= topo.world_size  # planned on the shard, as the API does
+            compiled = compile_collective(row["algorithm"], collective, planned, numel, 0,
+                                          itemsize)
+            points.append(Point(row["collective"], row["algorithm"], int(row["nbytes"]), topo,
+                                float(row["median_us"]) * 1e-6, compiled, str(path)))
+    if not points:
+        raise ValueError("the benchmark files hold no measurement of a scheduled algorithm "
+                         "(ring, tree, ...); rerun `scaledl bench collectives` with those")
+    return points
+
+
+def predict(point: Point, network: Network, merge_equal: bool = True) -> float:
+    """Replayed seconds of ``point``'s collective on ``network``."""
+    costs = cost(point.compiled, point.topology, network, merge_equal)
+    return float(evaluate(point.compiled, costs).max())
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The fitted network and how well it explains the measurements."""
+
+    network: Network
+    fitted: tuple[bool, bool, bool]
+    """Which link classes the measurements constrained."""
+    rms_relative_error: float
+    points: int
+    iterations: int
+    """Most fixpoint iterations per start."""
+
+    def describe(self) -> str:
+        """One line per link class."""
+        lines = []
+        for index, link in enumerate(self.network.classes):
+            state = "fitted" if self.fitted[index] else "prior (not measured)"
+            lines.append(f"{CLASS_NAMES[index]:12s} alpha {link.alpha * 1e6:9.1f} us   "
+                         f"bandwidth {link.gbytes_per_s:9.3f} GB/s   {state}")
+        lines.append(f"fit over {self.points} measurements: rms relative error "
+                     f"{self.rms_relative_error:.1%}")
+        return "\n".join(lines)
+
+
+def _rows(points: Sequence[Point], network: Network) -> tuple[np.ndarray, np.ndarray]:
+    rows, known = [], []
+    for point in points:
+        costs = cost(point.compiled, point.topology, network, merge_equal=False)
+        path = critical_path(point.compiled, costs)
+        rows.append([*path.alpha_counts, *path.byte_counts])
+        known.append(path.known)
+    return np.array(rows, dtype=np.float64), np.array(known, dtype=np.float64)
+
+
+def _path_fit(points: Sequence[Point], network: Network, max_iterations: int
+              ) -> tuple[Network, np.ndarray]:
+    """Fixpoint of: replay, take each critical path, non-negative least squares on them."""
+    measured = np.array([p.measured_s for p in points])
+    fitted = np.zeros(6, dtype=bool)
+    for _ in range(max_iterations):
+        rows, known = _rows(points, network)
+        used = rows.any(axis=0)
+        fitted |= used
+        weights = 1.0 / measured
+        solution, _ = nnls(rows[:, used] * weights[:, None], (measured - known) * weights)
+        old = _params(network)
+        params = old.copy()
+        params[used] = solution
+        network = network.with_classes(tuple(params[:3]), tuple(params[3:]))
+        if np.all(np.abs(params - old) <= 1e-9 * np.maximum(np.abs(old), 1e-30)):
+            break
+    return network, fitted
+
+
+def _params(network: Network) -> np.ndarray:
+    return np.array([*(link.alpha for link in network.classes),
+                     *(link.beta for link in network.classes)])
+
+
+def _relative_errors(points: Sequence[Point], network: Network) -> np.ndarray:
+    return np.array([predict(p, network, merge_equal=False) / p.measured_s - 1 for p in points])
+
+
+def _refine(points: Sequence[Point], network: Network, fitted: np.ndarray) -> Network:
+    """Least squares on the replayed (max-plus) times themselves, in log parameters."""
+    start = _params(network)
+    floor = np.array([1e-9] * 3 + [1e-15] * 3)
+
+    def build(x: np.ndarray) -> Network:
+        params = start.copy()
+        params[fitted] = np.exp(x)
+        return network.with_classes(tuple(params[:3]), tuple(params[3:]))
+
+    x0 = np.log(np.maximum(start[fitted], floor[fitted]))
+    result = least_squares(lambda x: _relative_errors(points, build(x)), x0, diff_step=1e-4,
+                           xtol=1e-12, ftol=1e-12, max_nfev=400)
+    return build(result.x)
+
+
+def fit_network(points: Sequence[Point], prior: Network, max_iterations: int = 12) -> FitResult:
+    """Fit alpha and beta per link class to ``points`` (see the module docstring)."""
+    if len(points) < 2:
+        raise ValueError(f"calibration needs at least two measurements, got {len(points)}")
+    base = replace(prior, overhead=0.0)
+    best: tuple[float, Network] | None = None
+    fitted = np.zeros(6, dtype=bool)
+    for slow in (1.0, 10.0, 100.0):  # starts: the prior, and outer links slower than inner
+        alphas = tuple(link.alpha * (slow if c else 1.0) for c, link in enumerate(base.classes))
+        betas = tuple(link.beta * (slow if c else 1.0) for c, link in enumerate(base.classes))
+        network, used = _path_fit(points, base.with_classes(alphas, betas), max_iterations)
+        fitted |= used
+        network = _refine(points, network, used)
+        rms = float(np.sqrt(np.mean(_relative_errors(points, network) ** 2)))
+        if best is None or rms < best[0]:
+            best = (rms, network)
+    assert best is not None
+    params = np.where(fitted, _params(best[1]), _params(base))  # unmeasured: keep the prior
+    network = best[1].with_classes(tuple(params[:3]), tuple(params[3:]))
+    classes = tuple(bool(fitted[c] or fitted[c + 3]) for c in range(3))
+    return FitResult(replace(network, name="calibrated"), classes, best[0],  # type: ignore[arg-type]
+                     len(points), max_iterations)
+
+
+def validate(
+    points: Sequence[Point], network: Network, min_bytes: int = 1 << 20
+) -> list[dict[str, Any]]:
+    """Predicted vs measured for every point of at least ``min_bytes``."""
+    rows = []
+    for point in points:
+        if point.nbytes < min_bytes:
+            continue
+        predicted = predict(point, network)
+        rows.append({
+            "collective": point.collective, "algorithm": point.algorithm,
+            "nbytes": point.nbytes, "topology": point.topology.spec
+            + (" cyclic" if point.topology.order is not None else ""),
+            "measured_ms": point.measured_s * 1e3, "predicted_ms": predicted * 1e3,
+            "error": predicted / point.measured_s - 1, "source": point.source,
+        })
+    return rows

@@ -1,0 +1,143 @@
+"""The network model: link classes, hosts and racks from the topology axes, shared links.
+
+A :class:`Network` gives every pair of ranks a link class from the outermost topology axis they
+differ on (the axes are innermost first, as in :class:`scaledl.topology.Topology`):
+
+- axis 0, the same host: ``intra`` (NVLink, PCIe, or loopback on the emulated cluster);
+- axis 1, another host of the same rack: ``inter`` (the host's network interface);
+- axis 2 and beyond, another rack: ``uplink`` (defaults to ``inter`` plus ``rack_latency``).
+
+Each class has a latency ``alpha`` (seconds) and an inverse bandwidth ``beta`` (seconds per
+byte).  Concurrent flows share links, counted per round of the schedules (the transfers of one
+round are the ones in flight together):
+
+- a rank's sends of one round over one class leave through one interface and share it;
+- the ranks of a host that send off the host in the same round share its interface (as
+  :func:`scaledl.collectives.replay.replay` models with ``node_of``);
+- with ``oversubscription > 1`` the ranks of a rack that send off the rack in the same round
+  share the rack's uplink, whose capacity is ``hosts per rack x inter bandwidth /
+  oversubscription`` (a non-blocking fabric, ``1``, never binds beyond the host interfaces).
+
+Receives do not compete with sends (full-duplex links).  ``overhead`` is a per-round software
+cost and ``gamma`` the reduction cost per byte, as in :class:`scaledl.collectives.auto.CostModel`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from scaledl.collectives.auto import CostModel
+
+__all__ = ["LinkClass", "Network", "INTRA", "INTER", "UPLINK", "CLASS_NAMES"]
+
+INTRA, INTER, UPLINK = 0, 1, 2
+CLASS_NAMES = ("intra-host", "inter-host", "rack uplink")
+
+
+@dataclass(frozen=True)
+class LinkClass:
+    """One class of links: latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte)."""
+
+    name: str
+    alpha: float
+    beta: float
+
+    def __post_init__(self) -> None:
+        for what, value in (("latency", self.alpha), ("seconds per byte", self.beta)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"link {self.name!r} has {what} {value}; latencies and bandwidths must be "
+                    "finite and positive"
+                )
+
+    @classmethod
+    def from_bandwidth(cls, name: str, latency_s: float, gbytes_per_s: float) -> LinkClass:
+        """A link of ``latency_s`` seconds and ``gbytes_per_s`` GB/s (10^9 bytes) one way."""
+        if not math.isfinite(gbytes_per_s) or gbytes_per_s <= 0:
+            raise ValueError(
+                f"link {name!r} has bandwidth {gbytes_per_s} GB/s; give a bandwidth > 0"
+            )
+        return cls(name, latency_s, 1.0 / (gbytes_per_s * 1e9))
+
+    @property
+    def gbytes_per_s(self) -> float:
+        """Bandwidth in GB/s (10^9 bytes per second); infinite for ``beta == 0``."""
+        return math.inf if self.beta == 0 else 1e-9 / self.beta
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` over this link alone."""
+        return self.alpha + nbytes * self.beta
+
+
+@dataclass(frozen=True)
+class Network:
+    """Link classes per topology level plus the software costs of the executor."""
+
+    name: str
+    intra: LinkClass
+    inter: LinkClass
+    uplink: LinkClass | None = None
+    """Link between racks; None: ``inter`` with ``rack_latency`` added."""
+    rack_latency: float = 1e-6
+    """Extra latency of crossing racks (two more switch hops) when ``uplink`` is None."""
+    oversubscription: float = 1.0
+    """Hosts' bandwidth into a rack switch over its uplink bandwidth (1 = non-blocking)."""
+    overhead: float = 0.0
+    """Software cost per schedule round, seconds."""
+    gamma: float = 0.0
+    """Reduction cost, seconds per byte."""
+    chunk_bytes: int = 1 << 20
+    """Pipelining chunk of the executor: the reduction of one chunk is not hidden."""
+    share_host_interface: bool = True
+    """False: every rank has a network interface of its own (a uniform network)."""
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.oversubscription) or self.oversubscription < 1:
+            raise ValueError(
+                f"oversubscription {self.oversubscription} must be >= 1 (1 = non-blocking)"
+            )
+        for what, value in (("overhead", self.overhead), ("gamma", self.gamma),
+                            ("rack latency", self.rack_latency)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"network {what} {value} must be finite and >= 0")
+        if self.chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes {self.chunk_bytes} must be >= 1")
+
+    @property
+    def classes(self) -> tuple[LinkClass, LinkClass, LinkClass]:
+        """``(intra, inter, uplink)``, the uplink filled in from ``inter`` when not given."""
+        uplink = self.uplink
+        if uplink is None:
+            uplink = LinkClass(self.inter.name, self.inter.alpha + self.rack_latency,
+                               self.inter.beta)
+        return (self.intra, self.inter, uplink)
+
+    def link_of_axis(self, axis: int) -> LinkClass:
+        """The class of a link whose outermost differing topology axis is ``axis``."""
+        return self.classes[min(max(axis, 0), UPLINK)]
+
+    def with_classes(self, alphas: tuple[float, ...], betas: tuple[float, ...]) -> Network:
+        """The same network with new latencies and inverse bandwidths per class."""
+        intra, inter, uplink = (
+            replace(link, alpha=a, beta=b) for link, a, b in zip(self.classes, alphas, betas)
+        )
+        return replace(self, intra=intra, inter=inter, uplink=uplink)
+
+    def to_cost_model(self) -> CostModel:
+        """The same parameters in ``auto``'s calibration format (one link per axis)."""
+        from scaledl.collectives.auto import LinkModel
+
+        links = tuple(LinkModel(link.alpha, link.beta) for link in self.classes)
+        return CostModel(links=links, overhead=self.overhead, gamma=self.gamma,
+                         chunk_bytes=self.chunk_bytes)
+
+    @classmethod
+    def from_cost_model(cls, model: CostModel, name: str = "calibrated") -> Network:
+        """A network from a calibration file in ``auto``'s format (links innermost first)."""
+        links = [model.link(axis) for axis in range(3)]
+        intra, inter, uplink = (
+            LinkClass(CLASS_NAMES[axis], link.alpha, link.beta) for axis, link in enumerate(links)
+        )
+        return cls(name, intra, inter, uplink, overhead=model.overhead, gamma=model.gamma,
+                   chunk_bytes=model.chunk_bytes)

@@ -1,0 +1,105 @@
+"""Model profiles for the iteration model: per-layer gradient bytes, compute time and buckets.
+
+A :class:`ModelProfile` comes from scaledl's own model definitions: the model is built on the
+``meta`` device (no memory, no arithmetic), :func:`scaledl.models.profile.layer_profile` gives
+each layer's parameter bytes and forward FLOPs, and :func:`scaledl.sync.bucketing.plan_buckets`
+groups the gradients exactly as ``DataParallel`` does.  Compute time per layer is
+``batch x FLOPs / device FLOP/s`` forward and twice that backward (the usual 1:2 split), or a
+measured per-iteration compute time spread over the layers by their FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from scaledl.models.profile import layer_profile
+from scaledl.models.registry import MODELS, build_model
+from scaledl.sync.bucketing import layer_of, plan_buckets
+
+__all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "IMAGENET_MODELS"]
+
+IMAGENET_MODELS = frozenset({"resnet50", "resnet101", "vgg16", "googlenet", "alexnet"})
+BACKWARD_FACTOR = 2.0
+"""Backward FLOPs per forward FLOP (gradients of inputs and of weights)."""
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One module that owns parameters, in forward order."""
+
+    name: str
+    parameter_bytes: int
+    forward_flops: float
+    """Forward FLOPs for one sample."""
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What the iteration model needs to know about a model."""
+
+    name: str
+    layers: tuple[Layer, ...]
+    buckets: tuple[tuple[int, tuple[int, ...]], ...]
+    """Gradient buckets in launch order: ``(elements, indices of the layers they hold)``."""
+    itemsize: int = 4
+
+    @property
+    def parameter_bytes(self) -> int:
+        """Bytes of all gradients (= the packed model)."""
+        return sum(layer.parameter_bytes for layer in self.layers)
+
+    @property
+    def forward_flops(self) -> float:
+        """Forward FLOPs for one sample."""
+        return sum(layer.forward_flops for layer in self.layers)
+
+    def compute_times(
+        self, batch: int, flops: float | None = None, compute_time: float | None = None
+    ) -> tuple[list[float], list[float]]:
+        """Per-layer forward and backward seconds for ``batch`` samples on one device."""
+        if batch < 1:
+            raise ValueError(f"batch {batch} per GPU must be >= 1")
+        total = self.forward_flops * (1 + BACKWARD_FACTOR)
+        if compute_time is not None:
+            if compute_time <= 0:
+                raise ValueError(f"compute time {compute_time} s must be > 0")
+            scale = compute_time / total if total else 0.0
+        elif flops is not None and flops > 0:
+            scale = batch / flops
+        else:
+            raise ValueError("give a device FLOP/s > 0 or a measured compute time per iteration")
+        forward = [layer.forward_flops * scale for layer in self.layers]
+        return forward, [f * BACKWARD_FACTOR for f in forward]
+
+
+def default_input(model: str) -> tuple[tuple[int, ...], int]:
+    """``(input shape, classes)``: ImageNet for the ImageNet models, CIFAR-10 otherwise."""
+    if model.lower() in IMAGENET_MODELS:
+        return (3, 224, 224), 1000
+    if model.lower() in ("lenet", "mlp"):
+        return (1, 28, 28), 10
+    return (3, 32, 32), 10
+
+
+def profile_model(
+    model: str, bucket_bytes: int = 25 << 20, input_shape: tuple[int, ...] | None = None,
+    num_classes: int | None = None, by_layer: bool = False,
+) -> ModelProfile:
+    """Profile registry model ``model`` with DataParallel's bucketing of ``bucket_bytes``."""
+    if model.lower() not in MODELS:
+        raise ValueError(f"unknown model {model!r}; available: {', '.join(MODELS)}")
+    shape, classes = default_input(model)
+    shape = input_shape if input_shape is not None else shape
+    classes = num_classes if num_classes is not None else classes
+    with torch.device("meta"):
+        net = build_model(model, shape, classes)
+    profiles = layer_profile(net, shape)
+    layers = tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops)) for p in profiles)
+    index = {layer.name: i for i, layer in enumerate(layers)}
+    buckets = []
+    for bucket in plan_buckets(list(net.named_parameters()), bucket_bytes, by_layer=by_layer):
+        owners = tuple(sorted({index[layer_of(name)] for name in bucket.names}))
+        buckets.append((bucket.numel, owners))
+    return ModelProfile(model.lower(), layers, tuple(buckets))

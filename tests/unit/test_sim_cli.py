@@ -1,0 +1,112 @@
+"""``scaledl simulate``: predictions, sweeps, calibration and the errors users can cause."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scaledl.cli.main import main
+from scaledl.collectives.auto import CostModel
+from scaledl.collectives.schedule import Collective
+from scaledl.sim.calibrate import fit_network, load_points
+from scaledl.sim.collective import CollectiveSimulator
+from scaledl.sim.network import LinkClass, Network
+from scaledl.topology import Topology
+
+SMALL = ["simulate", "--model", "lenet", "--device", "v100", "--network", "10gbe"]
+
+
+def test_prints_time_share_and_efficiency(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--gpus", "8", "--topology", "2x2x2", "--algorithm", "torus"]) == 0
+    out = capsys.readouterr().out
+    for words in ("iteration time", "communication share", "scaling efficiency"):
+        assert words in out
+
+
+def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "sweep.json"
+    assert main([*SMALL, "--gpus", "16", "--topology", "4x4", "--sweep", "--json",
+                 str(target)]) == 0
+    rows = json.loads(target.read_text())["results"]
+    assert [r["world_size"] for r in rows] == [1, 2, 4, 8, 16]
+    assert rows[0]["efficiency"] == pytest.approx(1.0)
+    assert all(r["efficiency"] <= 1.0 for r in rows)
+    assert target.with_suffix(".png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--device", "tpu9"], "unknown device"),
+    (["--network", "carrier-pigeon"], "unknown network"),
+    (["--gpus", "12", "--topology", "4x2"], "describes 8 ranks"),
+    (["--inter-bandwidth", "-5"], "bandwidth -5.0"),
+    (["--intra-latency", "-1"], "latency -1.0"),
+    (["--oversubscription", "0.5"], "oversubscription"),
+    (["--algorithm", "bogus"], "unknown algorithm"),
+    (["--strategy", "reduce-broadcast", "--algorithm", "ring"], "does not implement reduce"),
+])
+def test_user_errors_are_one_line(extra: list[str], message: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--gpus", "8", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scaledl: error:") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+TRUE = Network("truth", LinkClass("loopback", 30e-6, 1 / 2.5e9),
+               LinkClass("veth", 150e-6, 1 / 0.118e9), rack_latency=0.0)
+
+
+def _bench_file(path: Path, spec: str) -> Path:
+    """A bench JSON whose medians are what the true network predicts."""
+    topo = Topology.parse(spec)
+    sim = CollectiveSimulator(topo, TRUE)
+    results = []
+    for algorithm in ("ring", "halving_doubling", "tree", "hierarchical"):
+        for nbytes in (4096, 65536, 1 << 20, 4 << 20):
+            seconds = sim.time(algorithm, Collective.ALLREDUCE, nbytes // 4)
+            results.append({"collective": "allreduce", "algorithm": algorithm, "nbytes": nbytes,
+                            "world_size": topo.world_size, "median_us": seconds * 1e6})
+    results.append({"collective": "allreduce", "algorithm": "native", "nbytes": 4096,
+                    "world_size": topo.world_size, "median_us": 1.0})
+    path.write_text(json.dumps({"schema": "scaledl.bench.collectives/1",
+                                "config": {"topology": spec, "dtype": "float32"},
+                                "environment": {"topology": spec}, "results": results}))
+    return path
+
+
+def test_calibration_recovers_the_links(tmp_path: Path) -> None:
+    points = load_points([_bench_file(tmp_path / "a.json", "2x2"),
+                          _bench_file(tmp_path / "b.json", "2x3")])
+    prior = Network("prior", LinkClass("a", 1e-6, 1 / 10e9), LinkClass("b", 1e-6, 1 / 10e9))
+    result = fit_network(points, prior)
+    intra, inter, _ = result.network.classes
+    assert result.fitted[:2] == (True, True)
+    assert intra.alpha == pytest.approx(30e-6, rel=0.02)
+    assert intra.beta == pytest.approx(1 / 2.5e9, rel=0.02)
+    assert inter.alpha == pytest.approx(150e-6, rel=0.02)
+    assert inter.beta == pytest.approx(1 / 0.118e9, rel=0.02)
+    assert result.rms_relative_error < 0.01
+
+
+def test_calibrate_then_simulate_and_validate(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench_file(tmp_path / "bench.json", "2x2")
+    calibration = tmp_path / "cal.json"
+    assert main(["simulate", "calibrate", str(bench), "-o", str(calibration)]) == 0
+    model = CostModel.from_json(calibration.read_text())
+    assert model.links[1].beta == pytest.approx(1 / 0.118e9, rel=0.05)
+    assert main(["simulate", "--calibration", str(calibration), "validate", str(bench)]) == 0
+    out = capsys.readouterr().out
+    assert "within 20%" in out and "hierarchical" in out
+    assert main([*SMALL, "--gpus", "4", "--topology", "2x2", "--calibration",
+                 str(calibration)]) == 0
+
+
+def test_calibrate_rejects_other_files(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "x.json"
+    other.write_text(json.dumps({"schema": "something/1"}))
+    assert main(["simulate", "calibrate", str(other)]) == 2
+    assert "not `scaledl bench collectives --json` output" in capsys.readouterr().err
