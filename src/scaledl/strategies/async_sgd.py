@@ -1,0 +1,98 @@
+"""Asynchronous SGD on a parameter server: Async SGD, Async MSGD, Hogwild SGD.
+
+The baselines of You, Buluç, Demmel (SC17), Sec. 4.2 of our notes: the server holds the
+parameters ``w``; after ``loss.backward()`` a worker's ``step()`` pushes ``u = lr * (gradient +
+weight_decay * w_read)`` and receives the fresh parameters in the same round trip (push-then-pull;
+there is no separate pull before computing).  So each gradient is computed on the parameters the
+worker received at its previous step, and the updates other workers pushed since then are its
+staleness, which the server reports and :class:`SyncStats` accumulates.
+
+* ``async-sgd``: the server applies ``w <- w - u`` first come first served under a lock.
+* ``async-msgd``: the same with momentum on the server: ``v <- momentum * v + u; w <- w - v``.
+* ``hogwild-sgd``: no lock: the threads serving different workers update ``w`` concurrently
+  (lost element updates and torn reads tolerated, see :mod:`.parameter_server.shard`).
+
+The optimizer contributes its learning rate and weight decay; its own momentum is not used
+(``async-msgd`` has the server's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from scaledl.strategies.elastic import check_momentum
+from scaledl.strategies.parameter_server.links import Link
+from scaledl.strategies.parameter_server.strategy import ParameterServerStrategy
+from scaledl.sync.reducer import SpanRecorder
+
+__all__ = ["AsyncSGD", "AsyncMSGD", "HogwildSGD"]
+
+
+class AsyncSGD(ParameterServerStrategy):
+    """Workers push ``lr * gradient``; the server applies them one at a time, FCFS."""
+
+    name = "async-sgd"
+    rule = "sgd"
+    locked = True
+    uses_momentum = False
+
+    def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
+                 momentum: float = 0.9, timeout_s: float = 60.0,
+                 timeline: SpanRecorder | None = None, link: Link | None = None,
+                 **ignored: Any) -> None:
+        self.momentum = check_momentum(momentum)
+        super().__init__(module, optimizer, servers=servers, timeout_s=timeout_s, link=link,
+                         timeline=timeline,
+                         server_momentum=self.momentum if self.uses_momentum else 0.0)
+        self.versions = [0] * len(self._layout.shards if self._layout else self.link.shards)
+        if not self.is_worker:
+            return
+        self._update = torch.zeros_like(self.flat)
+        if link is not None:  # an in-process server: start from its parameters
+            self.versions = self.link.pull(self.flat)
+
+    def step(self) -> None:
+        """Push this step's update and take the fresh parameters from the reply."""
+        link = self.link
+        self.gather_gradient(self._update).mul_(self.lr)
+        with self.communicating("push gradient", 2 * self.message_bytes):
+            result = link.push(self._update, self.versions, self.flat)
+        self.versions = result.versions
+        self._stats.record_push(result.staleness)
+        self.steps += 1
+
+    def evaluation_module(self) -> nn.Module:
+        """The worker's module after pulling the current parameters."""
+        with self.communicating("pull parameters", self.message_bytes):
+            self.versions = self.link.pull(self.flat)
+        return self.module
+
+    def rule_state(self) -> dict[str, Any]:
+        return {"versions": list(self.versions)}
+
+    def load_rule_state(self, strategy: dict[str, Any], server: dict[str, Any] | None) -> None:
+        """Workers resume from the saved server parameters and versions."""
+        if server is None:
+            return
+        self.flat.copy_(server["params"])
+        saved = [int(v) for v in server["versions"]]
+        self.versions = saved if len(saved) == len(self.versions) else [max(saved)] * len(
+            self.versions)
+
+
+class AsyncMSGD(AsyncSGD):
+    """Async SGD with momentum applied by the server (equations (3), (4) of the notes)."""
+
+    name = "async-msgd"
+    uses_momentum = True
+
+
+class HogwildSGD(AsyncSGD):
+    """Async SGD with no server lock: concurrent updates of the parameters."""
+
+    name = "hogwild-sgd"
+    locked = False
