@@ -142,7 +142,8 @@ def _report(result: dict[str, Any], config: TrainConfig) -> None:
         {"config": config.to_dict(), "result": result}, indent=2, default=str
     ))
     servers = result["world_size"] - result["workers"]
-    ranks = f"{result['workers']} workers" + (f" + {servers} servers" if servers else "")
+    ranks = f"{result['workers']} workers" + (
+        f" + {servers} server{'s' if servers > 1 else ''}" if servers else "")
     table = Table(title=f"scaledl train: {config.model.name} on {config.data.dataset}, "
                   f"{ranks}, {config.parallel.strategy} ({config.parallel.algorithm})")
     table.add_column("metric")

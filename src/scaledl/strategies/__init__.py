@@ -1,4 +1,11 @@
-"""Training algorithms behind one interface: ``loss.backward(); strategy.step()``."""
+"""Training algorithms behind one interface: ``loss.backward(); strategy.step()``.
+
+Synchronous: ``allreduce`` (DDP's algorithm), ``reduce-broadcast`` (S-Caffe's root update with
+per-layer propagation), ``sync-easgd`` (You et al.'s deterministic elastic averaging), ``easgd``
+(the original round-robin exchange with a master), ``local-sgd`` (periodic averaging).
+Asynchronous, through a parameter server: ``async-sgd``, ``async-msgd``, ``hogwild-sgd``,
+``async-easgd``, ``async-measgd``, ``hogwild-easgd``.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +15,25 @@ from torch import nn
 from torch.optim import Optimizer
 
 from scaledl.strategies.allreduce_sgd import AllreduceSGD
+from scaledl.strategies.async_easgd import AsyncEASGD, AsyncMEASGD, HogwildEASGD
+from scaledl.strategies.async_sgd import AsyncMSGD, AsyncSGD, HogwildSGD
 from scaledl.strategies.base import Strategy
+from scaledl.strategies.local_sgd import LocalSGD
 from scaledl.strategies.reduce_broadcast import ReduceBroadcastSGD
+from scaledl.strategies.round_robin_easgd import RoundRobinEASGD
+from scaledl.strategies.sync_easgd import SyncEASGD
 
-__all__ = ["Strategy", "AllreduceSGD", "ReduceBroadcastSGD", "STRATEGIES", "build_strategy"]
+__all__ = [
+    "Strategy", "AllreduceSGD", "ReduceBroadcastSGD", "SyncEASGD", "RoundRobinEASGD", "LocalSGD",
+    "AsyncSGD", "AsyncMSGD", "HogwildSGD", "AsyncEASGD", "AsyncMEASGD", "HogwildEASGD",
+    "STRATEGIES", "build_strategy",
+]
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    AllreduceSGD.name: AllreduceSGD,
-    ReduceBroadcastSGD.name: ReduceBroadcastSGD,
+    cls.name: cls for cls in (
+        AllreduceSGD, ReduceBroadcastSGD, SyncEASGD, RoundRobinEASGD, LocalSGD,
+        AsyncSGD, AsyncMSGD, HogwildSGD, AsyncEASGD, AsyncMEASGD, HogwildEASGD,
+    )
 }
 
 

@@ -92,6 +92,11 @@ class Strategy(ABC):
     def synchronize(self) -> None:
         """Finish pending communication, so that ``module`` holds the current parameters."""
 
+    def prepare_checkpoint(self) -> None:
+        """A collective of every worker, called before rank 0 takes :meth:`state_dict`: a
+        strategy whose workers hold different parameters (the EASGD family, local SGD) gathers
+        them to rank 0 here so that a resume restores each worker exactly."""
+
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer and strategy state."""
         self.synchronize()

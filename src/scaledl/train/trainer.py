@@ -120,6 +120,7 @@ class Trainer:
         log.info("resumed at step %d (epoch %d)", self.step, self.epoch)
 
     def _save(self) -> None:
+        self.parts.strategy.prepare_checkpoint()
         if self.rank != 0:
             return
         state = self.parts.strategy.state_dict()

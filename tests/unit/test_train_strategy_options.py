@@ -1,0 +1,83 @@
+"""Strategy options of ``scaledl train``: alpha/rho, tau, servers, Sync EASGD's form, and the
+checks that run before any worker starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaledl.train.config import (
+    PERIODIC_STRATEGIES, SERVER_STRATEGIES, STRATEGIES, ParallelConfig, TrainConfig,
+    build_config,
+)
+from scaledl.train.setup import _strategy_options, algorithms_for, elastic_alpha, validate_config
+
+
+def _config(**overrides: object) -> TrainConfig:
+    return build_config({}, overrides)
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"alpha": 0.0}, "alpha 0.0"),
+    ({"alpha": 1.0}, "alpha 1.0"),
+    ({"alpha": -0.5}, "alpha -0.5"),
+    ({"rho": 0.0}, "rho 0.0"),
+    ({"alpha": 0.2, "rho": 1.0}, "alpha 0.2 and rho 1.0"),
+    ({"tau": 0}, "tau 0"),
+    ({"servers": -1}, "servers -1"),
+    ({"easgd_form": "ring"}, "easgd_form 'ring'"),
+    ({"servers": 1}, "servers 1 only applies"),
+])
+def test_bad_strategy_options_name_the_value(options: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError, match=named) as caught:
+        ParallelConfig(**options)  # type: ignore[arg-type]
+    assert "\n" not in str(caught.value)
+
+
+def test_every_server_and_periodic_strategy_is_known() -> None:
+    assert set(SERVER_STRATEGIES) <= set(STRATEGIES)
+    assert set(PERIODIC_STRATEGIES) <= set(STRATEGIES)
+    assert ParallelConfig(strategy="async-sgd", servers=2).servers == 2
+
+
+def test_alpha_defaults_to_beta_over_workers_and_follows_rho() -> None:
+    assert elastic_alpha(_config(strategy="sync-easgd"), 4) == pytest.approx(0.9 / 4)
+    assert elastic_alpha(_config(strategy="easgd", alpha=0.3), 4) == 0.3
+    assert elastic_alpha(_config(strategy="easgd", lr=0.05, rho=2.0), 4) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match=r"alpha = lr \* rho = 0.5 \* 4.0 = 2"):
+        elastic_alpha(_config(strategy="easgd", lr=0.5, rho=4.0), 4)
+
+
+def test_servers_must_leave_a_worker() -> None:
+    with pytest.raises(ValueError, match="servers 3 leaves no worker among 3 ranks"):
+        validate_config(_config(strategy="async-sgd", servers=3), 3)
+
+
+def test_algorithm_choice_follows_strategy_and_form() -> None:
+    assert algorithms_for("async-easgd") == ("auto",)
+    assert algorithms_for("easgd") == ("auto",)
+    assert "tree" in algorithms_for("sync-easgd", "tree")
+    assert "ring" not in algorithms_for("sync-easgd", "tree")
+    assert "ring" in algorithms_for("sync-easgd", "allreduce")
+    assert "ring" in algorithms_for("local-sgd")
+    with pytest.raises(ValueError, match="algorithm 'ring' does not work with strategy"):
+        validate_config(_config(strategy="async-sgd", algorithm="ring"), 2)
+
+
+def test_options_passed_to_each_kind_of_strategy() -> None:
+    sync = _strategy_options(_config(strategy="sync-easgd", tau=4, easgd_form="allreduce"),
+                             None, None, world_size=4)
+    assert sync["tau"] == 4 and sync["form"] == "allreduce"
+    assert sync["alpha"] == pytest.approx(0.9 / 4)
+    assert "servers" not in sync
+    server = _strategy_options(_config(strategy="async-measgd", servers=1, momentum=0.5),
+                               None, None, world_size=5)
+    assert server["servers"] == 1 and server["momentum"] == 0.5
+    assert server["alpha"] == pytest.approx(0.9 / 4), "alpha counts workers, not the server"
+    plain = _strategy_options(_config(strategy="allreduce"), None, None, world_size=2)
+    assert "alpha" not in plain and "tau" not in plain and plain["bucket_mb"] == 25.0
+
+
+def test_config_knows_exactly_the_implemented_strategies() -> None:
+    from scaledl.strategies import STRATEGIES as IMPLEMENTED
+
+    assert set(STRATEGIES) == set(IMPLEMENTED)
