@@ -34,7 +34,7 @@ from scaledl.topology import TOPOLOGY_ENV, Topology
 
 __all__ = [
     "LaunchEnv", "read_launch_env", "init", "shutdown", "first_slurm_host", "topology_from_hosts",
-    "BACKENDS", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
+    "BACKENDS", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "HOSTNAME_ENV", "host_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,9 @@ DEFAULT_TIMEOUT_S = 300.0
 """Timeout of every blocking process-group call unless ``SCALEDL_TIMEOUT`` or ``timeout`` says."""
 TIMEOUT_ENV = "SCALEDL_TIMEOUT"
 """Environment variable holding the process-group timeout in seconds."""
+HOSTNAME_ENV = "SCALEDL_HOSTNAME"
+"""Host name used for topology discovery instead of the machine's (``scaledl cluster`` sets it:
+its emulated hosts are network namespaces that all share the machine's real host name)."""
 
 _LOOPBACK = "127.0.0.1"
 
@@ -369,12 +372,18 @@ def topology_from_hosts(hostnames: list[str], rank: int, local_world_size: int) 
     return Topology.from_hosts(hostnames, rank)
 
 
+def host_name(environ: Mapping[str, str] | None = None) -> str:
+    """This rank's host for topology discovery: ``SCALEDL_HOSTNAME`` if set, else the real one."""
+    env = os.environ if environ is None else environ
+    return env.get(HOSTNAME_ENV, "").strip() or socket.gethostname()
+
+
 def _discover_topology(rank: int, world_size: int, local_world_size: int) -> Topology:
     """Exchange host names over the world group and lay the ranks out by host."""
     if world_size == 1:
         return Topology.flat(1)
     hostnames: list[str] = [""] * world_size
-    dist.all_gather_object(hostnames, socket.gethostname())
+    dist.all_gather_object(hostnames, host_name())
     return topology_from_hosts(hostnames, rank, local_world_size)
 
 

@@ -17,11 +17,11 @@ from types import ModuleType
 from typing import NoReturn
 
 from scaledl import __version__
-from scaledl.cli import bench, train
+from scaledl.cli import bench, cluster, simulate, train
 
 __all__ = ["main", "build_parser", "configure_logging", "UsageError", "COMMANDS"]
 
-COMMANDS: tuple[ModuleType, ...] = (train, bench)
+COMMANDS: tuple[ModuleType, ...] = (train, bench, simulate, cluster)
 """Subcommand modules, in the order ``--help`` lists them."""
 
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")

@@ -1,0 +1,205 @@
+"""``scaledl cluster up | down | list | run``: an emulated multi-host cluster on this machine.
+
+``up`` builds network namespaces (hosts) joined through a bridge by links shaped with ``tc``;
+``run`` starts a command as ``--ranks-per-host`` ranks on every host (on a named cluster, or on an
+ephemeral one built for the run and always torn down); ``down`` removes clusters; ``list`` shows
+them.  Needs root and iproute2 (see docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import logging
+import random
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from scaledl.cluster import netns, state
+from scaledl.cluster.runner import PLACEMENTS, run_on_cluster
+from scaledl.cluster.spec import MAX_HOSTS, SHAPERS, ClusterSpec, parse_rate
+
+__all__ = ["add_parser", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def _add_link_options(p: argparse.ArgumentParser, hosts_required: bool) -> None:
+    p.add_argument("--hosts", type=int, required=hosts_required, default=None,
+                   help=f"emulated hosts (1..{MAX_HOSTS})")
+    p.add_argument("--rate", default="1gbit",
+                   help="link rate per host and direction, tc units (1gbit, 100mbit) or 'none' "
+                        "(default 1gbit)")
+    p.add_argument("--shaper", default="tbf", choices=SHAPERS, help="qdisc (default tbf)")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``cluster`` and its subcommands."""
+    cluster = subparsers.add_parser(
+        "cluster", help="emulated multi-host cluster (network namespaces, shaped links)",
+        description="Emulate hosts with network namespaces joined by bandwidth-shaped links "
+                    "(root and iproute2 needed; no latency emulation: tc netem is missing).")
+    commands = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    up = commands.add_parser("up", help="create a cluster and keep it")
+    _add_link_options(up, hosts_required=True)
+    up.add_argument("--name", default=None, help="cluster name (default: a fresh c + 6 hex)")
+    down = commands.add_parser("down", help="remove clusters (idempotent)")
+    down.add_argument("names", nargs="*", help="clusters to remove")
+    down.add_argument("--all", action="store_true", help="every cluster and leftover namespace")
+    down.add_argument("--stale", action="store_true",
+                      help="clusters whose creating process is gone (ephemeral or half built)")
+    commands.add_parser("list", help="show clusters")
+    run_p = commands.add_parser(
+        "run", help="run a command with R ranks on every host",
+        description="Run COMMAND as --ranks-per-host ranks on every host of cluster --name, or "
+                    "of an ephemeral cluster (--hosts, --rate) created for the run and always "
+                    "torn down.  'scaledl ...' runs with this Python.")
+    run_p.add_argument("--name", default=None, help="an existing cluster (from 'cluster up')")
+    _add_link_options(run_p, hosts_required=False)
+    run_p.add_argument("--ranks-per-host", type=int, default=1, help="ranks on each host")
+    run_p.add_argument("--placement", default="block", choices=PLACEMENTS,
+                       help="rank numbering: block (host by host, default) or cyclic")
+    run_p.add_argument("--port", type=int, default=None, help="MASTER_PORT (default random)")
+    run_p.add_argument("--timeout", type=float, default=None,
+                       help="seconds before every rank is stopped (exit code 124)")
+    run_p.add_argument("--counters", type=Path, default=None,
+                       help="write bytes sent/received per host link and loopback here (JSON)")
+    run_p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    cluster.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to the cluster subcommand."""
+    netns.preflight()
+    action = args.cluster_command
+    if action == "up":
+        return _up(args)
+    if action == "down":
+        return _down(args)
+    if action == "list":
+        return _list()
+    return _run(args)
+
+
+def _up(args: argparse.Namespace) -> int:
+    record = netns.create(args.hosts, parse_rate(args.rate), args.shaper, args.name)
+    spec = record.spec
+    print(f"cluster {spec.name}: {spec.hosts} hosts, links {spec.rate_text} ({spec.shaper}), "
+          f"host 0 at {spec.address(0)}")
+    print(f"  run:    scaledl cluster run --name {spec.name} --ranks-per-host 2 -- "
+          "scaledl bench collectives")
+    print(f"  remove: scaledl cluster down {spec.name}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    if not (args.names or args.all or args.stale):
+        raise ValueError("'cluster down' needs cluster names, --stale or --all; see "
+                         "'scaledl cluster list'")
+    records = [state.load(name) for name in args.names]
+    if args.all or args.stale:
+        chosen = {r.spec.name for r in records}
+        records += [r for r in state.load_all()
+                    if (args.all or r.stale) and r.spec.name not in chosen]
+    for record in records:
+        deleted = netns.destroy(record.spec)
+        print(f"removed cluster {record.spec.name} ({len(deleted)} namespaces)")
+    if args.all:
+        for namespace in netns.orphan_namespaces():
+            netns.destroy_namespace(namespace)
+            print(f"removed leftover namespace {namespace}")
+    return 0
+
+
+def _list() -> int:
+    records = state.load_all()
+    if not records:
+        print("no clusters")
+    for record in records:
+        spec = record.spec
+        status = "stale" if record.stale else record.status
+        kind = "ephemeral" if record.ephemeral else "kept"
+        print(f"{spec.name:<12} {spec.hosts:>3} hosts  {spec.rate_text:>8} {spec.shaper}  "
+              f"10.231.{spec.subnet}.0/24  {status} ({kind}, pid {record.owner_pid})")
+    for namespace in netns.orphan_namespaces():
+        print(f"leftover namespace {namespace} (remove with 'scaledl cluster down --all')")
+    return 0
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, so ``finally`` blocks tear down."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ValueError("no command given; end the options with '--' and the command, e.g. "
+                         "'-- scaledl bench collectives'")
+    return command
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = _command(args)
+    if (args.name is None) == (args.hosts is None):
+        raise ValueError("'cluster run' needs either --name of a cluster or --hosts for an "
+                         "ephemeral one (not both)")
+    if args.ranks_per_host < 1:
+        raise ValueError(f"--ranks-per-host {args.ranks_per_host} must be at least 1")
+    port = args.port if args.port is not None else random.randint(20000, 40000)
+    if args.name is not None:
+        return _run_on(state.load(args.name).spec, args, command, port)
+    rate = parse_rate(args.rate)
+    with _terminate_as_interrupt():
+        spec_holder: list[ClusterSpec] = []
+        teardown = _teardown_once(spec_holder)
+        atexit.register(teardown)
+        try:
+            record = netns.create(args.hosts, rate, args.shaper, None, ephemeral=True)
+            spec_holder.append(record.spec)
+            return _run_on(record.spec, args, command, port)
+        except KeyboardInterrupt:
+            return 130
+        finally:
+            teardown()
+            atexit.unregister(teardown)
+
+
+def _run_on(spec: ClusterSpec, args: argparse.Namespace, command: list[str], port: int) -> int:
+    return run_on_cluster(spec, args.ranks_per_host, command, mode=args.placement, port=port,
+                          timeout=args.timeout, counters=args.counters)
+
+
+_BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _teardown_once(holder: list[ClusterSpec]) -> Any:
+    """Destroy the held cluster with Ctrl-C/SIGTERM held off, so a second one cannot cut it short.
+
+    The spec leaves ``holder`` only after it is gone, so the ``atexit`` backstop retries a
+    teardown that failed.
+    """
+    def teardown() -> None:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+        try:
+            while holder:
+                deleted = netns.destroy(holder[-1])
+                spec = holder.pop()
+                log.info("ephemeral cluster %s removed (%d namespaces)", spec.name, len(deleted))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return teardown
