@@ -10,9 +10,10 @@ plans) and a strategy:
 - ``reduce-broadcast`` (S-Caffe): per layer, a reduce to the root as soon as backward produced the
   layer's gradient; the root updates; per layer, a broadcast that the next forward pass of that
   layer waits for (so later layers' broadcasts hide behind earlier layers' compute).
-- ``sync-easgd`` and ``round-robin-easgd`` (You et al.): workers compute locally; every ``tau``
-  steps the packed model is exchanged, either by a reduce plus a broadcast with the chosen
-  algorithm (or one allreduce), or by ``P - 1`` master<->worker exchanges one after another.
+- ``sync-easgd`` and ``easgd`` (the round-robin original; You et al.): workers compute
+  locally; every ``tau`` steps the packed model is exchanged, either by a reduce plus a
+  broadcast with the chosen algorithm (or one allreduce), or by ``P - 1`` master<->worker
+  exchanges one after another.
 
 Weak scaling: the per-GPU batch is fixed, so scaling efficiency is the one-GPU iteration time
 over the ``P``-GPU one (throughput per GPU at ``P`` over that at 1).  Communication only adds
@@ -34,7 +35,7 @@ from scaledl.sim.profile import ModelProfile
 
 __all__ = ["STRATEGIES", "IterationResult", "simulate_iteration", "round_robin_schedules"]
 
-STRATEGIES = ("allreduce", "reduce-broadcast", "sync-easgd", "round-robin-easgd")
+STRATEGIES = ("allreduce", "reduce-broadcast", "sync-easgd", "easgd")
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def _easgd_exchange(
     p = sim.topology.world_size
     if p == 1 or numel == 0:
         return 0.0
-    if strategy == "round-robin-easgd":
+    if strategy == "easgd":
         compiled = compile_schedules(round_robin_schedules(p, numel), p, profile.itemsize)
         return makespan(compiled, cost(compiled, sim.topology, sim.network))
     numel = _numel(sim, numel)

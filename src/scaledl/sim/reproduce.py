@@ -65,7 +65,7 @@ def _you() -> str:
     for side in (64, 224):
         base = Job(model="alexnet", input_shape=(3, side, side), gpus=8, topology="8",
                    device="k80", intra="pcie3", batch=64)
-        original = replace(base, strategy="round-robin-easgd", overlap=False).run()
+        original = replace(base, strategy="easgd", overlap=False).run()
         sync = replace(base, strategy="sync-easgd", algorithm="tree", overlap=True).run()
         parts.append(f"{side}x{side} inputs ({original.compute_s * 1e3:.0f} ms compute): "
                      f"{original.communication_share:.0%} vs {sync.communication_share:.0%}, "
