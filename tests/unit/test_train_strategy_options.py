@@ -25,7 +25,11 @@ def _config(**overrides: object) -> TrainConfig:
     ({"tau": 0}, "tau 0"),
     ({"servers": -1}, "servers -1"),
     ({"easgd_form": "ring"}, "easgd_form 'ring'"),
-    ({"servers": 1}, "servers 1 only applies"),
+    ({"servers": 1}, "servers 1 does not apply to strategy 'allreduce'"),
+    ({"tau": 4}, "tau 4 does not apply to strategy 'allreduce'"),
+    ({"strategy": "async-sgd", "alpha": 0.1}, "alpha 0.1 does not apply to strategy 'async-sgd'"),
+    ({"strategy": "local-sgd", "rho": 1.0}, "rho 1.0 does not apply"),
+    ({"strategy": "easgd", "easgd_form": "allreduce"}, "easgd_form 'allreduce' does not apply"),
 ])
 def test_bad_strategy_options_name_the_value(options: dict[str, object], named: str) -> None:
     with pytest.raises(ValueError, match=named) as caught:
@@ -45,6 +49,13 @@ def test_alpha_defaults_to_beta_over_workers_and_follows_rho() -> None:
     assert elastic_alpha(_config(strategy="easgd", lr=0.05, rho=2.0), 4) == pytest.approx(0.1)
     with pytest.raises(ValueError, match=r"alpha = lr \* rho = 0.5 \* 4.0 = 2"):
         elastic_alpha(_config(strategy="easgd", lr=0.5, rho=4.0), 4)
+
+
+def test_sync_easgd_needs_beta_below_one() -> None:
+    with pytest.raises(ValueError, match=r"beta = workers \* alpha = 4 \* 0.3 = 1.2"):
+        validate_config(_config(strategy="sync-easgd", alpha=0.3), 4)
+    validate_config(_config(strategy="sync-easgd", alpha=0.2), 4)
+    validate_config(_config(strategy="easgd", alpha=0.3), 4)
 
 
 def test_servers_must_leave_a_worker() -> None:
@@ -68,13 +79,28 @@ def test_options_passed_to_each_kind_of_strategy() -> None:
                              None, None, world_size=4)
     assert sync["tau"] == 4 and sync["form"] == "allreduce"
     assert sync["alpha"] == pytest.approx(0.9 / 4)
-    assert "servers" not in sync
+    assert set(sync) == {"algorithm", "topology", "timeline", "alpha", "tau", "form"}
     server = _strategy_options(_config(strategy="async-measgd", servers=1, momentum=0.5),
                                None, None, world_size=5)
-    assert server["servers"] == 1 and server["momentum"] == 0.5
+    assert server["servers"] == 1 and server["momentum"] == 0.5 and server["tau"] == 1
     assert server["alpha"] == pytest.approx(0.9 / 4), "alpha counts workers, not the server"
     plain = _strategy_options(_config(strategy="allreduce"), None, None, world_size=2)
-    assert "alpha" not in plain and "tau" not in plain and plain["bucket_mb"] == 25.0
+    assert set(plain) == {"algorithm", "topology", "timeline", "bucket_mb"}
+
+
+def test_every_strategy_accepts_exactly_the_keywords_the_trainer_passes() -> None:
+    import inspect
+
+    from scaledl.strategies import STRATEGIES as IMPLEMENTED
+    from scaledl.train.setup import STRATEGY_KEYWORDS
+
+    assert set(STRATEGY_KEYWORDS) == set(IMPLEMENTED)
+    for name, keywords in STRATEGY_KEYWORDS.items():
+        accepted: set[str] = set()  # a subclass may forward **options to its base's __init__
+        for cls in IMPLEMENTED[name].__mro__:
+            if "__init__" in vars(cls):
+                accepted |= set(inspect.signature(vars(cls)["__init__"]).parameters)
+        assert set(keywords) <= accepted, name
 
 
 def test_config_knows_exactly_the_implemented_strategies() -> None:

@@ -92,6 +92,10 @@ class Strategy(ABC):
     def synchronize(self) -> None:
         """Finish pending communication, so that ``module`` holds the current parameters."""
 
+    def close(self) -> None:
+        """Release what the strategy owns (server threads, process groups); called once by every
+        rank at the end of training.  The strategy is unusable afterwards."""
+
     def prepare_checkpoint(self) -> None:
         """A collective of every worker, called before rank 0 takes :meth:`state_dict`: a
         strategy whose workers hold different parameters (the EASGD family, local SGD) gathers

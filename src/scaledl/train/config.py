@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaledl.topology import parse_axes
+from scaledl.train.parallel_config import (
+    EASGD_FORMS, ELASTIC_STRATEGIES, PERIODIC_STRATEGIES, SERVER_STRATEGIES, STRATEGIES,
+    ParallelConfig, check_types,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,30 +43,6 @@ __all__ = [
     "STRATEGIES", "ELASTIC_STRATEGIES", "PERIODIC_STRATEGIES", "SERVER_STRATEGIES",
     "EASGD_FORMS", "FIELD_SECTION", "SECTIONS", "load_toml", "build_config",
 ]
-
-STRATEGIES: tuple[str, ...] = (
-    "allreduce", "reduce-broadcast", "sync-easgd", "easgd", "local-sgd",
-    "async-sgd", "async-msgd", "hogwild-sgd", "async-easgd", "async-measgd", "hogwild-easgd",
-)
-"""Known training strategies (``scaledl.strategies.STRATEGIES`` implements each)."""
-
-ELASTIC_STRATEGIES: tuple[str, ...] = (
-    "sync-easgd", "easgd", "async-easgd", "async-measgd", "hogwild-easgd",
-)
-"""Strategies with an elastic pull toward a center variable (they take ``alpha`` or ``rho``)."""
-
-PERIODIC_STRATEGIES: tuple[str, ...] = ELASTIC_STRATEGIES + ("local-sgd",)
-"""Strategies that communicate every ``tau`` local steps."""
-
-SERVER_STRATEGIES: tuple[str, ...] = (
-    "async-sgd", "async-msgd", "hogwild-sgd", "async-easgd", "async-measgd", "hogwild-easgd",
-)
-"""Strategies served by a parameter server (dedicated ranks, or a thread beside rank 0)."""
-
-EASGD_FORMS: tuple[str, ...] = ("tree", "allreduce")
-"""How Sync EASGD exchanges with the center: tree reduce + broadcast, or an allreduce of the
-elastic differences with a replicated center."""
-
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -84,7 +62,7 @@ class DataConfig:
     """Number of random samples to train on instead of a real data set (``None``: real data)."""
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_types(self)
         if not self.dataset:
             raise ValueError("dataset '' is empty; name a data set, e.g. dataset = 'digits'")
         if self.batch_size < 1:
@@ -105,7 +83,7 @@ class ModelConfig:
     """Model name, as known to :mod:`scaledl.models`; the small ``mlp`` suits ``digits``."""
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_types(self)
         if not self.name:
             raise ValueError("model name '' is empty; name a model, e.g. name = 'mlp'")
 
@@ -124,7 +102,7 @@ class OptimConfig:
     """Passes over the training set (>= 1)."""
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_types(self)
         if not self.lr > 0:
             raise ValueError(f"lr {self.lr} must be positive, e.g. 0.05")
         if not 0 <= self.momentum < 1:
@@ -133,82 +111,6 @@ class OptimConfig:
             raise ValueError(f"weight_decay {self.weight_decay} must be >= 0")
         if self.epochs < 1:
             raise ValueError(f"epochs {self.epochs} must be at least 1")
-
-
-@dataclass(frozen=True)
-class ParallelConfig:
-    """How many workers train together and how they communicate."""
-
-    workers: int | None = None
-    """Worker processes; ``None`` means one per CPU core (or the launcher's count)."""
-    strategy: str = "allreduce"
-    """Training strategy, one of :data:`STRATEGIES`."""
-    algorithm: str = "auto"
-    """Collective algorithm; the trainer checks it against ``scaledl.collectives.available``."""
-    topology: str | None = None
-    """Network layout innermost axis first, e.g. ``"2x2"``; ``None`` detects or assumes flat."""
-    bucket_mb: float = 25.0
-    """Gradient bucket size in MiB: a full bucket starts its collective during backward."""
-    timeout_s: float = 60.0
-    """Seconds any blocking distributed call may take before the run fails naming the rank."""
-    alpha: float | None = None
-    """Elastic moving rate ``eta * rho`` in (0, 1); ``None``: ``0.9 / workers`` (Zhang et al.'s
-    ``beta = p * alpha = 0.9``), or ``lr * rho`` when ``rho`` is given."""
-    rho: float | None = None
-    """Elastic strength; ``alpha = lr * rho``.  Give ``alpha`` or ``rho``, not both."""
-    tau: int = 1
-    """Local steps between exchanges of the periodic strategies (EASGD family, local SGD)."""
-    servers: int = 0
-    """Dedicated parameter-server ranks (the last ones); 0 runs the server as a thread beside
-    rank 0's worker."""
-    easgd_form: str = "tree"
-    """Sync EASGD's exchange: ``"tree"`` (reduce + broadcast) or ``"allreduce"``."""
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        self._check_basics()
-        self._check_elastic()
-
-    def _check_elastic(self) -> None:
-        if self.alpha is not None and not 0 < self.alpha < 1:
-            raise ValueError(f"alpha {self.alpha} must be in (0, 1), e.g. 0.9 / workers")
-        if self.rho is not None and not self.rho > 0:
-            raise ValueError(f"rho {self.rho} must be positive (alpha = lr * rho)")
-        if self.alpha is not None and self.rho is not None:
-            raise ValueError(f"alpha {self.alpha} and rho {self.rho} were both given; give one "
-                             "(alpha = lr * rho)")
-        if self.tau < 1:
-            raise ValueError(f"tau {self.tau} must be at least 1 (local steps between exchanges)")
-        if self.servers < 0:
-            raise ValueError(f"servers {self.servers} must be >= 0 (0: a server thread beside "
-                             "rank 0)")
-        if self.servers and self.strategy not in SERVER_STRATEGIES:
-            raise ValueError(f"servers {self.servers} only applies to the parameter-server "
-                             f"strategies ({', '.join(SERVER_STRATEGIES)}), not "
-                             f"{self.strategy!r}; drop --servers")
-        if self.easgd_form not in EASGD_FORMS:
-            raise ValueError(f"easgd_form {self.easgd_form!r} is unknown; use one of "
-                             f"{', '.join(EASGD_FORMS)}")
-
-    def _check_basics(self) -> None:
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(
-                f"workers {self.workers} must be at least 1, or unset for one per core"
-            )
-        if self.strategy not in STRATEGIES:
-            raise ValueError(
-                f"strategy {self.strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}"
-            )
-        if not self.algorithm:
-            raise ValueError(
-                "algorithm '' is empty; use 'auto' or an algorithm name such as 'ring'"
-            )
-        if self.topology is not None:
-            parse_axes(self.topology)
-        if not self.bucket_mb > 0:
-            raise ValueError(f"bucket_mb {self.bucket_mb} must be positive, e.g. 25")
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout_s {self.timeout_s} must be positive, e.g. 60")
 
 
 @dataclass(frozen=True)
@@ -231,7 +133,7 @@ class RunConfig:
     """Show a progress bar on rank 0."""
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_types(self)
         if not self.out:
             raise ValueError("out '' is empty; give a run directory, e.g. out = 'runs/latest'")
         if self.seed < 0:
@@ -325,25 +227,6 @@ def _known_fields(section: str, cls: type, values: Mapping[str, Any]) -> dict[st
                 f"unknown key {key!r} in [{section}]; allowed keys: {', '.join(allowed)}"
             )
     return dict(values)
-
-
-def _check_types(instance: Any) -> None:
-    """Raise ``ValueError`` when a field holds a value of the wrong type (TOML typos); accept
-    an int where a float is expected and store it as a float."""
-    hints = typing.get_type_hints(type(instance))
-    section = type(instance).__name__
-    for f in dataclasses.fields(instance):
-        value = getattr(instance, f.name)
-        allowed = typing.get_args(hints[f.name]) or (hints[f.name],)
-        if value is None and type(None) in allowed:
-            continue
-        if float in allowed and isinstance(value, int) and not isinstance(value, bool):
-            object.__setattr__(instance, f.name, float(value))
-            continue
-        if any(type(value) is kind for kind in allowed):
-            continue
-        names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in allowed)
-        raise ValueError(f"{section}.{f.name} = {value!r} must be {names}")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

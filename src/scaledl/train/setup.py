@@ -25,7 +25,7 @@ from scaledl.sync.propagation import ROOTED_ALGORITHMS
 from scaledl.sync.reducer import SpanRecorder
 from scaledl.topology import Topology, parse_axes
 from scaledl.train.config import (
-    ELASTIC_STRATEGIES, PERIODIC_STRATEGIES, SERVER_STRATEGIES, TrainConfig,
+    SERVER_STRATEGIES, TrainConfig,
 )
 
 __all__ = ["validate_config", "RunParts", "build_run", "algorithms_for", "elastic_alpha"]
@@ -76,8 +76,8 @@ def validate_config(config: TrainConfig, workers: int) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use one of: {', '.join(STRATEGIES)}")
     _check_servers(config, workers)
-    elastic_alpha(config, training_workers(config, workers))
-    allowed = algorithms_for(strategy, config.parallel.easgd_form)
+    _check_beta(config, training_workers(config, workers))
+    allowed = algorithms_for(strategy, config.parallel.easgd_form or "tree")
     if config.parallel.algorithm not in allowed:
         raise ValueError(f"algorithm {config.parallel.algorithm!r} does not work with strategy "
                          f"{strategy!r}; use one of: {', '.join(allowed)}")
@@ -89,6 +89,16 @@ def validate_config(config: TrainConfig, workers: int) -> None:
                 f"{workers} workers were asked for; give --workers {math.prod(axes)} or a "
                 f"topology whose axes multiply to {workers}"
             )
+
+
+def _check_beta(config: TrainConfig, workers: int) -> None:
+    """Sync EASGD moves the center by ``beta = workers * alpha`` of the way to the workers'
+    mean each exchange; at ``beta >= 1`` it overshoots (Zhang et al.'s stability condition)."""
+    alpha = elastic_alpha(config, workers)
+    if config.parallel.strategy == "sync-easgd" and workers * alpha >= 1:
+        raise ValueError(f"sync-easgd needs beta = workers * alpha = {workers} * {alpha:g} = "
+                         f"{workers * alpha:g} below 1, or the center diverges; give --alpha "
+                         f"{0.9 / workers:.3g} (0.9 / workers) or smaller")
 
 
 def _check_servers(config: TrainConfig, workers: int) -> None:
@@ -111,24 +121,39 @@ class RunParts:
     strategy: Strategy
 
 
+COLLECTIVE_KEYWORDS = ("algorithm", "topology", "timeline")
+SERVER_KEYWORDS = ("servers", "timeout_s", "timeline")
+
+STRATEGY_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "allreduce": COLLECTIVE_KEYWORDS + ("bucket_mb",),
+    "reduce-broadcast": COLLECTIVE_KEYWORDS,
+    "sync-easgd": COLLECTIVE_KEYWORDS + ("alpha", "tau", "form"),
+    "easgd": ("timeline", "alpha", "tau"),
+    "local-sgd": COLLECTIVE_KEYWORDS + ("tau",),
+    "async-sgd": SERVER_KEYWORDS,
+    "hogwild-sgd": SERVER_KEYWORDS,
+    "async-msgd": SERVER_KEYWORDS + ("momentum",),
+    "async-easgd": SERVER_KEYWORDS + ("alpha", "tau"),
+    "hogwild-easgd": SERVER_KEYWORDS + ("alpha", "tau"),
+    "async-measgd": SERVER_KEYWORDS + ("alpha", "tau", "momentum"),
+}
+"""The keywords the trainer passes to each strategy's constructor: exactly the ones it takes."""
+
+
 def _strategy_options(config: TrainConfig, topology: Topology | None,
                       timeline: SpanRecorder | None, world_size: int) -> dict[str, Any]:
     parallel = config.parallel
-    options: dict[str, Any] = {"algorithm": parallel.algorithm, "topology": topology,
-                               "timeline": timeline}
     strategy = parallel.strategy
-    if strategy == "allreduce":
-        options["bucket_mb"] = parallel.bucket_mb
-    if strategy in ELASTIC_STRATEGIES:
-        options["alpha"] = elastic_alpha(config, training_workers(config, world_size))
-    if strategy in PERIODIC_STRATEGIES:
-        options["tau"] = parallel.tau
-    if strategy == "sync-easgd":
-        options["form"] = parallel.easgd_form
-    if strategy in SERVER_STRATEGIES:
-        options.update(servers=parallel.servers, momentum=config.optim.momentum,
-                       timeout_s=parallel.timeout_s)
-    return options
+    wanted = STRATEGY_KEYWORDS[strategy]
+    values: dict[str, Any] = {
+        "algorithm": parallel.algorithm, "topology": topology, "timeline": timeline,
+        "bucket_mb": parallel.bucket_mb, "tau": parallel.tau or 1,
+        "form": parallel.easgd_form or "tree", "servers": parallel.servers,
+        "timeout_s": parallel.timeout_s, "momentum": config.optim.momentum,
+    }
+    if "alpha" in wanted:
+        values["alpha"] = elastic_alpha(config, training_workers(config, world_size))
+    return {key: values[key] for key in wanted}
 
 
 def build_run(

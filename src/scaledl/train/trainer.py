@@ -230,6 +230,7 @@ class Trainer:
         self.timeline.save(self.out / f"timeline-rank{self.rank}.json")
         staleness = self._gather_staleness()
         dist.barrier()
+        self.parts.strategy.close()
         result: dict[str, Any] = {**summary.to_dict(), "test_accuracy": accuracy,
                                   "out": str(self.out), "world_size": self.world_size,
                                   "workers": self.parts.strategy.num_workers,
