@@ -31,8 +31,10 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from scaledl.strategies.elastic import check_beta
 from scaledl.strategies.local_sgd import LocalSGD
 from scaledl.strategies.round_robin_easgd import RoundRobinEASGD
 from scaledl.strategies.sync_easgd import SyncEASGD
@@ -101,12 +103,30 @@ def _run_case(rank: int, name: str) -> dict[str, Any]:
             "order": getattr(strategy, "order", None)}
 
 
-def _all_cases(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
-    return {name: _run_case(rank, name) for name in CASES}
+def _error(cls: type, **options: Any) -> str:
+    """The message of the error building ``cls`` with ``options`` raises ("" if none)."""
+    model = Pair()
+    try:
+        cls(model, torch.optim.SGD(model.parameters(), lr=0.5), **options)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+def _all_cases(rank: int, world_size: int) -> dict[str, Any]:
+    out: dict[str, Any] = {name: _run_case(rank, name) for name in CASES}
+    out["errors"] = {  # raised on every rank before any communication, so no rank hangs
+        "beta-1": _error(SyncEASGD, alpha=0.5),
+        "beta-1.4": _error(SyncEASGD, alpha=0.7, form="allreduce"),
+        "beta-0.9": _error(SyncEASGD, alpha=0.45),
+        "round-robin-0.7": _error(RoundRobinEASGD, alpha=0.7),
+        "tree-ring": _error(SyncEASGD, form="tree", algorithm="ring"),
+    }
+    return out
 
 
 @pytest.fixture(scope="module")
-def results() -> list[dict[str, dict[str, Any]]]:
+def results() -> list[dict[str, Any]]:
     return run_ranks(2, _all_cases, timeout=90)
 
 
@@ -114,7 +134,7 @@ def results() -> list[dict[str, dict[str, Any]]]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", list(CASES))
 def test_rule_matches_hand_computed_values(
-    results: list[dict[str, dict[str, Any]]], name: str
+    results: list[dict[str, Any]], name: str
 ) -> None:
     workers, center = EXPECTED[name]
     for rank in range(2):
@@ -125,13 +145,55 @@ def test_rule_matches_hand_computed_values(
 
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
-def test_exchange_counts_and_order(results: list[dict[str, dict[str, Any]]]) -> None:
+def test_exchange_counts_and_order(results: list[dict[str, Any]]) -> None:
     for rank in range(2):
         assert results[rank]["sync-tree"]["syncs"] == 2
         assert results[rank]["sync-tau2"]["syncs"] == 2  # steps 0 and 2 of 3
         assert results[rank]["local-sgd"]["syncs"] == 1
         assert results[rank]["sync-allreduce"]["bytes"] > 0
     assert results[0]["round-robin"]["order"] == [0, 1]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["sync-tree", "sync-tree-no-overlap", "sync-allreduce",
+                                  "sync-tau2"])
+def test_sync_easgd_counts_bytes_of_applied_exchanges(
+    results: list[dict[str, Any]], name: str
+) -> None:
+    """With overlap, an exchange starts after the last step and is waited for by
+    ``synchronize()`` but applied by no step: it counts neither as a sync nor in the bytes."""
+    collectives = 1 if CASES[name][1].get("form") == "allreduce" else 2  # reduce + broadcast
+    for rank in range(2):
+        got = results[rank][name]
+        assert got["syncs"] == 2
+        assert got["bytes"] == got["syncs"] * collectives * 2 * 4  # 2 float32 per message
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_sync_easgd_requires_workers_times_alpha_below_one(
+    results: list[dict[str, Any]]
+) -> None:
+    for rank in range(2):
+        errors = results[rank]["errors"]
+        assert "beta = workers * alpha = 2 * 0.5 = 1 below 1" in errors["beta-1"]
+        assert "give alpha 0.45 (0.9 / workers) or smaller" in errors["beta-1"]
+        assert "2 * 0.7 = 1.4 below 1" in errors["beta-1.4"]
+        assert errors["beta-0.9"] == ""
+        assert errors["round-robin-0.7"] == ""  # one worker at a time: alpha < 1 is enough
+        assert "algorithm 'ring' does not implement reduce" in errors["tree-ring"]
+
+
+@pytest.mark.parametrize(("alpha", "workers", "ok"), [
+    (0.45, 2, True), (0.5, 2, False), (0.9, 1, True), (0.3, 4, False), (0.2, 4, True),
+])
+def test_check_beta(alpha: float, workers: int, ok: bool) -> None:
+    if ok:
+        assert check_beta(alpha, workers) == pytest.approx(alpha * workers)
+        return
+    with pytest.raises(ValueError, match=f"beta = workers \\* alpha = {workers} \\* {alpha}"):
+        check_beta(alpha, workers)
 
 
 # -- bad input: checked before any communication, so no process group is needed -------------
@@ -159,8 +221,24 @@ def test_tau_below_one_is_rejected(cls: type, tau: object) -> None:
 def test_momentum_outside_unit_interval_is_rejected(cls: type) -> None:
     with pytest.raises(ValueError, match="momentum 1.0 must be in \\[0, 1\\)"):
         _strategy(cls, optimizer_momentum=1.0)  # the optimizer's own
-    with pytest.raises(ValueError, match="momentum -0.5 must be in \\[0, 1\\)"):
-        _strategy(cls, momentum=-0.5)  # the trainer's common keyword
+
+
+@pytest.mark.parametrize("cls", [SyncEASGD, RoundRobinEASGD, LocalSGD])
+@pytest.mark.parametrize("keyword", ["taus", "momentum", "servers"])
+def test_unknown_keywords_are_rejected(cls: type, keyword: str) -> None:
+    """A typo (``taus=``) or a keyword of another strategy is an error, not silently dropped;
+    momentum belongs to the optimizer."""
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{keyword}'"):
+        _strategy(cls, **{keyword: 4})
+
+
+@pytest.mark.parametrize("cls", [SyncEASGD, RoundRobinEASGD, LocalSGD])
+def test_without_a_process_group_the_error_says_to_call_init(cls: type) -> None:
+    if dist.is_initialized():
+        pytest.skip("this process has a process group")
+    with pytest.raises(RuntimeError, match=f"^call scaledl.init\\(\\) before wrapping a "
+                                           f"model in {cls.__name__}$"):
+        _strategy(cls)
 
 
 def test_unknown_form_is_rejected() -> None:

@@ -17,8 +17,13 @@ parameters ``x_i`` *before* that step's update, the ones the gradient was comput
     x_i    <- OptimizerStep(x_i, grad_i) - e_i          (Eq. 1; Eq. 5-6 with momentum)
     c      <- c + sum_i e_i                              (Eq. 2, synchronous form)
 
-``OptimizerStep`` is the wrapped optimizer's own update (plain SGD: ``x - lr * grad``; SGD with
-momentum ``mu``: ``v <- mu v + grad; x - lr * v``, which is You et al.'s MEASGD Eq. 5-6).  The
+``OptimizerStep`` is the wrapped optimizer's own update (plain SGD: ``x - lr * grad``; torch
+SGD with momentum ``mu``: ``v <- mu v + grad; x <- x - lr v``).  That is the classical
+momentum of You et al.'s MEASGD Eq. 5-6 (``v <- mu v - eta grad; x <- x + v``, torch's ``v``
+scaled by ``-eta``) only with
+a constant learning rate, ``dampening=0`` and ``nesterov=False``: a schedule that changes
+``lr`` rescales the old velocity differently, dampening scales the gradient by ``1 - dampening``
+and Nesterov adds ``mu v`` to the gradient step (Zhang et al.'s EAMSGD look-ahead).  The
 elastic term is applied after it and never enters the momentum buffer, as in the reference
 EAMSGD code (the pull is computed from ``x_i`` before the gradient step and applied after it).
 Between exchanges every worker runs its optimizer alone.
@@ -61,14 +66,14 @@ class ElasticStrategy(PeriodicStrategy):
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, alpha: float | None, tau: int,
-        momentum: float | None = None, group: dist.ProcessGroup | None = None,
-        timeline: SpanRecorder | None = None,
+        group: dist.ProcessGroup | None = None, timeline: SpanRecorder | None = None,
     ) -> None:
         if alpha is not None:
             check_alpha(alpha)
-        check_optimizer_momentum(optimizer, momentum)
-        super().__init__(module, optimizer, tau, group, timeline)
+        check_optimizer_momentum(optimizer)
         self.alpha = float(alpha) if alpha is not None else default_alpha(group)
+        """The moving rate ``eta * rho`` (default ``0.9 / workers``)."""
+        super().__init__(module, optimizer, tau, group, timeline)
         self.center = self.flat.detach().clone()
         """The center variable, flat (rank 0's is authoritative)."""
         self._elastic = torch.zeros_like(self.flat)

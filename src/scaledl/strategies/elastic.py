@@ -6,8 +6,8 @@
 * :func:`elastic_difference` is the elastic term of EASGD (Zhang, Choromanska, LeCun 2015):
   ``e = alpha * (x_worker - x_center)``; the worker moves by ``-e`` and the center by ``+e``
   (by the sum of every worker's ``e`` in the synchronous form).
-* :func:`check_alpha`, :func:`check_tau`, :func:`check_momentum` validate hyper-parameters with
-  one-line errors that name the value and the fix.
+* :func:`check_alpha`, :func:`check_beta`, :func:`check_tau`, :func:`check_momentum` validate
+  hyper-parameters with one-line errors that name the value and the fix.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 __all__ = [
-    "flatten_parameters", "elastic_difference", "check_alpha", "check_tau", "check_momentum",
+    "flatten_parameters", "elastic_difference", "check_alpha", "check_beta", "check_tau",
+    "check_momentum",
     "learning_rate",
 ]
 
@@ -81,6 +82,22 @@ def check_alpha(alpha: float) -> float:
         raise ValueError(f"alpha {alpha} must be in (0, 1), e.g. 0.9 / workers; it is the "
                          "moving rate eta * rho of the elastic pull (or give --rho)")
     return float(alpha)
+
+
+def check_beta(alpha: float, workers: int) -> float:
+    """``beta = workers * alpha`` if it is below 1, else a one-line error.
+
+    The synchronous center update is ``c <- (1 - beta) c + beta * mean_i(x_i)``: for ``beta``
+    in (0, 1) the center moves part of the way to the workers' mean; above 1 it overshoots
+    (oscillates), above 2 it diverges.  Zhang, Choromanska, LeCun (2015) keep ``beta < 1`` and
+    use ``beta = 0.9``, i.e. ``alpha = 0.9 / workers``.
+    """
+    beta = workers * alpha
+    if not beta < 1:
+        raise ValueError(f"sync-easgd needs beta = workers * alpha = {workers} * {alpha:g} = "
+                         f"{beta:g} below 1, or the center oscillates or diverges; give alpha "
+                         f"{0.9 / workers:.3g} (0.9 / workers) or smaller")
+    return beta
 
 
 def check_tau(tau: int) -> int:

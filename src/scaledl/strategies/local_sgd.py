@@ -54,11 +54,10 @@ class LocalSGD(PeriodicStrategy):
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, *, tau: int = 1,
         outer_optimizer: OuterOptimizerFactory | None = None, algorithm: str = "auto",
-        momentum: float | None = None, topology: Topology | None = None,
-        group: dist.ProcessGroup | None = None, timeline: SpanRecorder | None = None,
-        **ignored: Any,
+        topology: Topology | None = None, group: dist.ProcessGroup | None = None,
+        timeline: SpanRecorder | None = None,
     ) -> None:
-        check_optimizer_momentum(optimizer, momentum)
+        check_optimizer_momentum(optimizer)
         super().__init__(module, optimizer, tau, group, timeline)
         self.algorithm = algorithm
         self.topology = collectives.resolve_topology(algorithm, "allreduce", topology, group)

@@ -34,24 +34,33 @@ from scaledl.strategies.elastic import check_momentum, check_tau, flatten_parame
 from scaledl.sync.consistency import broadcast_state
 from scaledl.sync.reducer import SpanRecorder, SyncStats
 
-__all__ = ["PeriodicStrategy", "check_optimizer_momentum"]
+__all__ = ["PeriodicStrategy", "check_optimizer_momentum", "process_group_size"]
 
 
-def check_optimizer_momentum(optimizer: Optimizer, momentum: float | None = None) -> None:
-    """Raise the one-line momentum error if ``momentum`` (when given) or the momentum of any of
-    ``optimizer``'s parameter groups is outside [0, 1)."""
-    if momentum is not None:
-        check_momentum(momentum)
+def check_optimizer_momentum(optimizer: Optimizer) -> None:
+    """Raise the one-line momentum error if the momentum of any of ``optimizer``'s parameter
+    groups is outside [0, 1)."""
     for group in optimizer.param_groups:
         if "momentum" in group:
             check_momentum(group["momentum"])
+
+
+def process_group_size(group: dist.ProcessGroup | None, wrapper: str) -> int:
+    """The size of ``group``; a one-line error naming ``wrapper`` when torch.distributed has
+    not been initialized (these strategies communicate from their constructor on)."""
+    if not dist.is_initialized():
+        raise RuntimeError(f"call scaledl.init() before wrapping a model in {wrapper}")
+    return dist.get_world_size(group)
 
 
 class PeriodicStrategy(Strategy):
     """Base of strategies that exchange every ``tau`` local steps (see the module docstring).
 
     Subclasses validate their own hyper-parameters *before* calling this constructor, which
-    communicates (it broadcasts rank 0's model), so bad input fails on every rank at once.
+    communicates (it broadcasts rank 0's model), so bad input fails on every rank at once;
+    checks that need the number of workers go in :meth:`_check_workers`, which runs after
+    ``tau`` is checked and before any communication.  Without an initialized process group the
+    constructor raises ``RuntimeError("call scaledl.init() before wrapping a model in ...")``.
     """
 
     def __init__(
@@ -60,6 +69,7 @@ class PeriodicStrategy(Strategy):
     ) -> None:
         super().__init__(module, optimizer)
         self.tau = check_tau(tau)
+        self._check_workers(process_group_size(group, type(self).__name__))
         self.group = group
         self.timeline = timeline
         self.flat = flatten_parameters(module)
@@ -70,6 +80,9 @@ class PeriodicStrategy(Strategy):
         self._gathered: tuple[int, list[dict[str, Any]]] | None = None
         with torch.no_grad():
             broadcast_state(module, group)
+
+    def _check_workers(self, workers: int) -> None:
+        """Validate hyper-parameters against the number of workers (before communicating)."""
 
     # -- roles -----------------------------------------------------------------------------------
     @property
@@ -103,12 +116,17 @@ class PeriodicStrategy(Strategy):
     # -- accounting ------------------------------------------------------------------------------
     def _account(self, label: str, handle: CollectiveHandle, nbytes: int) -> None:
         """Wait for ``handle`` and add its run time, the wait and ``nbytes`` to the stats."""
+        self._wait_timed(label, handle, nbytes)
+        self._stats.bytes += nbytes
+
+    def _wait_timed(self, label: str, handle: CollectiveHandle, nbytes: int) -> None:
+        """Wait for ``handle``; add its run time and the wait (not its bytes) to the stats and
+        its spans to the timeline."""
         blocked = time.perf_counter()
         handle.wait()
         now = time.perf_counter()
         self._stats.wait_s += now - blocked
         self._stats.comm_s += handle.duration
-        self._stats.bytes += nbytes
         if self.timeline is None:
             return
         if now - blocked > 0:

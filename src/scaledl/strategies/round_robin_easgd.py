@@ -19,8 +19,6 @@ which is the point of the baseline.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -42,10 +40,10 @@ class RoundRobinEASGD(ElasticStrategy):
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, *, alpha: float | None = None,
-        tau: int = 1, momentum: float | None = None, group: dist.ProcessGroup | None = None,
-        timeline: SpanRecorder | None = None, **ignored: Any,
+        tau: int = 1, group: dist.ProcessGroup | None = None,
+        timeline: SpanRecorder | None = None,
     ) -> None:
-        super().__init__(module, optimizer, alpha, tau, momentum, group, timeline)
+        super().__init__(module, optimizer, alpha, tau, group, timeline)
         master = self.worker_rank == 0
         self._incoming = torch.zeros_like(self.flat) if master else None
         self._reply = torch.zeros_like(self.flat) if master else None

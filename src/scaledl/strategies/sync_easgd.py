@@ -15,12 +15,19 @@ Per exchange (steps ``k`` with ``k % tau == 0``), with the update rules of
 Both forms compute the same worker updates from the same center; the center differs only by
 floating-point rounding (``sum x_i - P c`` against ``sum (x_i - c)``).
 
+Stability: the center update is ``c <- (1 - beta) c + beta mean_i(x_i)`` with
+``beta = P alpha``, which oscillates for ``beta > 1`` and diverges for ``beta > 2``, so the
+constructor requires ``P alpha < 1`` (Zhang et al.'s condition; the default is ``0.9 / P``).
+
 Overlap (the paper's Sync EASGD3): the exchange for step ``k`` needs only ``x_i`` and ``c``
 before step ``k``'s update, so with ``overlap=True`` it is started asynchronously at the end of
 step ``k - 1`` and runs while step ``k``'s forward and backward compute; ``step()`` waits for
 it just before the update.  The values exchanged are the same either way, so both settings are
 bitwise identical, and so are two runs with the same world size and seed (every collective
-runs a fixed schedule).
+runs a fixed schedule).  The exchange started after the last step (when the next step would
+exchange) is waited for by ``synchronize()`` but applied by no step; ``stats`` counts an
+exchange's ``syncs`` and ``bytes`` when a step applies it, and its time (``comm_s``,
+``wait_s``) when it is waited for.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from torch.optim import Optimizer
 from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
 from scaledl.strategies.easgd import ElasticStrategy
-from scaledl.strategies.elastic import elastic_difference
+from scaledl.strategies.elastic import check_beta, elastic_difference
 from scaledl.sync.reducer import SpanRecorder
 from scaledl.topology import Topology
 
@@ -54,42 +61,50 @@ class SyncEASGD(ElasticStrategy):
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, *, alpha: float | None = None,
         tau: int = 1, form: str = "tree", algorithm: str = "auto", overlap: bool = True,
-        momentum: float | None = None, topology: Topology | None = None,
-        group: dist.ProcessGroup | None = None, timeline: SpanRecorder | None = None,
-        **ignored: Any,
+        topology: Topology | None = None, group: dist.ProcessGroup | None = None,
+        timeline: SpanRecorder | None = None,
     ) -> None:
         if form not in FORMS:
             raise ValueError(f"form {form!r} is unknown; use one of: {', '.join(FORMS)}")
-        super().__init__(module, optimizer, alpha, tau, momentum, group, timeline)
+        super().__init__(module, optimizer, alpha, tau, group, timeline)
         self.form = form
         self.replicated_center = form == "allreduce"
         self.algorithm = algorithm
         self.overlap = overlap
         needs = ("reduce", "broadcast") if form == "tree" else ("allreduce",)
-        resolved = [collectives.resolve_topology(algorithm, c, topology, group) for c in needs]
-        self.topology = resolved[0]
+        self._topologies = {c: collectives.resolve_topology(algorithm, c, topology, group)
+                            for c in needs}
+        """The layout each collective of the exchange runs on, checked for ``algorithm``."""
+        self.topology = self._topologies[needs[0]]
         self._outgoing = torch.zeros_like(self.flat)
         """Tree: this worker's ``x_i`` (rank 0: then ``sum_i x_i``); allreduce: ``sum_i e_i``."""
         self._pending: list[tuple[str, CollectiveHandle]] = []
         self._launched = False
+        self._unapplied_bytes = 0
+        """Bytes of the exchange in flight or waited for, not yet applied by a step."""
+
+    def _check_workers(self, workers: int) -> None:
+        """Sync EASGD's stability condition ``workers * alpha < 1``."""
+        check_beta(self.alpha, workers)
 
     # -- the exchange ----------------------------------------------------------------------------
     @torch.no_grad()
     def _launch(self) -> None:
         """Start the exchange for step ``self.steps`` from the current ``x_i`` and ``c``."""
-        options: dict[str, Any] = {"algorithm": self.algorithm, "topology": self.topology,
-                                   "group": self.group, "async_op": True}
+        options: dict[str, Any] = {"algorithm": self.algorithm, "group": self.group,
+                                   "async_op": True}
+        topologies = self._topologies
         if self.form == "tree":
-            self._start("broadcast center",
-                        collectives.broadcast(self.center, src=0, **options))
+            self._start("broadcast center", collectives.broadcast(
+                self.center, src=0, topology=topologies["broadcast"], **options))
             self._outgoing.copy_(self.flat)
-            self._start("reduce workers",
-                        collectives.reduce(self._outgoing, dst=0, op="sum", **options))
+            self._start("reduce workers", collectives.reduce(
+                self._outgoing, dst=0, op="sum", topology=topologies["reduce"], **options))
         else:
             elastic_difference(self.flat, self.center, self.alpha, out=self._elastic)
             self._outgoing.copy_(self._elastic)
-            self._start("allreduce elastic",
-                        collectives.allreduce(self._outgoing, "sum", **options))
+            self._start("allreduce elastic", collectives.allreduce(
+                self._outgoing, "sum", topology=topologies["allreduce"], **options))
         self._launched = True
 
     def _start(self, label: str, handle: CollectiveHandle | None) -> None:
@@ -97,10 +112,12 @@ class SyncEASGD(ElasticStrategy):
         self._pending.append((label, handle))
 
     def _wait_pending(self) -> None:
+        """Wait for the exchange's collectives; their bytes count once a step applies them."""
         nbytes = self.flat.numel() * self.flat.element_size()
         pending, self._pending = self._pending, []
         for label, handle in pending:
-            self._account(label, handle, nbytes)
+            self._wait_timed(label, handle, nbytes)
+            self._unapplied_bytes += nbytes
 
     @torch.no_grad()
     def _complete(self) -> None:
@@ -108,6 +125,8 @@ class SyncEASGD(ElasticStrategy):
         self._wait_pending()
         self._launched = False
         self._stats.syncs += 1
+        self._stats.bytes += self._unapplied_bytes
+        self._unapplied_bytes = 0
         if self.form == "allreduce":  # e_i was computed at launch
             self.center.add_(self._outgoing)
             return
@@ -145,3 +164,4 @@ class SyncEASGD(ElasticStrategy):
         """Restore the center; the next exchange starts afresh from the restored state."""
         super()._load_strategy_state(state)
         self._launched = False
+        self._unapplied_bytes = 0

@@ -21,6 +21,7 @@ from scaledl.data import (
 )
 from scaledl.models import available_models, build_model
 from scaledl.strategies import STRATEGIES, Strategy, build_strategy
+from scaledl.strategies.elastic import check_beta
 from scaledl.sync.propagation import ROOTED_ALGORITHMS
 from scaledl.sync.reducer import SpanRecorder
 from scaledl.topology import Topology, parse_axes
@@ -92,13 +93,10 @@ def validate_config(config: TrainConfig, workers: int) -> None:
 
 
 def _check_beta(config: TrainConfig, workers: int) -> None:
-    """Sync EASGD moves the center by ``beta = workers * alpha`` of the way to the workers'
-    mean each exchange; at ``beta >= 1`` it overshoots (Zhang et al.'s stability condition)."""
+    """Sync EASGD's stability condition, checked before launch (the strategy checks it too)."""
     alpha = elastic_alpha(config, workers)
-    if config.parallel.strategy == "sync-easgd" and workers * alpha >= 1:
-        raise ValueError(f"sync-easgd needs beta = workers * alpha = {workers} * {alpha:g} = "
-                         f"{workers * alpha:g} below 1, or the center diverges; give --alpha "
-                         f"{0.9 / workers:.3g} (0.9 / workers) or smaller")
+    if config.parallel.strategy == "sync-easgd":
+        check_beta(alpha, workers)
 
 
 def _check_servers(config: TrainConfig, workers: int) -> None:
