@@ -25,6 +25,7 @@ from scaledl.models import build_model
 from scaledl.strategies.async_easgd import AsyncEASGD, AsyncMEASGD, HogwildEASGD
 from scaledl.strategies.async_sgd import AsyncMSGD, AsyncSGD, HogwildSGD
 from scaledl.strategies.parameter_server import ParameterServerStrategy
+from scaledl.train.setup import STRATEGY_KEYWORDS
 from tests.harness import run_ranks
 
 pytestmark = pytest.mark.distributed
@@ -35,8 +36,8 @@ STRATEGIES: dict[str, type[ParameterServerStrategy]] = {
 }
 SERVERS = {"async-sgd": 0, "async-msgd": 1, "hogwild-sgd": 1, "async-easgd": 0,
            "async-measgd": 1, "hogwild-easgd": 1}
-OPTIONS: dict[str, Any] = {"momentum": 0.5, "tau": 1, "timeout_s": 60.0,
-                           "algorithm": "auto", "topology": None, "timeline": None}
+OPTIONS: dict[str, Any] = {"momentum": 0.5, "tau": 1, "timeout_s": 60.0, "timeline": None}
+"""Values of the keywords the trainer passes (alpha: the strategy's default)."""
 MIN_ACCURACY = 0.85
 EPOCHS, BATCH, LR = 3, 32, 0.1
 
@@ -47,14 +48,17 @@ def dataset(name: str, split: str) -> ArrayDataset:
     return load_dataset(name, None, split, 0, 512 if name.startswith("synthetic") else None)
 
 
-def build(name: str, servers: int, seed: int = 0, data: str = "digits",
+def build(name: str, servers: int, seed: int = 0, data: str = "digits", mark: float = 0.0,
           **extra: Any) -> ParameterServerStrategy:
-    """The strategy ``name`` around an MLP for ``data``, built like the trainer builds it."""
+    """The strategy ``name`` around an MLP for ``data`` (plus a buffer filled with ``mark``),
+    built with exactly the keywords the trainer passes."""
     torch.manual_seed(seed)
     train_set = dataset(data, "train")
     model = build_model("mlp", train_set.input_shape, train_set.num_classes)
+    model.register_buffer("mark", torch.full((3,), float(mark)))
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    return STRATEGIES[name](model, optimizer, servers=servers, **{**OPTIONS, **extra})
+    options = {key: OPTIONS[key] for key in STRATEGY_KEYWORDS[name] if key in OPTIONS}
+    return STRATEGIES[name](model, optimizer, **{**options, "servers": servers, **extra})
 
 
 def train(strategy: ParameterServerStrategy, epochs: int, seed: int = 0, data_name: str = "digits",
@@ -100,8 +104,10 @@ def _server_state(strategy: ParameterServerStrategy) -> dict[str, Any]:
 def _round_trip(rank: int, world_size: int, name: str, path: str) -> dict[str, Any]:
     servers = SERVERS[name]
     start = time.perf_counter()
-    strategy = build(name, servers)
-    result: dict[str, Any] = {"worker": strategy.is_worker}
+    groups = len(dist.distributed_c10d._world.pg_map)
+    strategy = build(name, servers, mark=rank)
+    result: dict[str, Any] = {"worker": strategy.is_worker,
+                              "mark": strategy.module.mark.tolist()}  # type: ignore[operator]
     if strategy.is_worker:
         train(strategy, EPOCHS)
         result["accuracy"] = accuracy(strategy)
@@ -112,6 +118,8 @@ def _round_trip(rank: int, world_size: int, name: str, path: str) -> dict[str, A
         strategy.finish()
     else:
         strategy.serve()
+    strategy.close()
+    result["groups_left"] = len(dist.distributed_c10d._world.pg_map) - groups
     result["seconds"] = time.perf_counter() - start
     dist.barrier()
     saved = torch.load(path, weights_only=False)
@@ -128,11 +136,13 @@ def _round_trip(rank: int, world_size: int, name: str, path: str) -> dict[str, A
             velocity = now["server"]["velocity"]
             result["server_momentum"] = velocity is not None and bool(torch.equal(
                 velocity, before["server"]["velocity"]))
+        dist.barrier(group=resumed.worker_group)  # no worker pushes before rank 0 has read it
         train(resumed, 1)  # and it trains on
         result["after_resume"] = accuracy(resumed)
         resumed.finish()
     else:
         resumed.serve()
+    resumed.close()
     return result
 
 
@@ -148,6 +158,8 @@ def test_every_async_strategy_learns_digits_and_resumes(tmp_path: Path) -> None:
         ranks = [r[name] for r in results]
         workers = [r for r in ranks if r["worker"]]
         assert len(workers) == 3 - SERVERS[name], name
+        assert all(r["mark"] == [0.0] * 3 for r in ranks), name  # buffers start as rank 0's
+        assert all(r["groups_left"] == 0 for r in ranks), name  # close() destroyed its groups
         for worker in workers:
             assert worker["accuracy"] >= MIN_ACCURACY, (name, worker)
             assert worker["pushes"] > 0 and worker["seconds"] < 120, (name, worker)

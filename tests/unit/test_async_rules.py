@@ -34,9 +34,10 @@ def _shard(values: list[float], rule: str, **options: float | bool) -> ServerSha
 
 def _worker(cls: type[ParameterServerStrategy], shard: ServerShard, index: int,
             start: list[float], lr: float = 0.1, weight_decay: float = 0.0,
-            **options: float) -> ParameterServerStrategy:
+            optimizer_momentum: float = 0.0, **options: float) -> ParameterServerStrategy:
     module = Vec(start)
-    optimizer = torch.optim.SGD(module.parameters(), lr=lr, weight_decay=weight_decay)
+    optimizer = torch.optim.SGD(module.parameters(), lr=lr, weight_decay=weight_decay,
+                                momentum=optimizer_momentum)
     link = LocalLink([shard], index, 2)
     return cls(module, optimizer, link=link, **options)
 
@@ -77,6 +78,14 @@ def test_async_msgd_server_momentum() -> None:
     _close(shard.velocity.tolist(), [0.225, 0.125])
 
 
+def test_async_msgd_momentum_defaults_to_the_optimizers() -> None:
+    shard = _shard([1.0, 2.0], "sgd", momentum=0.5)
+    assert _worker(AsyncMSGD, shard, 0, [0.0, 0.0], optimizer_momentum=0.5).momentum == 0.5
+    assert _worker(AsyncMSGD, shard, 0, [0.0, 0.0], optimizer_momentum=0.5,
+                   momentum=0.25).momentum == 0.25
+    assert _worker(AsyncMSGD, shard, 0, [0.0, 0.0]).momentum == 0.0
+
+
 def test_weight_decay_joins_the_gradient() -> None:
     shard = _shard([1.0, 2.0], "sgd")
     a = _worker(AsyncSGD, shard, 0, [0.0, 0.0], weight_decay=0.5)
@@ -101,9 +110,11 @@ def test_async_easgd_exchange(cls: type[AsyncEASGD], locked: bool) -> None:
     assert a.stats.pushes == 1 and shard.version == 2
 
 
-def test_async_measgd_nesterov_form() -> None:
+@pytest.mark.parametrize("momentum", [{"momentum": 0.5}, {"optimizer_momentum": 0.5}])
+def test_async_measgd_nesterov_form(momentum: dict[str, float]) -> None:
+    """The momentum is the keyword's, or by default the optimizer's."""
     shard = _shard([0.0, 0.0], "easgd", alpha=0.25)
-    a = _worker(AsyncMEASGD, shard, 0, [1.0, 1.0], alpha=0.25, momentum=0.5)
+    a = _worker(AsyncMEASGD, shard, 0, [1.0, 1.0], alpha=0.25, **momentum)
     # x1 = x0 - e0 + v1, v1 = .5 * 0 - .1 g = [-.1, 0]; the model holds x1 + .5 v1
     _close(_step(a, [1.0, 0.0]), [0.6, 0.75])
     _close(shard.params.tolist(), [0.25, 0.25])
@@ -129,20 +140,30 @@ def test_hogwild_applies_without_the_lock() -> None:
         assert shard.version == 1
 
 
-def test_hogwild_counts_every_update_under_contention() -> None:
-    shard = _shard([0.0] * 1000, "easgd", locked=False, alpha=0.1)
+@pytest.mark.parametrize("locked", [False, True])
+def test_hogwild_counts_every_update_under_contention(locked: bool) -> None:
+    """Every update gets its own version; without the lock exchanges overlap (staleness > 0),
+    with it none can (an exchange reads and writes the center in one critical section)."""
+    shard = _shard([0.0] * 200_000, "easgd", locked=locked, alpha=0.1)
+    versions: list[int] = []
     stale: list[int] = []
+    start = threading.Barrier(4)
 
     def exchange() -> None:
-        for _ in range(200):
-            stale.append(shard.exchange(torch.ones(1000, dtype=torch.float64))[2])
+        update = torch.ones(200_000, dtype=torch.float64)
+        start.wait()
+        for _ in range(100):
+            _, version, staleness = shard.exchange(update)
+            versions.append(version)
+            stale.append(staleness)
 
     threads = [threading.Thread(target=exchange) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert shard.version == 800 and len(stale) == 800 and min(stale) >= 0
+    assert sorted(versions) == list(range(1, 401)) and shard.version == 400
+    assert (sum(stale) > 0) == (not locked), sum(stale)
 
 
 @pytest.mark.parametrize("cls", [AsyncSGD, AsyncMSGD, AsyncMEASGD, HogwildEASGD])
@@ -152,7 +173,9 @@ def test_state_dict_round_trip(cls: type[ParameterServerStrategy]) -> None:
     def fresh() -> tuple[ServerShard, ParameterServerStrategy]:
         shard = _shard([1.0, -1.0, 0.5], rule, alpha=0.25, momentum=0.5,
                        locked=cls.locked)
-        return shard, _worker(cls, shard, 0, [0.5, 0.5, 0.5], alpha=0.25, momentum=0.5)
+        options = {AsyncSGD: {}, AsyncMSGD: {"momentum": 0.5}, HogwildEASGD: {"alpha": 0.25},
+                   AsyncMEASGD: {"alpha": 0.25, "momentum": 0.5}}[cls]
+        return shard, _worker(cls, shard, 0, [0.5, 0.5, 0.5], **options)
 
     grads = [[1.0, 0.0, -1.0], [0.5, 0.5, 0.5], [0.0, -1.0, 2.0], [1.0, 1.0, 1.0]]
     shard, worker = fresh()

@@ -11,10 +11,15 @@ from torch import nn
 from scaledl.strategies.async_easgd import AsyncEASGD, AsyncMEASGD
 from scaledl.strategies.async_sgd import AsyncMSGD, AsyncSGD
 from scaledl.strategies.parameter_server import (
-    HEADER_LEN, MAGIC, ErrorCode, Header, Kind, ProtocolError, ShardSpec, check_servers,
-    shard_specs,
+    HEADER_LEN, MAGIC, ErrorCode, Header, Kind, ProtocolError, ServerShard, ShardServer,
+    ShardSpec, check_servers, shard_specs,
 )
-from scaledl.strategies.parameter_server.protocol import check_reply, check_request
+from scaledl.strategies.parameter_server import server as server_module
+from scaledl.strategies.parameter_server import wire
+from scaledl.strategies.parameter_server.protocol import (
+    DTYPE_CODES, check_reply, check_request, expected_payload,
+)
+from scaledl.strategies.parameter_server.wire import PeerError
 
 SPEC = ShardSpec(index=1, offset=10, numel=5)
 SERVES = frozenset({Kind.PUSH, Kind.PULL, Kind.STATE, Kind.DONE})
@@ -31,22 +36,26 @@ def test_header_round_trip(kind: int, sender: int, version: int, numel: int, off
 
 
 def test_decode_rejects_wrong_size_or_dtype() -> None:
-    with pytest.raises(ProtocolError, match="8 int64"):
+    with pytest.raises(ProtocolError, match="10 int64"):
         Header.decode(torch.zeros(7, dtype=torch.int64))
     with pytest.raises(ProtocolError, match="int64"):
         Header.decode(torch.zeros(HEADER_LEN, dtype=torch.float32))
 
 
+F32 = torch.float32
+
+
 def _request(**changes: int) -> Header:
     fields = dict(kind=int(Kind.PUSH), sender=3, version=2, numel=5, offset=10, aux=0, shard=1,
-                  magic=MAGIC)
+                  payload_bytes=20, dtype=DTYPE_CODES[F32], magic=MAGIC)
     fields.update(changes)
     return Header(**fields)
 
 
 def test_valid_request_passes() -> None:
-    assert check_request(_request(), 3, SPEC, version=4, allowed=SERVES) is None
-    assert check_request(_request(kind=int(Kind.DONE), version=0), 3, SPEC, 0, SERVES) is None
+    assert check_request(_request(), 3, SPEC, version=4, allowed=SERVES, dtype=F32) is None
+    done = _request(kind=int(Kind.DONE), version=0, payload_bytes=0, dtype=0)
+    assert check_request(done, 3, SPEC, 0, SERVES, F32) is None
 
 
 @pytest.mark.parametrize("changes, source, code", [
@@ -60,9 +69,14 @@ def test_valid_request_passes() -> None:
     ({"shard": 0}, 3, ErrorCode.BAD_SHARD),
     ({"version": 5}, 3, ErrorCode.BAD_VERSION),
     ({"version": -1}, 3, ErrorCode.BAD_VERSION),
+    ({"payload_bytes": 40}, 3, ErrorCode.BAD_PAYLOAD),
+    ({"payload_bytes": 0, "dtype": 0}, 3, ErrorCode.BAD_PAYLOAD),
+    ({"dtype": DTYPE_CODES[torch.float64]}, 3, ErrorCode.BAD_PAYLOAD),
+    ({"kind": int(Kind.PULL)}, 3, ErrorCode.BAD_PAYLOAD),  # PULL carries no payload
 ])
 def test_bad_requests_are_named(changes: dict[str, int], source: int, code: ErrorCode) -> None:
-    problem = check_request(_request(**changes), source, SPEC, version=4, allowed=SERVES)
+    problem = check_request(_request(**changes), source, SPEC, version=4, allowed=SERVES,
+                            dtype=F32)
     assert problem is not None and problem[0] == code and problem[1]
 
 
@@ -80,11 +94,14 @@ def test_check_reply() -> None:
 
 
 def test_payload_sizes() -> None:
-    assert _request().payload_numel() == 5
-    assert _request(kind=int(Kind.PULL)).payload_numel() == 0
-    assert Header(int(Kind.STATE_REPLY), 0, numel=5, aux=1).payload_numel() == 10
-    assert Header(int(Kind.STATE_REPLY), 0, numel=5, aux=0).payload_numel() == 5
-    assert Header(int(Kind.ERROR), 0, numel=5).payload_numel() == 0
+    assert expected_payload(Kind.PUSH, 5, F32) == (20, DTYPE_CODES[F32])
+    assert expected_payload(Kind.PULL, 5, F32) == (0, 0)
+    assert expected_payload(Kind.STATE_REPLY, 5, torch.float64, momentum=True) == (80, 2)
+    assert expected_payload(Kind.STATE_REPLY, 5, torch.float64) == (40, 2)
+    assert expected_payload(Kind.ERROR, 5, F32) == (0, 0)
+    header = Header(int(Kind.PUSH), 0).with_payload(torch.zeros(3, dtype=torch.float16))
+    assert (header.payload_bytes, header.dtype) == (6, DTYPE_CODES[torch.float16])
+    assert Header.decode(header.encode()) == header
 
 
 @pytest.mark.parametrize("numel, servers", [(10, 1), (10, 3), (7, 7), (1000, 4)])
@@ -121,6 +138,7 @@ def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
     (AsyncEASGD, {"alpha": 1.0}, "alpha 1.0 must be in"),
     (AsyncEASGD, {"alpha": 0.0}, "alpha 0.0 must be in"),
     (AsyncMEASGD, {"tau": 0}, "tau 0 must be an integer >= 1"),
+    (AsyncSGD, {"idle_timeout_s": -1.0}, "timeout_s -1.0 must be positive"),
     (AsyncMSGD, {"momentum": 1.0}, "momentum 1.0 must be in"),
     (AsyncMEASGD, {"momentum": -0.1}, "momentum -0.1 must be in"),
     (AsyncSGD, {"servers": 1}, "servers 1 needs a spare rank"),
@@ -131,3 +149,67 @@ def test_bad_options_one_line(cls: type, options: dict[str, object], message: st
     with pytest.raises(ValueError, match=message) as info:
         cls(*_model(), **options)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("cls, keyword", [
+    (AsyncSGD, {"taus": 4}), (AsyncSGD, {"momentum": 0.5}), (AsyncMSGD, {"alpha": 0.1}),
+    (AsyncEASGD, {"momentum": 0.5}), (AsyncEASGD, {"algorithm": "ring"}),
+    (AsyncMEASGD, {"taus": 4}),
+])
+def test_unknown_keywords_are_errors(cls: type, keyword: dict[str, object]) -> None:
+    with pytest.raises(TypeError, match=next(iter(keyword))):
+        cls(*_model(), **keyword)
+
+
+def _optimizer(kind: str) -> tuple[nn.Module, torch.optim.Optimizer]:
+    model = nn.Linear(3, 2)
+    if kind == "adam":
+        return model, torch.optim.Adam(model.parameters(), lr=0.1)
+    if kind == "groups":
+        return model, torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias],
+                                                                    "lr": 0.5}], lr=0.1)
+    if kind == "nesterov":
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.5)
+
+
+@pytest.mark.parametrize("cls, kind, message", [
+    (AsyncSGD, "adam", "not Adam"), (AsyncEASGD, "adam", "not Adam"),
+    (AsyncMSGD, "groups", "2 parameter groups"), (AsyncMEASGD, "groups", "2 parameter groups"),
+    (AsyncMSGD, "nesterov", "cannot apply Nesterov"), (AsyncSGD, "nesterov", "Nesterov"),
+    (AsyncMSGD, "dampening", "dampening=0.5"), (AsyncMEASGD, "dampening", "dampening=0.5"),
+])
+def test_optimizers_the_server_cannot_honour(cls: type, kind: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        cls(*_optimizer(kind))
+    assert "\n" not in str(info.value)
+
+
+def test_equal_groups_and_nesterov_for_measgd_are_fine() -> None:
+    model = nn.Linear(3, 2)
+    groups = [{"params": [model.weight]}, {"params": [model.bias]}]
+    assert AsyncSGD(model, torch.optim.SGD(groups, lr=0.1)).lr == 0.1
+    nesterov = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.8, nesterov=True)
+    assert AsyncMEASGD(model, nesterov).momentum == 0.8
+
+
+def test_posting_errors_are_one_line_peer_errors() -> None:
+    """dist.isend/irecv raise synchronously without a process group: a one-line PeerError."""
+    with pytest.raises(PeerError, match="send to rank 3 failed: ") as info:
+        wire.isend(torch.zeros(2), 3, None, 71)  # type: ignore[arg-type]
+    assert "\n" not in str(info.value)
+    with pytest.raises(PeerError, match="receive from rank 2 failed: "):
+        wire.recv(torch.zeros(2), 2, None, 71, 1.0)  # type: ignore[arg-type]
+
+
+def test_unexpected_error_in_a_serving_thread_drops_that_worker(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(server_module, "recv", broken)
+    shard = ServerShard(SPEC, torch.zeros(5), "sgd")
+    server = ShardServer(shard, 0, [1, 2], None, 1.0)  # type: ignore[arg-type]
+    assert server.join(10.0)
+    assert sorted(server.dropped) == [1, 2] and server.finished == []
+    assert "unexpected TypeError: a bug" in caplog.text

@@ -29,7 +29,10 @@ from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
 from scaledl.topology import Topology
 from scaledl.transport.torch_p2p import TorchTransport, resolve_group
 
-__all__ = ["Communicator", "CollectiveHandle", "communicator_for"]
+__all__ = [
+    "Communicator", "CollectiveHandle", "communicator_for", "forget_communicator",
+    "forget_communicators",
+]
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +205,14 @@ def communicator_for(group: dist.ProcessGroup | None) -> Communicator:
         _COMMUNICATORS[id(resolved)] = (resolved, comm)
         return comm
     return entry[1]
+
+
+def forget_communicator(group: dist.ProcessGroup) -> None:
+    """Close and drop the communicator cached for ``group``, if any (before destroying it)."""
+    entry = _COMMUNICATORS.get(id(group))
+    if entry is not None and entry[0] is group:
+        del _COMMUNICATORS[id(group)]
+        entry[1].close()
 
 
 def forget_communicators() -> None:

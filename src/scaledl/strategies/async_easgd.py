@@ -16,9 +16,13 @@ sends its ``x``, the server computes ``e = alpha * (x - c)``, sets ``c <- c + e`
   concurrently; an exchange's staleness counts the updates that landed between its read of the
   center and its write.
 
-The optimizer contributes its learning rate and weight decay (its own momentum is not used).
+The optimizer (``torch.optim.SGD``, one lr and weight decay) contributes its learning rate and
+weight decay; ``async-measgd``'s momentum defaults to the optimizer's, the others use none.
 ``evaluation_module()`` is a copy of the model holding the center, pulled from the server (only
 trainable parameters are served; buffers such as batch-norm statistics are the worker's own).
+Each worker pulls the center when it calls ``evaluation_module()``; the other workers keep
+updating it meanwhile, so workers evaluating together may see slightly different centers (their
+own pulls), unless they stop exchanging first, as at the end of training.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from torch.optim import Optimizer
 
 from scaledl.strategies.elastic import check_momentum, check_tau, flatten_parameters
 from scaledl.strategies.parameter_server.links import Link
-from scaledl.strategies.parameter_server.strategy import ParameterServerStrategy
+from scaledl.strategies.parameter_server.strategy import (
+    ParameterServerStrategy, optimizer_momentum,
+)
 from scaledl.sync.reducer import SpanRecorder
 
 __all__ = ["AsyncEASGD", "AsyncMEASGD", "HogwildEASGD"]
@@ -46,13 +52,12 @@ class AsyncEASGD(ParameterServerStrategy):
     locked = True
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
-                 alpha: float | None = None, tau: int = 1, momentum: float = 0.9,
-                 timeout_s: float = 60.0, timeline: SpanRecorder | None = None,
-                 link: Link | None = None, **ignored: Any) -> None:
+                 alpha: float | None = None, tau: int = 1, timeout_s: float = 60.0,
+                 timeline: SpanRecorder | None = None, link: Link | None = None,
+                 idle_timeout_s: float | None = None) -> None:
         self.tau = check_tau(tau)
-        self.momentum = check_momentum(momentum)
         super().__init__(module, optimizer, servers=servers, timeout_s=timeout_s, link=link,
-                         timeline=timeline, alpha=alpha)
+                         timeline=timeline, alpha=alpha, idle_timeout_s=idle_timeout_s)
         self._center_module: nn.Module | None = None
         if not self.is_worker:
             return
@@ -85,7 +90,8 @@ class AsyncEASGD(ParameterServerStrategy):
         """Anything after the elastic pull (the momentum look-ahead)."""
 
     def evaluation_module(self) -> nn.Module:
-        """A copy of the model holding the center variable, pulled from the server."""
+        """A copy of the model holding the center variable, pulled from the server now (each
+        worker pulls at its own moment; see the module docstring)."""
         if self._center_module is None:
             self._center_module = copy.deepcopy(self.module)
         for mine, theirs in zip(self._center_module.buffers(), self.module.buffers()):
@@ -101,8 +107,16 @@ class AsyncMEASGD(AsyncEASGD):
 
     name = "async-measgd"
 
-    def __init__(self, module: nn.Module, optimizer: Optimizer, **options: Any) -> None:
-        super().__init__(module, optimizer, **options)
+    def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
+                 alpha: float | None = None, tau: int = 1, momentum: float | None = None,
+                 timeout_s: float = 60.0, timeline: SpanRecorder | None = None,
+                 link: Link | None = None, idle_timeout_s: float | None = None) -> None:
+        self.momentum = check_momentum(optimizer_momentum(optimizer, self.name)
+                                       if momentum is None else momentum)
+        """The Nesterov momentum of the local steps (default: the optimizer's)."""
+        super().__init__(module, optimizer, servers=servers, alpha=alpha, tau=tau,
+                         timeout_s=timeout_s, timeline=timeline, link=link,
+                         idle_timeout_s=idle_timeout_s)
         if self.is_worker:
             self.velocity = torch.zeros_like(self.flat)
             """``momentum * v``: the model holds ``x + velocity`` between steps."""

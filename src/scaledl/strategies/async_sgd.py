@@ -12,8 +12,9 @@ staleness, which the server reports and :class:`SyncStats` accumulates.
 * ``hogwild-sgd``: no lock: the threads serving different workers update ``w`` concurrently
   (lost element updates and torn reads tolerated, see :mod:`.parameter_server.shard`).
 
-The optimizer contributes its learning rate and weight decay; its own momentum is not used
-(``async-msgd`` has the server's).
+The optimizer (``torch.optim.SGD``, one lr and weight decay, no Nesterov) contributes its
+learning rate and weight decay.  ``async-msgd``'s server momentum defaults to the optimizer's
+momentum; ``async-sgd`` and ``hogwild-sgd`` apply none.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from torch.optim import Optimizer
 
 from scaledl.strategies.elastic import check_momentum
 from scaledl.strategies.parameter_server.links import Link
-from scaledl.strategies.parameter_server.strategy import ParameterServerStrategy
+from scaledl.strategies.parameter_server.strategy import (
+    ParameterServerStrategy, optimizer_momentum,
+)
 from scaledl.sync.reducer import SpanRecorder
 
 __all__ = ["AsyncSGD", "AsyncMSGD", "HogwildSGD"]
@@ -38,16 +41,18 @@ class AsyncSGD(ParameterServerStrategy):
     name = "async-sgd"
     rule = "sgd"
     locked = True
-    uses_momentum = False
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
-                 momentum: float = 0.9, timeout_s: float = 60.0,
-                 timeline: SpanRecorder | None = None, link: Link | None = None,
-                 **ignored: Any) -> None:
-        self.momentum = check_momentum(momentum)
+                 timeout_s: float = 60.0, timeline: SpanRecorder | None = None,
+                 link: Link | None = None, idle_timeout_s: float | None = None) -> None:
+        self._build(module, optimizer, servers, timeout_s, timeline, link, idle_timeout_s, 0.0)
+
+    def _build(self, module: nn.Module, optimizer: Optimizer, servers: int, timeout_s: float,
+               timeline: SpanRecorder | None, link: Link | None, idle_timeout_s: float | None,
+               server_momentum: float) -> None:
         super().__init__(module, optimizer, servers=servers, timeout_s=timeout_s, link=link,
-                         timeline=timeline,
-                         server_momentum=self.momentum if self.uses_momentum else 0.0)
+                         timeline=timeline, server_momentum=server_momentum,
+                         idle_timeout_s=idle_timeout_s)
         self.versions = [0] * len(self._layout.shards if self._layout else self.link.shards)
         if not self.is_worker:
             return
@@ -88,7 +93,16 @@ class AsyncMSGD(AsyncSGD):
     """Async SGD with momentum applied by the server (equations (3), (4) of the notes)."""
 
     name = "async-msgd"
-    uses_momentum = True
+
+    def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
+                 momentum: float | None = None, timeout_s: float = 60.0,
+                 timeline: SpanRecorder | None = None, link: Link | None = None,
+                 idle_timeout_s: float | None = None) -> None:
+        self.momentum = check_momentum(optimizer_momentum(optimizer, self.name)
+                                       if momentum is None else momentum)
+        """The server's momentum (default: the optimizer's)."""
+        self._build(module, optimizer, servers, timeout_s, timeline, link, idle_timeout_s,
+                    self.momentum)
 
 
 class HogwildSGD(AsyncSGD):

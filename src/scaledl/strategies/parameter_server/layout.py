@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from scaledl.collectives.communicator import forget_communicator
 from scaledl.strategies.parameter_server.protocol import ShardSpec
 from scaledl.strategies.parameter_server.shard import shard_specs
 
@@ -72,6 +73,17 @@ class Layout:
         self.ps_group = dist.new_group(list(range(self.world_size)), timeout=timeout)
         if self.servers:
             self.worker_group = dist.new_group(self.worker_ranks, timeout=timeout)
+
+    def destroy_groups(self) -> None:
+        """Destroy the groups :meth:`make_groups` created (and any scaledl communicator cached for
+        them); a rank outside the worker group only forgets its handle."""
+        for group in (self.ps_group, self.worker_group):
+            if group is None:
+                continue
+            forget_communicator(group)
+            if dist.is_initialized() and group != dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(group)
+        self.ps_group = self.worker_group = None
 
 
 def check_servers(servers: int, world_size: int) -> int:

@@ -19,10 +19,10 @@ import torch.distributed as dist
 
 from scaledl.strategies.parameter_server.protocol import (
     HEADER_TAG, PAYLOAD_TAG, REPLY_PAYLOAD_TAG, REPLY_TAG, Header, Kind, ProtocolError, ShardSpec,
-    check_reply, empty_header,
+    check_reply, empty_header, expected_payload,
 )
 from scaledl.strategies.parameter_server.shard import ServerShard
-from scaledl.strategies.parameter_server.wire import isend, recv, wait
+from scaledl.strategies.parameter_server.wire import PeerError, isend, recv, wait
 
 __all__ = ["Link", "LocalLink", "RemoteLink", "ServerState", "ExchangeResult"]
 
@@ -94,8 +94,8 @@ class LocalLink(Link):
         self._ready()
         new, worst = [], 0
         for shard, version in zip(self.servers, versions):
-            fresh, now, staleness = shard.push(self.part(update, shard.spec), version)
-            self.part(out, shard.spec).copy_(fresh)
+            _, now, staleness = shard.push(self.part(update, shard.spec), version,
+                                           self.part(out, shard.spec))
             new.append(now)
             worst = max(worst, staleness)
         return ExchangeResult(new, worst)
@@ -104,8 +104,8 @@ class LocalLink(Link):
         self._ready()
         new, worst = [], 0
         for shard in self.servers:
-            diff, now, staleness = shard.exchange(self.part(params, shard.spec))
-            self.part(out, shard.spec).copy_(diff)
+            _, now, staleness = shard.exchange(self.part(params, shard.spec),
+                                               self.part(out, shard.spec))
             new.append(now)
             worst = max(worst, staleness)
         return ExchangeResult(new, worst)
@@ -114,8 +114,7 @@ class LocalLink(Link):
         self._ready()
         versions = []
         for shard in self.servers:
-            params, version = shard.read()
-            self.part(out, shard.spec).copy_(params)
+            _, version = shard.read(self.part(out, shard.spec))
             versions.append(version)
         return versions
 
@@ -133,16 +132,31 @@ class LocalLink(Link):
 
 
 class RemoteLink(Link):
-    """Requests to server ranks over the parameter-server process group."""
+    """Requests to server ranks over the parameter-server process group.
+
+    Each header announces the payload sent with it (byte count and dtype, taken from that very
+    tensor).  The first reply from each server may take as long as ``idle_timeout_s`` (None: no
+    deadline), because a server may start serving late (rank 0's threads start at its first
+    request; a dedicated server first loads a checkpoint); later replies must come within
+    ``timeout_s``.  An ERROR reply, a malformed reply or a failed transfer breaks the link: that
+    call and every later one raise a one-line :class:`ProtocolError`.
+    """
 
     def __init__(self, rank: int, servers: list[tuple[int, ShardSpec]], group: dist.ProcessGroup,
-                 timeout_s: float, worker: int, num_workers: int, dtype: torch.dtype) -> None:
+                 timeout_s: float, worker: int, num_workers: int, dtype: torch.dtype,
+                 idle_timeout_s: float | None = None) -> None:
         super().__init__([spec for _, spec in servers], worker, num_workers)
         self.rank = rank
         self.server_ranks = [server for server, _ in servers]
         self.group = group
         self.timeout_s = timeout_s
+        self.idle_timeout_s = idle_timeout_s
         self.dtype = dtype
+        self.broken: str | None = None
+        """Why the link is unusable (None while it works)."""
+        self._replied: set[int] = set()
+        self._abandoned: list[tuple[int, torch.Tensor, dist.Work]] = []
+        """Sends of a failed round, kept alive (a server that dropped us never receives them)."""
 
     def push(self, update: torch.Tensor, versions: list[int], out: torch.Tensor) -> ExchangeResult:
         payloads = [self.part(update, spec) for spec in self.shards]
@@ -175,36 +189,73 @@ class RemoteLink(Link):
         self._round(Kind.DONE, [0] * len(self.shards), [None] * len(self.shards),
                     [None] * len(self.shards))
 
+    def _check_payloads(self, kind: Kind, payloads: Sequence[torch.Tensor | None]) -> None:
+        for spec, payload in zip(self.shards, payloads):
+            if payload is not None and (payload.numel(), payload.dtype) != (spec.numel,
+                                                                            self.dtype):
+                raise ProtocolError(f"{kind.name} payload for shard {spec.index} has "
+                                    f"{payload.numel()} {payload.dtype} values; the shard holds "
+                                    f"{spec.numel} {self.dtype} values")
+
     def _round(self, kind: Kind, versions: list[int], payloads: Sequence[torch.Tensor | None],
                outs: Sequence[torch.Tensor | None]) -> list[Header]:
         """Send one request to every server at once, then collect every reply."""
-        pending = []
-        for server, spec, version, payload in zip(self.server_ranks, self.shards, versions,
-                                                  payloads):
-            header = Header(int(kind), self.rank, version, spec.numel, spec.offset, 0, spec.index)
-            raw = header.encode()
-            pending.append((server, raw, isend(raw, server, self.group, HEADER_TAG)))
-            if payload is not None:
-                pending.append((server, payload, isend(payload, server, self.group, PAYLOAD_TAG)))
-        replies = [self._reply(kind, server, spec, out)
-                   for server, spec, out in zip(self.server_ranks, self.shards, outs)]
-        for server, _, work in pending:
-            wait(work, server, f"{kind.name} to parameter server", self.timeout_s)
+        if self.broken is not None:
+            raise ProtocolError(f"the link to the parameter servers is broken ({self.broken}); "
+                                "this worker cannot talk to them any more")
+        self._check_payloads(kind, payloads)
+        pending: list[tuple[int, torch.Tensor, dist.Work]] = []
+        try:
+            for server, spec, version, payload in zip(self.server_ranks, self.shards, versions,
+                                                      payloads):
+                header = Header(int(kind), self.rank, version, spec.numel, spec.offset, 0,
+                                spec.index).with_payload(payload)
+                raw = header.encode()
+                pending.append((server, raw, isend(raw, server, self.group, HEADER_TAG)))
+                if payload is not None:
+                    pending.append((server, payload,
+                                    isend(payload, server, self.group, PAYLOAD_TAG)))
+            replies = self._replies(kind, outs)
+            for server, _, work in pending:
+                wait(work, server, f"{kind.name} to parameter server", self.timeout_s)
+        except ProtocolError as exc:
+            self.broken = str(exc)
+            self._abandoned.extend(pending)
+            raise
+        return replies
+
+    def _replies(self, kind: Kind, outs: Sequence[torch.Tensor | None]) -> list[Header]:
+        """Every server's reply; an ERROR from one is raised after the others were received."""
+        replies, errors = [], []
+        for server, spec, out in zip(self.server_ranks, self.shards, outs):
+            try:
+                replies.append(self._reply(kind, server, spec, out))
+            except PeerError:
+                raise
+            except ProtocolError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
         return replies
 
     def _reply(self, kind: Kind, server: int, spec: ShardSpec,
                out: torch.Tensor | None) -> Header:
         raw = empty_header()
-        recv(raw, server, self.group, REPLY_TAG, self.timeout_s,
+        first = server not in self._replied
+        recv(raw, server, self.group, REPLY_TAG, self.idle_timeout_s if first else self.timeout_s,
              f"waiting for the {kind.name} reply of parameter server")
+        self._replied.add(server)
         header = Header.decode(raw)
         check_reply(header, kind, server, spec)
-        numel = header.payload_numel()
-        if numel:
-            if out is None or numel > out.numel():
-                raise ProtocolError(f"parameter server rank {server} sent {numel} values for "
-                                    f"{kind.name}; expected at most "
-                                    f"{0 if out is None else out.numel()}")
+        expected = expected_payload(header.kind, spec.numel, self.dtype, bool(header.aux))
+        if (header.payload_bytes, header.dtype) != expected or (
+                expected[0] and (out is None or out.numel() * out.element_size() < expected[0])):
+            raise ProtocolError(f"parameter server rank {server} announced {header.payload_bytes} "
+                                f"bytes (dtype code {header.dtype}) for {kind.name}; expected "
+                                f"{expected[0]} bytes (dtype code {expected[1]})")
+        if expected[0]:
+            assert out is not None
+            numel = expected[0] // out.element_size()
             recv(out.narrow(0, 0, numel), server, self.group, REPLY_PAYLOAD_TAG, self.timeout_s,
                  f"{kind.name} reply of parameter server")
         return header

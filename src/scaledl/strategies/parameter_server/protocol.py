@@ -2,22 +2,29 @@
 
 Every message starts with a header tensor of :data:`HEADER_LEN` int64 values::
 
-    [MAGIC, kind, sender, version, numel, offset, aux, shard]
+    [MAGIC, kind, sender, version, numel, offset, aux, shard, payload_bytes, dtype]
 
 ``sender`` is the sender's global rank; ``version`` the number of updates the shard had applied
 when the sender read it (requests) or after this request was served (replies); ``numel`` and
 ``offset`` locate the shard in the flat parameter vector; ``aux`` is the staleness of an update
 (replies to PUSH and EXCHANGE), a flag that momentum follows the parameters (STATE reply), or an
-error code (ERROR).  A payload, when the kind has one, is a tensor of ``numel`` values of the
-model's dtype (twice that for a STATE reply carrying momentum).  Headers and payloads travel on
-different tags, so a payload can never be mistaken for a header.  Nothing is pickled.
+error code (ERROR).  ``payload_bytes`` and ``dtype`` (a :data:`DTYPE_CODES` code) describe the
+payload that follows the header, written by the sender from the very tensor it sends: ``numel``
+values of the model's dtype (twice that for a STATE reply carrying momentum), or nothing.
+Headers and payloads travel on different tags, so a payload can never be mistaken for a header.
+Nothing is pickled.
 
-The server checks every header (:func:`check_request`) before it reads a payload; a bad one is
-answered with an ERROR header and logged, and the server goes on serving.
+The server checks every header (:func:`check_request`) before it reads a payload.  A bad one is
+answered with an ERROR header and logged.  Gloo aborts the process when a message is larger than
+the buffer posted for it, so a rejected request's payload is never left in the stream: the server
+receives exactly the announced bytes into a scratch buffer and serves on when they fit in one
+shard; otherwise (or when the magic is wrong, so the header cannot be trusted) it answers ERROR
+and drops that worker without receiving from it again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -26,12 +33,15 @@ import torch
 __all__ = [
     "MAGIC", "HEADER_LEN", "HEADER_TAG", "PAYLOAD_TAG", "REPLY_TAG", "REPLY_PAYLOAD_TAG",
     "Kind", "ErrorCode", "Header", "ShardSpec", "ProtocolError", "check_request", "check_reply",
-    "REQUEST_KINDS", "REPLY_TO", "empty_header",
+    "REQUEST_KINDS", "REPLY_TO", "empty_header", "DTYPE_CODES", "dtype_code", "payload_size",
+    "expected_payload",
 ]
 
-MAGIC = 0x5CA1ED1_0001
+MAGIC = 0x5CA1ED1_0002
 """Protocol identifier (the low 16 bits are the protocol version)."""
-HEADER_LEN = 8
+HEADER_LEN = 10
+DTYPE_CODES = {torch.float32: 1, torch.float64: 2, torch.float16: 3, torch.bfloat16: 4}
+"""The ``dtype`` field of a header: which dtype the payload has (0: no payload)."""
 HEADER_TAG, PAYLOAD_TAG, REPLY_TAG, REPLY_PAYLOAD_TAG = 71, 72, 73, 74
 """Point-to-point tags: worker -> server header and payload, server -> worker header and payload."""
 
@@ -67,6 +77,7 @@ class ErrorCode(enum.IntEnum):
     BAD_VERSION = 5
     WRONG_RULE = 6
     SERVER_FAULT = 7
+    BAD_PAYLOAD = 8
 
 
 REQUEST_KINDS = frozenset({Kind.PUSH, Kind.EXCHANGE, Kind.PULL, Kind.STATE, Kind.DONE})
@@ -102,12 +113,20 @@ class Header:
     offset: int = 0
     aux: int = 0
     shard: int = 0
+    payload_bytes: int = 0
+    dtype: int = 0
     magic: int = MAGIC
 
     def encode(self) -> torch.Tensor:
         """The header as an int64 tensor of :data:`HEADER_LEN` values."""
         return torch.tensor([self.magic, self.kind, self.sender, self.version, self.numel,
-                             self.offset, self.aux, self.shard], dtype=torch.int64)
+                             self.offset, self.aux, self.shard, self.payload_bytes, self.dtype],
+                            dtype=torch.int64)
+
+    def with_payload(self, payload: torch.Tensor | None) -> Header:
+        """This header announcing ``payload`` (its byte count and dtype; nothing for None)."""
+        nbytes, code = payload_size(payload)
+        return dataclasses.replace(self, payload_bytes=nbytes, dtype=code)
 
     @classmethod
     def decode(cls, tensor: torch.Tensor) -> Header:
@@ -115,8 +134,9 @@ class Header:
         if tensor.dtype != torch.int64 or tensor.numel() != HEADER_LEN:
             raise ProtocolError(f"a header is {HEADER_LEN} int64 values, got {tensor.numel()} "
                                 f"{tensor.dtype} values")
-        magic, kind, sender, version, numel, offset, aux, shard = (int(v) for v in tensor.tolist())
-        return cls(kind, sender, version, numel, offset, aux, shard, magic)
+        magic, kind, sender, version, numel, offset, aux, shard, nbytes, dtype = (
+            int(v) for v in tensor.tolist())
+        return cls(kind, sender, version, numel, offset, aux, shard, nbytes, dtype, magic)
 
     @property
     def kind_name(self) -> str:
@@ -126,11 +146,29 @@ class Header:
         except ValueError:
             return str(self.kind)
 
-    def payload_numel(self) -> int:
-        """How many values follow this header (0 when none)."""
-        if self.kind in REQUESTS_WITH_PAYLOAD or self.kind in REPLIES_WITH_PAYLOAD:
-            return self.numel * (2 if self.kind == Kind.STATE_REPLY and self.aux else 1)
-        return 0
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """The header code of ``dtype``."""
+    if dtype not in DTYPE_CODES:
+        raise ValueError(f"dtype {dtype} cannot travel to a parameter server; use one of "
+                         f"{sorted(str(d) for d in DTYPE_CODES)}")
+    return DTYPE_CODES[dtype]
+
+
+def payload_size(payload: torch.Tensor | None) -> tuple[int, int]:
+    """``(payload_bytes, dtype code)`` announcing ``payload`` (``(0, 0)`` for None)."""
+    if payload is None:
+        return 0, 0
+    return payload.numel() * payload.element_size(), dtype_code(payload.dtype)
+
+
+def expected_payload(kind: int, numel: int, dtype: torch.dtype,
+                     momentum: bool = False) -> tuple[int, int]:
+    """``(payload_bytes, dtype code)`` a message of ``kind`` about ``numel`` values must carry."""
+    if kind not in REQUESTS_WITH_PAYLOAD and kind not in REPLIES_WITH_PAYLOAD:
+        return 0, 0
+    count = numel * (2 if kind == Kind.STATE_REPLY and momentum else 1)
+    return count * torch.empty(0, dtype=dtype).element_size(), dtype_code(dtype)
 
 
 def empty_header() -> torch.Tensor:
@@ -139,9 +177,10 @@ def empty_header() -> torch.Tensor:
 
 
 def check_request(header: Header, source: int, shard: ShardSpec, version: int,
-                  allowed: frozenset[Kind]) -> tuple[ErrorCode, str] | None:
-    """Why ``header`` (received from rank ``source`` by the server of ``shard``, now at
-    ``version``, serving requests of kinds ``allowed``) must be rejected, or ``None``."""
+                  allowed: frozenset[Kind], dtype: torch.dtype) -> tuple[ErrorCode, str] | None:
+    """Why ``header`` (received from rank ``source`` by the server of ``shard`` of ``dtype``
+    values, now at ``version``, serving requests of kinds ``allowed``) must be rejected, or
+    ``None``."""
     if header.magic != MAGIC:
         return ErrorCode.BAD_MAGIC, f"bad magic {header.magic:#x} (expected {MAGIC:#x})"
     if header.kind not in REQUEST_KINDS:
@@ -154,6 +193,11 @@ def check_request(header: Header, source: int, shard: ShardSpec, version: int,
         return ErrorCode.BAD_SHARD, (
             f"shard {header.shard} [{header.offset}, +{header.numel}) does not match this server's "
             f"shard {shard.index} [{shard.offset}, +{shard.numel})")
+    expected = expected_payload(header.kind, shard.numel, dtype)
+    if (header.payload_bytes, header.dtype) != expected:
+        return ErrorCode.BAD_PAYLOAD, (
+            f"{header.kind_name} announces a payload of {header.payload_bytes} bytes (dtype code "
+            f"{header.dtype}); expected {expected[0]} bytes (dtype code {expected[1]})")
     if header.kind == Kind.PUSH and not 0 <= header.version <= version:
         return ErrorCode.BAD_VERSION, f"read version {header.version} is not in [0, {version}]"
     return None

@@ -5,23 +5,32 @@ request to the shard, reply.  The threads run concurrently, so requests are serv
 they arrive (first come first served), serialized by the shard's lock, or, for Hogwild shards,
 applied at the same time by several threads.
 
-Failures stay local to one worker: a malformed header is answered with an ERROR header and
-logged, and the thread goes on serving; a worker that dies (its connection closes) or stays
-silent past the deadline is dropped with a warning while the other threads keep serving.
-:meth:`ShardServer.join` returns when every worker has sent DONE or been dropped.
+Failures stay local to one worker.  A worker may be quiet for a long time between requests
+(tau local steps, an evaluation, a checkpoint, a slower worker at a collective), so the wait for
+its next request header has its own deadline, ``idle_timeout_s`` (default: none; a worker that
+dies is still noticed at once, because its connection closes).  Once a header has arrived, its
+payload and the reply must move within ``timeout_s``.  A malformed request is answered with an
+ERROR header and logged; when its announced payload fits in one shard that payload is received
+into a scratch buffer and the thread goes on serving, otherwise (or with a wrong magic, when the
+header cannot be trusted) the worker is dropped: the thread never receives from it again, so a
+stray payload can never be matched with a later receive.  A worker that dies, hangs past a
+deadline, or breaks the protocol, and any unexpected error in its thread, drops that worker with
+a log line while the other threads keep serving.  :meth:`ShardServer.join` returns when every
+worker has sent DONE or been dropped.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import torch
 import torch.distributed as dist
 
 from scaledl.strategies.parameter_server.protocol import (
-    HEADER_TAG, PAYLOAD_TAG, REPLY_PAYLOAD_TAG, REPLY_TAG, REPLY_TO, ErrorCode, Header, Kind,
-    ProtocolError, check_request, empty_header,
+    HEADER_TAG, MAGIC, PAYLOAD_TAG, REPLY_PAYLOAD_TAG, REPLY_TAG, REPLY_TO, ErrorCode, Header,
+    Kind, check_request, empty_header,
 )
 from scaledl.strategies.parameter_server.shard import ServerShard
 from scaledl.strategies.parameter_server.wire import PeerError, recv, send
@@ -31,24 +40,42 @@ __all__ = ["ShardServer"]
 log = logging.getLogger(__name__)
 
 
+class _Drop(Exception):
+    """This worker's stream can no longer be trusted: stop serving it."""
+
+
+class _Buffers:
+    """One serving thread's reusable tensors: the request payload and the reply data."""
+
+    def __init__(self, shard: ServerShard) -> None:
+        self.payload = torch.empty_like(shard.params)
+        self.reply = torch.empty_like(shard.params)
+        self.scratch = self.payload.view(torch.uint8)
+        """The payload's bytes: where a rejected request's payload is received and discarded."""
+
+
 class ShardServer:
     """Serve ``shard`` from global rank ``rank`` to the worker ranks ``workers``."""
 
     def __init__(self, shard: ServerShard, rank: int, workers: list[int],
-                 group: dist.ProcessGroup, timeout_s: float) -> None:
+                 group: dist.ProcessGroup, timeout_s: float,
+                 idle_timeout_s: float | None = None) -> None:
         self.shard = shard
         self.rank = rank
         self.workers = list(workers)
         self.group = group
         self.timeout_s = timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        """Deadline of the wait for a worker's next request (None: none)."""
         self.finished: list[int] = []
         """Workers that sent DONE."""
         self.dropped: list[int] = []
-        """Workers that died or went silent, in the order they were dropped."""
+        """Workers that died, went silent or broke the protocol, in the order they were dropped."""
         self.rejected = 0
         """Malformed or unexpected requests answered with an ERROR header."""
         self._threads: list[threading.Thread] = []
         self._record = threading.Lock()
+        self._logged = False
 
     @property
     def started(self) -> bool:
@@ -65,81 +92,119 @@ class ShardServer:
             thread.start()
             self._threads.append(thread)
 
-    def join(self) -> None:
-        """Wait until every worker has finished or been dropped (each thread's waits are bounded
-        by the deadline, so this returns)."""
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait until every worker has finished or been dropped, or ``timeout_s`` seconds have
+        passed (None: no limit); return whether every serving thread has ended."""
         self.start()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for thread in self._threads:
-            thread.join()
-        log.info("parameter server rank %d: shard %d done at version %d; %d workers finished, "
-                 "%d dropped %s, %d requests rejected", self.rank, self.shard.spec.index,
-                 self.shard.version, len(self.finished), len(self.dropped), self.dropped,
-                 self.rejected)
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        done = not any(thread.is_alive() for thread in self._threads)
+        if done and not self._logged:
+            self._logged = True
+            log.info("parameter server rank %d: shard %d done at version %d; %d workers "
+                     "finished, %d dropped %s, %d requests rejected", self.rank,
+                     self.shard.spec.index, self.shard.version, len(self.finished),
+                     len(self.dropped), self.dropped, self.rejected)
+        return done
 
     # -- one worker ------------------------------------------------------------------------------
     def _serve_worker(self, worker: int) -> None:
         try:
-            while not self._serve_one(worker):
+            buffers = _Buffers(self.shard)
+            while not self._serve_one(worker, buffers):
                 pass
-        except PeerError as exc:
-            with self._record:
-                self.dropped.append(worker)
-                left = len(self.workers) - len(self.dropped) - len(self.finished)
-            log.warning("parameter server rank %d: dropping worker rank %d (%s); %d workers "
-                        "still training", self.rank, worker, exc, left)
+        except Exception as exc:  # noqa: BLE001 - every failure drops this worker only
+            self._drop(worker, exc)
             return
         with self._record:
             self.finished.append(worker)
 
-    def _serve_one(self, worker: int) -> bool:
+    def _drop(self, worker: int, exc: Exception) -> None:
+        with self._record:
+            self.dropped.append(worker)
+            left = len(self.workers) - len(self.dropped) - len(self.finished)
+        if isinstance(exc, (PeerError, _Drop)):
+            log.warning("parameter server rank %d: dropping worker rank %d (%s); %d workers "
+                        "still training", self.rank, worker, exc, left)
+        else:
+            log.error("parameter server rank %d: dropping worker rank %d after an unexpected "
+                      "%s: %s; %d workers still training", self.rank, worker,
+                      type(exc).__name__, exc, left, exc_info=exc)
+
+    def _serve_one(self, worker: int, buffers: _Buffers) -> bool:
         """Serve one request from ``worker``; True when it was DONE."""
         raw = empty_header()
-        recv(raw, worker, self.group, HEADER_TAG, self.timeout_s, "waiting for a request from")
+        recv(raw, worker, self.group, HEADER_TAG, self.idle_timeout_s,
+             "waiting for a request from")
         header = Header.decode(raw)
         problem = check_request(header, worker, self.shard.spec, self.shard.version,
-                                self.shard.allowed)
+                                self.shard.allowed, self.shard.params.dtype)
         if problem is not None:
+            self._skip_payload(worker, header, buffers)
             self._reject(worker, header, *problem)
+            self._drop_if_untrusted(header, buffers)
             return False
         kind = Kind(header.kind)
         payload = None
-        if header.payload_numel():
-            payload = torch.empty(header.payload_numel(), dtype=self.shard.params.dtype)
+        if header.payload_bytes:
+            payload = buffers.payload
             recv(payload, worker, self.group, PAYLOAD_TAG, self.timeout_s, "payload from")
         try:
-            reply, data = self.answer(kind, header, payload)
-        except (ValueError, RuntimeError, ProtocolError) as exc:
+            reply, data = self.answer(kind, header, payload, buffers.reply)
+        except Exception as exc:  # noqa: BLE001 - answered as SERVER_FAULT, then serve on
             log.exception("parameter server rank %d failed to serve %s from rank %d",
                           self.rank, kind.name, worker)
             self._reject(worker, header, ErrorCode.SERVER_FAULT, str(exc))
             return False
-        send(reply.encode(), worker, self.group, REPLY_TAG, self.timeout_s, "reply to")
+        send(reply.with_payload(data).encode(), worker, self.group, REPLY_TAG, self.timeout_s,
+             "reply to")
         if data is not None:
             send(data, worker, self.group, REPLY_PAYLOAD_TAG, self.timeout_s, "reply to")
         return kind == Kind.DONE
+
+    @staticmethod
+    def _trusted(header: Header, buffers: _Buffers) -> bool:
+        """Whether ``header``'s announced payload can be received into the scratch buffer."""
+        return header.magic == MAGIC and 0 <= header.payload_bytes <= buffers.scratch.numel()
+
+    def _skip_payload(self, worker: int, header: Header, buffers: _Buffers) -> None:
+        """Receive and discard a rejected request's announced payload, when that is safe."""
+        if self._trusted(header, buffers) and header.payload_bytes:
+            recv(buffers.scratch.narrow(0, 0, header.payload_bytes), worker, self.group,
+                 PAYLOAD_TAG, self.timeout_s, "payload of a rejected request from")
+
+    def _drop_if_untrusted(self, header: Header, buffers: _Buffers) -> None:
+        if not self._trusted(header, buffers):
+            why = "wrong magic" if header.magic != MAGIC else (
+                f"announced payload of {header.payload_bytes} bytes exceeds the shard's "
+                f"{buffers.scratch.numel()}")
+            raise _Drop(f"its {header.kind_name} request cannot be skipped safely ({why}); no "
+                        "further receives from it")
 
     def _reject(self, worker: int, header: Header, code: ErrorCode, reason: str) -> None:
         with self._record:
             self.rejected += 1
         log.error("parameter server rank %d rejected a request from rank %d (%s): %s; "
-                  "answering ERROR and serving on", self.rank, worker, header.kind_name, reason)
+                  "answering ERROR", self.rank, worker, header.kind_name, reason)
         error = Header(Kind.ERROR, self.rank, self.shard.version, 0, 0, int(code),
                        self.shard.spec.index)
         send(error.encode(), worker, self.group, REPLY_TAG, self.timeout_s, "error reply to")
 
-    def answer(self, kind: Kind, header: Header,
-               payload: torch.Tensor | None) -> tuple[Header, torch.Tensor | None]:
-        """Apply one checked request to the shard; return the reply header and payload."""
+    def answer(self, kind: Kind, header: Header, payload: torch.Tensor | None,
+               out: torch.Tensor | None = None) -> tuple[Header, torch.Tensor | None]:
+        """Apply one checked request to the shard; return the reply header and payload (written
+        into ``out`` when given, for PUSH, EXCHANGE and PULL)."""
         shard, spec = self.shard, self.shard.spec
         aux, data = 0, None
         if kind == Kind.PUSH:
             assert payload is not None
-            data, version, aux = shard.push(payload, header.version)
+            data, version, aux = shard.push(payload, header.version, out)
         elif kind == Kind.EXCHANGE:
             assert payload is not None
-            data, version, aux = shard.exchange(payload)
+            data, version, aux = shard.exchange(payload, out)
         elif kind == Kind.PULL:
-            data, version = shard.read()
+            data, version = shard.read(out)
         elif kind == Kind.STATE:
             params, velocity, version = shard.state()
             data, aux = (params, 0) if velocity is None else (torch.cat([params, velocity]), 1)
@@ -148,4 +213,3 @@ class ShardServer:
         reply = Header(int(REPLY_TO[kind]), self.rank, version, spec.numel, spec.offset, aux,
                        spec.index)
         return reply, data
-

@@ -95,8 +95,10 @@ class ServerShard:
             self._version += 1
         return before
 
-    def push(self, update: torch.Tensor, read_version: int) -> tuple[torch.Tensor, int, int]:
-        """Apply ``w <- w - (momentum * v + update)``; return (parameters, version, staleness)."""
+    def push(self, update: torch.Tensor, read_version: int,
+             out: torch.Tensor | None = None) -> tuple[torch.Tensor, int, int]:
+        """Apply ``w <- w - (momentum * v + update)``; return (parameters, version, staleness),
+        the parameters copied into ``out`` when given (no allocation on the hot path)."""
         self._expect("sgd", update)
         with self._section():
             if self.velocity is not None:
@@ -105,23 +107,33 @@ class ServerShard:
             else:
                 self.params.sub_(update)
             before = self._ticket()
-            fresh = self.params.clone()
+            fresh = self._copy(out)
         return fresh, before + 1, before - read_version
 
-    def exchange(self, worker: torch.Tensor) -> tuple[torch.Tensor, int, int]:
-        """Elastic exchange with ``worker``'s parameters; return (e, version, staleness)."""
+    def exchange(self, worker: torch.Tensor,
+                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, int, int]:
+        """Elastic exchange with ``worker``'s parameters; return (e, version, staleness), ``e``
+        written into ``out`` when given."""
         self._expect("easgd", worker)
         with self._section():
             read_version = self._version
-            diff = elastic_difference(worker, self.params, self.alpha)
+            diff = elastic_difference(worker, self.params, self.alpha, out)
             self.params.add_(diff)
             before = self._ticket()
         return diff, before + 1, before - read_version
 
-    def read(self) -> tuple[torch.Tensor, int]:
-        """A copy of the parameters and the version they belong to."""
+    def read(self, out: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+        """A copy of the parameters (into ``out`` when given) and the version they belong to."""
         with self._section():
-            return self.params.clone(), self._version
+            return self._copy(out), self._version
+
+    def _copy(self, out: torch.Tensor | None) -> torch.Tensor:
+        if out is None:
+            return self.params.clone()
+        if out.numel() != self.spec.numel:
+            raise ValueError(f"shard {self.spec.index} holds {self.spec.numel} values, cannot "
+                             f"copy them into {out.numel()}")
+        return out.copy_(self.params)
 
     def state(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
         """Parameters, momentum buffer (``None`` without momentum) and version, as copies."""

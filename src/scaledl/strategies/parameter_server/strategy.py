@@ -1,8 +1,8 @@
 """The common part of every parameter-server strategy: roles, server, link, accounting, state.
 
 Building the strategy (on every rank, same arguments) creates the parameter-server group and,
-with dedicated servers, the worker group; rank 0's parameters are broadcast so every worker and
-every server starts from the same point (version 0).  Then:
+with dedicated servers, the worker group; rank 0's parameters and buffers are broadcast so every
+worker and every server starts from the same point (version 0).  Then:
 
 * a worker trains and talks to the server(s) through its :class:`Link` in ``step()``;
 * a dedicated server rank (``is_worker`` False) runs :meth:`serve` until every worker finished
@@ -13,7 +13,12 @@ every server starts from the same point (version 0).  Then:
 ``state_dict()`` on a worker holds the model, optimizer, step counter, the rule's own state and
 the server state fetched from every shard (parameters or center, server momentum, versions);
 ``load_state_dict()`` restores it without communicating, so the trainer may call it on every
-rank: a rank that hosts a shard restores its slice.
+rank: a rank that hosts a shard restores its slice.  :meth:`close` (after the last step)
+joins the server threads and destroys the groups.
+
+The servers apply plain SGD (with the server's or the worker's momentum), so the optimizer must
+be ``torch.optim.SGD`` whose parameter groups share one learning rate and weight decay; they
+are read from the first group at every step, so learning-rate schedulers work.
 """
 
 from __future__ import annotations
@@ -37,9 +42,34 @@ from scaledl.strategies.parameter_server.server import ShardServer
 from scaledl.strategies.parameter_server.shard import ServerShard
 from scaledl.sync.reducer import SpanRecorder, SyncStats
 
-__all__ = ["ParameterServerStrategy"]
+__all__ = ["ParameterServerStrategy", "check_optimizer", "optimizer_momentum"]
 
 log = logging.getLogger(__name__)
+
+
+def check_optimizer(optimizer: Optimizer, strategy: str, nesterov: bool = False) -> None:
+    """Raise a one-line error unless ``optimizer`` is ``torch.optim.SGD`` whose parameter groups
+    share one lr and weight decay (and, unless ``nesterov``, without Nesterov momentum)."""
+    if type(optimizer) is not torch.optim.SGD:
+        raise ValueError(f"{strategy} applies plain SGD on the server, not "
+                         f"{type(optimizer).__name__}; build the optimizer as torch.optim.SGD")
+    groups = optimizer.param_groups
+    settings = {(float(g["lr"]), float(g.get("weight_decay", 0.0))) for g in groups}
+    if len(settings) > 1:
+        raise ValueError(f"{strategy} uses one lr and weight decay, but the optimizer's "
+                         f"{len(groups)} parameter groups have {sorted(settings)}; use one group")
+    if not nesterov and any(g.get("nesterov", False) for g in groups):
+        raise ValueError(f"{strategy} cannot apply Nesterov momentum on the server; build "
+                         "torch.optim.SGD with nesterov=False")
+
+
+def optimizer_momentum(optimizer: Optimizer, strategy: str) -> float:
+    """The momentum of ``optimizer``'s first group, for a strategy that applies it itself."""
+    group = optimizer.param_groups[0]
+    if float(group.get("dampening", 0.0)):
+        raise ValueError(f"{strategy} applies momentum without dampening, but the optimizer has "
+                         f"dampening={group['dampening']}; use dampening=0 or pass momentum=")
+    return float(group.get("momentum", 0.0))
 
 
 class ParameterServerStrategy(Strategy):
@@ -51,9 +81,12 @@ class ParameterServerStrategy(Strategy):
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  timeout_s: float = 60.0, link: Link | None = None,
                  timeline: SpanRecorder | None = None, server_momentum: float = 0.0,
-                 alpha: float | None = None) -> None:
+                 alpha: float | None = None, idle_timeout_s: float | None = None) -> None:
         super().__init__(module, optimizer)
+        check_optimizer(optimizer, self.name, nesterov=self.rule != "sgd")
         self.timeout_s = check_timeout(timeout_s)
+        self.idle_timeout_s = None if idle_timeout_s is None else check_timeout(idle_timeout_s)
+        """Deadline of a server's wait for a worker's next request (None: none)."""
         if alpha is not None:
             check_alpha(alpha)
         self.flat = flatten_parameters(module)
@@ -74,6 +107,8 @@ class ParameterServerStrategy(Strategy):
         layout.make_groups(self.timeout_s)
         if layout.distributed:
             dist.broadcast(self.flat, src=0, group=layout.ps_group)
+            for buffer in module.buffers():
+                dist.broadcast(buffer, src=0, group=layout.ps_group)
         self._layout = layout
         self._link = self._connect(layout, server_momentum)
 
@@ -91,14 +126,14 @@ class ParameterServerStrategy(Strategy):
         if self._shard is not None:
             remote = [w for w in workers if w != layout.rank]
             self._server = ShardServer(self._shard, layout.rank, remote, layout.ps_group,
-                                       self.timeout_s)
+                                       self.timeout_s, self.idle_timeout_s)
         if not layout.is_worker:
             return None
         if self._shard is not None:  # rank 0 with the server thread beside it
             return LocalLink([self._shard], 0, len(workers), before_use=self._server_start)
         servers = list(zip(layout.server_ranks, layout.shards))
         return RemoteLink(layout.rank, servers, layout.ps_group, self.timeout_s, layout.rank,
-                          len(workers), self.flat.dtype)
+                          len(workers), self.flat.dtype, self.idle_timeout_s)
 
     def _server_start(self) -> None:
         if self._server is not None and not self._server.started:
@@ -176,6 +211,20 @@ class ParameterServerStrategy(Strategy):
             self.link.done()
         if self._server is not None:
             self._server.join()
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Release what the strategy holds: join the server threads (for at most ``timeout_s``,
+        default the strategy's ``timeout_s``) and destroy the process groups it created.  Call it
+        after :meth:`finish` or :meth:`serve`; calling it again does nothing."""
+        layout = self._layout
+        if self._server is not None and self._server.started:
+            limit = self.timeout_s if timeout_s is None else timeout_s
+            if not self._server.join(limit):
+                log.warning("parameter server rank %d: serving threads still running after "
+                            "%g s; keeping its process groups", self._server.rank, limit)
+                return
+        if layout is not None:
+            layout.destroy_groups()
 
     # -- helpers for subclasses --------------------------------------------------------------------
     @contextlib.contextmanager
