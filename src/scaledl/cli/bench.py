@@ -20,7 +20,7 @@ from typing import Any
 
 from scaledl.bench.collectives import DTYPES, BenchConfig, select_algorithms
 from scaledl.bootstrap import read_launch_env
-from scaledl.cli import bench_train
+from scaledl.cli import bench_algorithms, bench_train
 from scaledl.cli.launch import run_distributed, under_launcher
 from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.collectives.schedule import Collective
@@ -105,6 +105,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--explain", action="store_true", help="print auto's choice for every size")
     p.set_defaults(handler=run)
     bench_train.add_parser(kinds, run)
+    bench_algorithms.add_parser(kinds, run)
 
 
 def build_config(args: argparse.Namespace) -> BenchConfig:
@@ -141,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
     """Check the options, then launch the workers (or be one)."""
     if args.benchmark == "train":
         return bench_train.run(args)
+    if args.benchmark == "algorithms":
+        return bench_algorithms.run(args)
     if args.benchmark != "collectives":
         raise ValueError(f"unknown benchmark {args.benchmark!r}")
     ranks = DEFAULT_RANKS if args.ranks is None else args.ranks

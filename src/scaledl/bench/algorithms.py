@@ -1,0 +1,189 @@
+"""The training-algorithm comparison behind ``scaledl bench algorithms``: which methods, how each
+one is run, and what is read back from its run directory.
+
+Every method trains the same model on the same data set with the same budget (epochs, batch per
+worker, learning rate, seed, evaluation interval) on ``workers`` training ranks; the
+parameter-server methods get one dedicated server rank more (``--servers 1``), so 4 workers
+means 5 processes for them.  What differs is the method itself:
+
+* momentum: 0 for every method except the two "M" methods (Async MSGD, Async MEASGD), which use
+  ``momentum`` (0.9 by default), as in You, Buluç, Demmel (SC17): SGD and EASGD follow their
+  Eq. 1-2, MSGD and MEASGD Eq. 3-6;
+* the elastic moving rate ``alpha = 0.9 / workers`` (Zhang et al.'s ``beta = p alpha = 0.9``)
+  and ``tau = 1`` (an exchange every step, as in You et al.'s algorithms) for the EASGD family;
+* ``tau = 4`` for local SGD (with ``tau = 1`` it would be synchronous SGD again).
+What is read back from each run is defined in :mod:`scaledl.bench.algorithms_result`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from scaledl.train.config import SERVER_STRATEGIES
+
+__all__ = [
+    "Method", "METHODS", "BenchSpec", "select_methods", "available_methods", "ranks",
+    "train_command", "default_target", "resolve_dataset", "check_model",
+]
+
+DEFAULT_MOMENTUM = 0.9
+
+
+@dataclass(frozen=True)
+class Method:
+    """One training method: a strategy and the options that make it the paper's method."""
+
+    name: str
+    """Method name (the strategy name, as ``scaledl train --strategy`` takes it)."""
+    label: str
+    """Name in tables and plots (You et al.'s)."""
+    momentum: bool = False
+    """Whether the method uses momentum (the bench's ``momentum``), else plain SGD steps."""
+    tau: int | None = None
+    """Local steps between exchanges (periodic methods); ``None`` for the others."""
+    elastic: bool = False
+    """Whether it takes the elastic moving rate ``alpha``."""
+    counterpart: str | None = None
+    """The SGD method this EASGD variant is compared with (You et al.'s pairs)."""
+
+    @property
+    def needs_server(self) -> bool:
+        """Whether a parameter server serves it (it then gets one dedicated server rank)."""
+        return self.name in SERVER_STRATEGIES
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("allreduce", "Sync SGD (allreduce)"),
+    Method("reduce-broadcast", "Sync SGD (reduce+bcast)"),
+    Method("local-sgd", "Local SGD (tau 4)", tau=4),
+    Method("sync-easgd", "Sync EASGD", tau=1, elastic=True, counterpart="allreduce"),
+    Method("easgd", "EASGD (round-robin)", tau=1, elastic=True, counterpart="allreduce"),
+    Method("async-sgd", "Async SGD"),
+    Method("async-msgd", "Async MSGD", momentum=True),
+    Method("hogwild-sgd", "Hogwild SGD"),
+    Method("async-easgd", "Async EASGD", tau=1, elastic=True, counterpart="async-sgd"),
+    Method("async-measgd", "Async MEASGD", momentum=True, tau=1, elastic=True,
+           counterpart="async-msgd"),
+    Method("hogwild-easgd", "Hogwild EASGD", tau=1, elastic=True, counterpart="hogwild-sgd"),
+)}
+"""Every method of the comparison, in table order."""
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """The budget every method gets (identical for all of them)."""
+
+    workers: int = 4
+    epochs: int = 3
+    dataset: str = "digits"
+    model: str = "mlp"
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = DEFAULT_MOMENTUM
+    seed: int = 0
+    eval_every: int = 50
+    target: float = 0.9
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.workers < 2:
+            raise ValueError(f"--workers {self.workers} must be at least 2 (the methods "
+                             "differ only in how workers combine their work)")
+        if not 0 < self.target <= 1:
+            raise ValueError(f"--target {self.target} must be a test accuracy in (0, 1], "
+                             "e.g. 0.85")
+        checks = ((self.epochs, "--epochs"), (self.batch_size, "--batch-size"),
+                  (self.eval_every, "--eval-every"))
+        for value, flag in checks:
+            if value < 1:
+                raise ValueError(f"{flag} {value} must be at least 1")
+        if not self.lr > 0:
+            raise ValueError(f"--lr {self.lr} must be positive, e.g. 0.05")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"--momentum {self.momentum} must be in [0, 1), e.g. 0.9")
+        if not self.timeout_s > 0:
+            raise ValueError(f"--timeout {self.timeout_s} must be positive (seconds per run)")
+
+    def alpha(self) -> float:
+        """The elastic moving rate of the EASGD family: ``0.9 / workers``."""
+        return 0.9 / self.workers
+
+
+def default_target(dataset: str) -> float:
+    """The default target accuracy: 0.85 on Fashion-MNIST, 0.9 on digits, 0.8 otherwise."""
+    return {"fashion-mnist": 0.85, "digits": 0.9}.get(dataset, 0.8)
+
+
+def available_methods() -> list[str]:
+    """Methods whose strategy this build registers (``scaledl.strategies.STRATEGIES``)."""
+    from scaledl.strategies import STRATEGIES
+
+    return [name for name in METHODS if name in STRATEGIES]
+
+
+def select_methods(text: str | None, available: list[str]) -> list[Method]:
+    """The methods of a comma list (``None``: every available one), in table order."""
+    if text is None:
+        return [METHODS[name] for name in METHODS if name in available]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"--methods {text!r} names no method; give a comma list such as "
+                         "sync-easgd,async-sgd")
+    for name in names:
+        if name not in METHODS:
+            raise ValueError(f"unknown method {name!r} in --methods; choose from: "
+                             f"{', '.join(METHODS)}")
+        if name not in available:
+            raise ValueError(f"method {name!r} is not implemented in this build; choose from: "
+                             f"{', '.join(available)}")
+    return [METHODS[name] for name in METHODS if name in names]
+
+
+def ranks(method: Method, spec: BenchSpec) -> int:
+    """Processes of a method's run: the workers, plus one server rank where it needs one."""
+    return spec.workers + (1 if method.needs_server else 0)
+
+
+def train_command(method: Method, spec: BenchSpec, out: Path) -> list[str]:
+    """``scaledl train`` arguments (after ``scaledl``) of one method's run into ``out``."""
+    args = [
+        "train", "--strategy", method.name, "--workers", str(ranks(method, spec)),
+        "--dataset", spec.dataset, "--model", spec.model, "--epochs", str(spec.epochs),
+        "--batch-size", str(spec.batch_size), "--lr", repr(spec.lr),
+        "--momentum", repr(spec.momentum if method.momentum else 0.0),
+        "--seed", str(spec.seed), "--eval-every", str(spec.eval_every),
+        "--out", str(out), "--no-progress",
+    ]
+    if method.needs_server:
+        args += ["--servers", "1"]
+    if method.tau is not None:
+        args += ["--tau", str(method.tau)]
+    if method.elastic:
+        args += ["--alpha", repr(spec.alpha())]
+    return args
+
+
+def resolve_dataset(name: str) -> str:
+    """``auto``: Fashion-MNIST when its files load, else digits; other names are checked."""
+    from scaledl.data import available_datasets, load_dataset
+
+    if name == "auto":
+        try:
+            load_dataset("fashion-mnist", None, "test", 0)
+        except ValueError:
+            return "digits"
+        return "fashion-mnist"
+    if name.split(":")[0] not in available_datasets():
+        raise ValueError(f"unknown dataset {name!r} for --dataset; use auto or one of: "
+                         f"{', '.join(available_datasets())}")
+    return name
+
+
+def check_model(name: str) -> str:
+    """``name`` if it is a known model, else the one-line error."""
+    from scaledl.models import available_models
+
+    if name not in available_models():
+        raise ValueError(f"unknown model {name!r} for --model; use one of: "
+                         f"{', '.join(available_models())}")
+    return name

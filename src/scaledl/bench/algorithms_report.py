@@ -1,0 +1,175 @@
+"""How ``scaledl bench algorithms`` shows its results: a rich table, a JSON file, and two PNG
+plots (test accuracy against training time and against epochs, one line per method)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from scaledl.bench.algorithms import METHODS, BenchSpec
+from scaledl.bench.algorithms_result import MethodResult
+
+__all__ = ["COLUMNS", "table_row", "render_table", "markdown_table", "environment", "to_json",
+           "write_json", "write_plots", "PLOT_NAMES"]
+
+PLOT_NAMES = ("accuracy_vs_time.png", "accuracy_vs_epoch.png")
+"""File names of the two plots in the plot directory."""
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else format(value, pattern)
+
+
+COLUMNS = ("method", "ranks", "final acc", "best acc", "s to target", "epochs to target",
+           "train s", "comm share", "exposed", "updates/s", "staleness", "roughness", "note")
+"""Table columns (definitions: :mod:`scaledl.bench.algorithms_result`)."""
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f} %"
+
+
+def table_row(result: MethodResult) -> list[str]:
+    """One method's table cells, in :data:`COLUMNS` order."""
+    if result.status != "ok":
+        return [result.label, str(result.ranks), *["-"] * 10,
+                f"{result.status}: {result.reason}"]
+    reached = result.time_to_target_s
+    return [
+        result.label, str(result.ranks), _fmt(result.final_accuracy, ".4f"),
+        _fmt(result.best_accuracy, ".4f"),
+        "not reached" if reached is None else f"{reached:.1f}",
+        _fmt(result.epochs_to_target, ".2f"), _fmt(result.train_s, ".1f"),
+        _percent(result.comm_share), _percent(result.exposed_share),
+        _fmt(result.updates_per_s, ",.0f"), _fmt(result.mean_staleness, ".2f"),
+        _fmt(result.roughness, ".3f"), "",
+    ]
+
+
+def render_table(results: list[MethodResult], spec: BenchSpec, console: Any) -> None:
+    """Print one row per method on a rich ``console``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"{spec.model} on {spec.dataset}, {spec.workers} workers (+1 server "
+                        f"rank for the parameter-server methods), {spec.epochs} epochs, batch "
+                        f"{spec.batch_size}/worker, lr {spec.lr:g}; target accuracy "
+                        f"{spec.target:g}")
+    for name in COLUMNS:
+        table.add_column(name, justify="left" if name in ("method", "note") else "right")
+    for result in results:
+        table.add_row(*(Text(cell) for cell in table_row(result)))  # no markup in reasons
+    console.print(table)
+
+
+def environment() -> dict[str, Any]:
+    """Where the benchmark ran: cores, load, platform, library versions."""
+    import torch
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (None, None, None)
+    return {
+        "cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+        "platform": platform.platform(), "python": platform.python_version(),
+        "torch": torch.__version__, "load_average_at_start": list(load),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1 (set per run)"),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def to_json(results: list[MethodResult], spec: BenchSpec, env: dict[str, Any],
+            command: list[str] | None = None, skipped: list[str] | None = None
+            ) -> dict[str, Any]:
+    """Everything in one JSON-ready dict: the budget, the method definitions, the results."""
+    methods = {r.method: asdict(METHODS[r.method]) for r in results if r.method in METHODS}
+    return {
+        "command": command, "environment": env, "spec": asdict(spec),
+        "alpha": spec.alpha(), "methods": methods, "not_available": skipped or [],
+        "results": [r.to_dict() for r in results],
+    }
+
+
+def write_json(data: dict[str, Any], path: Path) -> None:
+    """Write ``data`` as indented JSON, creating the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+_COLORS = {"allreduce": "C0", "sync-easgd": "C0", "reduce-broadcast": "C7", "local-sgd": "C8",
+           "easgd": "C4", "async-sgd": "C1", "async-easgd": "C1", "async-msgd": "C2",
+           "async-measgd": "C2", "hogwild-sgd": "C3", "hogwild-easgd": "C3"}
+"""An EASGD variant shares its SGD counterpart's color: solid for EASGD, dashed for SGD."""
+
+
+def _style(method: str) -> dict[str, Any]:
+    elastic = method in METHODS and METHODS[method].elastic
+    return {"color": _COLORS.get(method, "black"), "linestyle": "-" if elastic else "--",
+            "marker": "o" if elastic else "s", "markersize": 3, "linewidth": 1.4}
+
+
+def write_plots(results: list[MethodResult], spec: BenchSpec, plot_dir: Path) -> list[Path]:
+    """Accuracy against training time and against epochs (PNG, one line per finished method;
+    left panel the whole range, right panel zoomed on the target); the paths written."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    finished = [r for r in results if r.status == "ok" and r.curve]
+    written = []
+    axes_of = (("time_s", "training time, s (evaluation excluded)"), ("epoch", "epochs"))
+    for (key, label), name in zip(axes_of, PLOT_NAMES):
+        figure = Figure(figsize=(13, 5))
+        FigureCanvasAgg(figure)
+        whole, zoom = figure.subplots(1, 2)
+        for ax, limits in ((whole, _limits(finished, spec.target)),
+                           (zoom, _zoom(finished, spec.target))):
+            _draw(ax, finished, key, spec.target)
+            ax.set_xlabel(label)
+            ax.set_ylim(*limits)
+        whole.set_ylabel("test accuracy")
+        zoom.set_title("near the target", fontsize=9)
+        handles, labels = whole.get_legend_handles_labels()
+        figure.legend(handles, labels, fontsize=8, loc="center right")
+        figure.suptitle(f"{spec.model} on {spec.dataset}, {spec.workers} workers")
+        figure.tight_layout(rect=(0.0, 0.0, 0.83, 1.0))
+        path = plot_dir / name
+        figure.savefig(path, dpi=110)
+        written.append(path)
+    return written
+
+
+def _draw(ax: Any, results: list[MethodResult], key: str, target: float) -> None:
+    for result in results:
+        ax.plot([p[key] for p in result.curve], [p["accuracy"] for p in result.curve],
+                label=result.label, **_style(result.method))
+    ax.axhline(target, color="gray", linewidth=0.8, linestyle=":", label=f"target {target:g}")
+    ax.set_xlim(left=0.0)
+    ax.grid(alpha=0.3)
+
+
+def _limits(results: list[MethodResult], target: float) -> tuple[float, float]:
+    """y limits: low enough for the curves' later points and the target line, high enough for
+    the best point."""
+    lows = [min(p["accuracy"] for p in r.curve[len(r.curve) // 4:]) for r in results]
+    return (max(0.0, min([target - 0.05, *lows]) - 0.02), _top(results, target))
+
+
+def _zoom(results: list[MethodResult], target: float) -> tuple[float, float]:
+    """y limits of the zoomed panel: from a little below the target to the best point."""
+    return max(0.0, target - 0.08), _top(results, target)
+
+
+def _top(results: list[MethodResult], target: float) -> float:
+    highs = [max(p["accuracy"] for p in r.curve) for r in results]
+    return min(1.0, max([target, *highs]) + 0.015)
+
+
+def markdown_table(results: list[MethodResult]) -> str:
+    """The table as GitHub markdown (for docs/benchmarks.md)."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(table_row(r)) + " |" for r in results]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,119 @@
+"""``scaledl bench algorithms``: every training method with the same budget on a real data set,
+one ``scaledl train`` run after another; a rich table, ``--json`` and two PNG plots.
+
+The methods, their options and the budget are defined in :mod:`scaledl.bench.algorithms`, the
+numbers read back from each run in :mod:`scaledl.bench.algorithms_result`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Any
+
+from scaledl.bench.algorithms import (
+    METHODS, BenchSpec, available_methods, check_model, default_target, resolve_dataset,
+    select_methods,
+)
+
+__all__ = ["add_parser", "run", "build_spec"]
+
+DEFAULT_OUT = Path("runs/bench-algorithms")
+
+
+def add_parser(kinds: Any, handler: Any) -> None:
+    """Register the ``algorithms`` benchmark under ``scaledl bench``."""
+    p = kinds.add_parser(
+        "algorithms", help="every training method (EASGD family, async, sync) with one budget",
+        description="Train the same model with every training method (same epochs, batch, lr, "
+                    "seed), one run after another, and compare time to a target accuracy, "
+                    "final accuracy, communication share and updates per second.",
+    )
+    p.add_argument("--methods", default=None,
+                   help=f"comma list (default: every implemented one); choices: "
+                        f"{', '.join(METHODS)}")
+    p.add_argument("--workers", type=int, default=4,
+                   help="training workers (default 4; parameter-server methods add 1 server)")
+    p.add_argument("--epochs", type=int, default=3, help="epochs of every run (default 3)")
+    p.add_argument("--dataset", default="auto",
+                   help="auto (fashion-mnist when installed, else digits), digits, "
+                        "fashion-mnist, ...")
+    p.add_argument("--model", default="mlp", help="model name (default mlp)")
+    p.add_argument("--batch-size", type=int, default=32, help="samples per worker per step")
+    p.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
+    p.add_argument("--momentum", type=float, default=0.9,
+                   help="momentum of Async MSGD and Async MEASGD (the others use none)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every run")
+    p.add_argument("--eval-every", type=int, default=50,
+                   help="steps between test evaluations (default 50)")
+    p.add_argument("--target", type=float, default=None,
+                   help="target test accuracy (default 0.85 on fashion-mnist, 0.9 on digits)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds one run may take before it is stopped (default 600)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs per method; the table shows medians (default 1)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help=f"folder of the run directories (default {DEFAULT_OUT})")
+    p.add_argument("--json", type=Path, default=None, help="write results as JSON here")
+    p.add_argument("--plot-dir", type=Path, default=None,
+                   help="write accuracy_vs_time.png, accuracy_vs_epoch.png and table.md "
+                        "here (default: --out)")
+    p.set_defaults(handler=handler)
+
+
+def build_spec(args: argparse.Namespace) -> BenchSpec:
+    """Validate the options into the budget of every run (``ValueError`` on bad input)."""
+    if args.repeats < 1:
+        raise ValueError(f"--repeats {args.repeats} must be at least 1")
+    model = check_model(args.model)
+    dataset = resolve_dataset(args.dataset)
+    target = default_target(dataset) if args.target is None else args.target
+    return BenchSpec(
+        workers=args.workers, epochs=args.epochs, dataset=dataset, model=model,
+        batch_size=args.batch_size, lr=args.lr, momentum=args.momentum, seed=args.seed,
+        eval_every=args.eval_every, target=target, timeout_s=args.timeout,
+    )
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(170, shutil.get_terminal_size().columns))
+    return console
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate everything, run every method, then show and write the results."""
+    from scaledl.bench import algorithms_report as report
+    from scaledl.bench.algorithms_result import median_result
+    from scaledl.bench.algorithms_run import run_all
+
+    available = available_methods()
+    methods = select_methods(args.methods, available)
+    spec = build_spec(args)
+    if not methods:
+        raise ValueError("no method of the comparison is implemented in this build; "
+                         "register strategies in scaledl.strategies.STRATEGIES")
+    skipped = [name for name in METHODS if name not in available]
+    console = _console()
+    env = report.environment()
+    say = console.print
+    if skipped and args.methods is None:
+        say(f"not implemented in this build, skipped: {', '.join(skipped)}", markup=False)
+    runs = run_all(methods, spec, args.out, args.repeats,
+                   lambda line: say(line, markup=False, highlight=False))
+    results = [median_result(per_method) for per_method in runs]
+    report.render_table(results, spec, console)
+    data = report.to_json(results, spec, env, ["scaledl", *getattr(args, "argv", [])],
+                          skipped if args.methods is None else [])
+    if args.json is not None:
+        report.write_json(data, args.json)
+        say(f"wrote {args.json}", markup=False, highlight=False)
+    plot_dir = args.plot_dir or args.out
+    for path in report.write_plots(results, spec, plot_dir):
+        say(f"wrote {path}", markup=False, highlight=False)
+    (plot_dir / "table.md").write_text(report.markdown_table(results))
+    return 0 if any(r.status == "ok" for r in results) else 1

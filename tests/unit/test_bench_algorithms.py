@@ -1,0 +1,189 @@
+"""``scaledl bench algorithms`` without training: methods, commands, result extraction from
+synthetic metrics files, the table, JSON and plots, and bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from scaledl.bench import algorithms_report as report
+from scaledl.bench.algorithms import METHODS, BenchSpec, select_methods, train_command
+from scaledl.bench.algorithms_result import (
+    MethodResult, failed_result, median_result, read_result, time_to_target,
+)
+from scaledl.bench.algorithms_run import child_environment, error_reason
+from scaledl.cli.main import main
+
+T0 = 1_000_000.0
+
+
+def _write_run(path: Path, evals: list[tuple[int, float, float]], steps: int = 8,
+               step_s: float = 1.0, summary: bool = True, comm_share: float = 0.25) -> Path:
+    """A metrics file: steps every ``step_s`` seconds; ``evals`` = (step, eval seconds,
+    accuracy), each evaluation taking that long right after its step."""
+    records: list[dict[str, Any]] = [{"kind": "run", "time": T0, "world_size": 4}]
+    now, by_step = T0, {}
+    for step, seconds, accuracy in evals:
+        by_step.setdefault(step, []).append((seconds, accuracy))
+    for step in range(1, steps + 1):
+        now += step_s
+        records.append({"kind": "step", "step": step, "epoch": (step - 1) // 4, "time": now})
+        for seconds, accuracy in by_step.get(step, []):
+            now += seconds
+            records.append({"kind": "eval", "step": step, "epoch": (step - 1) // 4,
+                            "time": now, "test_accuracy": accuracy})
+    if summary:
+        records.append({"kind": "summary", "time": now + 0.5, "steps": steps,
+                        "comm_share": comm_share, "exposed_share": 0.125,
+                        "samples_per_s": 123.0,
+                        "mean_staleness": 1.5})
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+SPEC = BenchSpec(workers=4, epochs=2, dataset="digits", target=0.8)
+
+
+def test_result_excludes_evaluation_time_and_finds_the_target(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "a", [(2, 10.0, 0.5), (4, 10.0, 0.85), (6, 10.0, 0.8),
+                                      (8, 10.0, 0.9)])
+    result = read_result(METHODS["async-easgd"], SPEC, run)
+    assert [p["time_s"] for p in result.curve] == pytest.approx([2.0, 4.0, 6.0, 8.0])
+    assert [p["epoch"] for p in result.curve] == pytest.approx([0.5, 1.0, 1.5, 2.0])
+    assert result.time_to_target_s == pytest.approx(4.0)
+    assert result.epochs_to_target == pytest.approx(1.0)
+    assert result.final_accuracy == 0.9 and result.best_accuracy == 0.9
+    assert result.eval_s == pytest.approx(40.0)
+    assert result.train_s == pytest.approx(8.0)  # the last evaluation came after the last step
+    assert result.updates_per_s == pytest.approx(8 * 4 / 8.0)
+    assert result.comm_share == 0.25 and result.exposed_share == 0.125
+    assert result.roughness == pytest.approx(0.05)
+    assert result.mean_staleness == 1.5
+    assert result.ranks == 5 and result.status == "ok"
+
+
+def test_target_never_reached_is_none(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "b", [(4, 1.0, 0.6), (8, 1.0, 0.79)])
+    result = read_result(METHODS["allreduce"], SPEC, run)
+    assert result.time_to_target_s is None and result.epochs_to_target is None
+    assert result.ranks == 4 and result.roughness == 0.0
+    assert report.table_row(result)[4] == "not reached"
+    assert time_to_target([{"time_s": 1.0, "accuracy": 0.8}], 0.8) == 1.0
+
+
+def test_staleness_of_every_worker_comes_from_summary_json(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "c", [(8, 1.0, 0.9)])
+    (run / "summary.json").write_text(json.dumps(
+        {"result": {"staleness_per_worker": [2.0, 4.0, None]}}))
+    assert read_result(METHODS["async-sgd"], SPEC, run).mean_staleness == pytest.approx(3.0)
+
+
+def test_unusable_metrics_raise(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot be read"):
+        read_result(METHODS["allreduce"], SPEC, tmp_path / "missing")
+    run = _write_run(tmp_path / "d", [])
+    with pytest.raises(ValueError, match="holds no evaluation"):
+        read_result(METHODS["allreduce"], SPEC, run)
+
+
+def test_train_command_gives_each_method_its_options() -> None:
+    ps = train_command(METHODS["async-measgd"], SPEC, Path("out"))
+    assert ps[0] == "train" and "--no-progress" in ps
+    options = {flag: ps[i + 1] for i, flag in enumerate(ps)
+               if flag.startswith("--") and flag != "--no-progress"}
+    assert options["--workers"] == "5" and options["--servers"] == "1"
+    assert options["--momentum"] == "0.9" and options["--tau"] == "1"
+    assert float(options["--alpha"]) == pytest.approx(0.9 / 4)
+    sync = train_command(METHODS["sync-easgd"], SPEC, Path("out"))
+    assert "--servers" not in sync and sync[sync.index("--momentum") + 1] == "0.0"
+    assert sync[sync.index("--workers") + 1] == "4"
+    common = ("--epochs", "--batch-size", "--lr", "--seed", "--dataset", "--model")
+    for name in ("allreduce", "hogwild-sgd", "easgd"):
+        args = train_command(METHODS[name], SPEC, Path("out"))
+        assert all(args[args.index(f) + 1] == sync[sync.index(f) + 1] for f in common)
+
+
+def test_median_over_repeats_keeps_every_run() -> None:
+    runs = [MethodResult("easgd", "EASGD", final_accuracy=a, time_to_target_s=t, comm_share=c)
+            for a, t, c in ((0.8, 5.0, 0.5), (0.9, None, 0.7), (0.85, 7.0, 0.6))]
+    runs.append(failed_result(METHODS["easgd"], SPEC, "timeout", "slow"))
+    merged = median_result(runs)
+    assert merged.final_accuracy == pytest.approx(0.85)
+    assert merged.comm_share == pytest.approx(0.6)
+    assert merged.time_to_target_s == 7.0
+    assert len(merged.repeats) == 4 and merged.repeats[3]["status"] == "timeout"
+    assert median_result(runs[3:]).status == "timeout"
+
+
+def test_table_json_and_plots_are_written(tmp_path: Path) -> None:
+    good = read_result(METHODS["sync-easgd"], SPEC,
+                       _write_run(tmp_path / "e", [(4, 1.0, 0.7), (8, 1.0, 0.88)]))
+    bad = failed_result(METHODS["easgd"], SPEC, "failed", "exit code 1: boom [/x/y.cc:78]")
+    buffer = io.StringIO()
+    report.render_table([good, bad], SPEC, Console(file=buffer, width=200))
+    text = buffer.getvalue()
+    assert "Sync EASGD" in text and "0.8800" in text and "25 %" in text and "12 %" in text
+    assert "failed: exit code 1: boom [/x/y.cc:78]" in text
+    data = report.to_json([good, bad], SPEC, {"cores": 2}, ["scaledl"], ["hogwild-sgd"])
+    report.write_json(data, tmp_path / "out" / "r.json")
+    loaded = json.loads((tmp_path / "out" / "r.json").read_text())
+    assert [r["status"] for r in loaded["results"]] == ["ok", "failed"]
+    assert loaded["spec"]["workers"] == 4 and loaded["not_available"] == ["hogwild-sgd"]
+    assert loaded["methods"]["sync-easgd"]["elastic"] is True
+    paths = report.write_plots([good, bad], SPEC, tmp_path / "plots")
+    assert [p.name for p in paths] == list(report.PLOT_NAMES)
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+    markdown = report.markdown_table([good, bad]).splitlines()
+    assert len(markdown) == 4 and markdown[2].startswith("| Sync EASGD | 4 | 0.8800 |")
+
+
+def test_error_reason_picks_the_cause() -> None:
+    assert error_reason("noise\nscaledl: error: strategy 'x' is unknown\n") == \
+        "strategy 'x' is unknown"
+    logged = "[rank 1] 10:00 ERROR scaledl.cli.train: training stopped on rank 1: peer died\nx"
+    assert "peer died" in error_reason(logged)
+    assert error_reason("Traceback\n  File y\nRuntimeError: bad\n") == "RuntimeError: bad"
+    both = "TypeError: f() missing 1 required argument\n" + logged
+    assert error_reason(both) == "TypeError: f() missing 1 required argument"
+    assert error_reason("") == "no output on stderr"
+    assert len(error_reason("z" * 1000)) == 240
+    env = child_environment({"RANK": "3", "MASTER_PORT": "1", "PATH": "/bin"})
+    assert env == {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
+
+
+def test_selection_and_spec_reject_bad_values() -> None:
+    assert [m.name for m in select_methods(None, ["easgd", "allreduce"])] == [
+        "allreduce", "easgd"]
+    assert [m.name for m in select_methods("easgd, allreduce", ["easgd", "allreduce"])] == [
+        "allreduce", "easgd"]
+    with pytest.raises(ValueError, match="unknown method 'bogus'"):
+        select_methods("allreduce,bogus", ["allreduce"])
+    with pytest.raises(ValueError, match="not implemented in this build"):
+        select_methods("hogwild-easgd", ["allreduce"])
+    with pytest.raises(ValueError, match="--workers 1 must be at least 2"):
+        BenchSpec(workers=1)
+    for target in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match=f"--target {target} must be"):
+            BenchSpec(target=target)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--methods", "bogus"], "unknown method 'bogus' in --methods"),
+    (["--workers", "1"], "--workers 1 must be at least 2"),
+    (["--target", "1.2"], "--target 1.2 must be a test accuracy in (0, 1]"),
+    (["--target", "0"], "--target 0.0 must be a test accuracy in (0, 1]"),
+    (["--dataset", "nope"], "unknown dataset 'nope' for --dataset"),
+    (["--repeats", "0"], "--repeats 0 must be at least 1"),
+])
+def test_cli_bad_input_is_one_line(args: list[str], message: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "algorithms", "--methods", "allreduce", "--dataset", "digits", *args])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("scaledl: error: ") and message in err[0]
