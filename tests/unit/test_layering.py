@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "scaledl"
 
 LAYERS: dict[str, int] = {
     "topology": 0,
-    "bootstrap": 1,
+    "bootstrap": 1, "processes": 1,
     "transport": 2,
     "collectives": 3,
     "sync": 4,

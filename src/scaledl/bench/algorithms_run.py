@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from scaledl.bench.algorithms import BenchSpec, Method, train_command
+from scaledl.processes import stop_process_groups
 from scaledl.bench.algorithms_result import MethodResult, failed_result, read_result
 
 __all__ = ["run_method", "run_all", "error_reason", "child_environment"]
@@ -60,20 +60,6 @@ def error_reason(stderr: str, limit: int = 240) -> str:
     return reason if len(reason) <= limit else reason[: limit - 3] + "..."
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the run's whole process group (the launcher and its ranks): TERM, then KILL."""
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_method(method: Method, spec: BenchSpec, run_dir: Path,
                env: Mapping[str, str] | None = None) -> MethodResult:
     """Train ``method`` into ``run_dir`` and read its result (a failed result on error)."""
@@ -87,10 +73,10 @@ def run_method(method: Method, spec: BenchSpec, run_dir: Path,
         try:
             code = proc.wait(timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
-            _stop(proc)
+            stop_process_groups([proc])
             code = None
         except BaseException:
-            _stop(proc)
+            stop_process_groups([proc])
             raise
     wall_s = time.perf_counter() - start
     if code is None:

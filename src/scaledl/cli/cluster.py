@@ -13,14 +13,13 @@ import atexit
 import logging
 import random
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from scaledl.cluster import netns, state
 from scaledl.cluster.runner import PLACEMENTS, run_on_cluster
 from scaledl.cluster.spec import MAX_HOSTS, SHAPERS, ClusterSpec, parse_rate
+from scaledl.processes import signals_raise
 
 __all__ = ["add_parser", "run"]
 
@@ -129,20 +128,6 @@ def _list() -> int:
     return 0
 
 
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt, so ``finally`` blocks tear down."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def _command(args: argparse.Namespace) -> list[str]:
     command = list(args.command)
     if command and command[0] == "--":
@@ -164,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.name is not None:
         return _run_on(state.load(args.name).spec, args, command, port)
     rate = parse_rate(args.rate)
-    with _terminate_as_interrupt():
+    with signals_raise(KeyboardInterrupt):
         spec_holder: list[ClusterSpec] = []
         teardown = _teardown_once(spec_holder)
         atexit.register(teardown)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from scaledl.processes import stop_process_groups
 
 __all__ = ["under_launcher", "launch_local", "run_distributed", "LAUNCHER_VARIABLES"]
 
@@ -35,20 +35,6 @@ def under_launcher(environ: Mapping[str, str] | None = None) -> bool:
 def _check_nproc(nproc: int) -> None:
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"--ranks {nproc!r} must be a whole number of processes >= 1")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate the launcher and its workers (their own process group), then kill."""
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def launch_local(
@@ -73,10 +59,10 @@ def launch_local(
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         log.error("the %d workers did not finish within %.0f s; stopping them", nproc, timeout)
-        _stop(proc)
+        stop_process_groups([proc])
         return TIMED_OUT
     except KeyboardInterrupt:
-        _stop(proc)
+        stop_process_groups([proc])
         return INTERRUPTED
 
 

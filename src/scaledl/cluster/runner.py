@@ -18,18 +18,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from scaledl.cluster.netns import link_counters
+from scaledl.processes import signals_raise, stop_process_groups
 from scaledl.cluster.spec import HOST_IFNAME, ClusterSpec
 
 __all__ = ["RankLaunch", "PLACEMENTS", "placement", "plan_ranks", "run_ranks", "run_on_cluster",
@@ -121,38 +118,6 @@ def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM every running rank's process group, then SIGKILL what is left after the grace."""
-    for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
-        running = [p for p in procs if p.poll() is None]
-        for proc in running:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                continue
-        deadline = time.monotonic() + grace
-        while any(p.poll() is None for p in running) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-
-@contextmanager
-def _signals_stop() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into :class:`_Stopped` while ranks run (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise _Stopped(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def _supervise(procs: list[subprocess.Popen[bytes]], launches: list[RankLaunch],
                timeout: float | None) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -176,7 +141,7 @@ def run_ranks(launches: list[RankLaunch], timeout: float | None = None) -> int:
     """Start every rank, wait, and make sure none outlives this call; return the job's code."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with _signals_stop():
+        with signals_raise(_Stopped):
             for launch in launches:
                 procs.append(subprocess.Popen(launch.argv, env=launch.env,
                                               start_new_session=True))
@@ -185,7 +150,7 @@ def run_ranks(launches: list[RankLaunch], timeout: float | None = None) -> int:
         log.error("interrupted (%s); stopping %d ranks", str(reason) or "Ctrl-C", len(procs))
         return INTERRUPTED
     finally:
-        _stop(procs)
+        stop_process_groups(procs, STOP_GRACE_S, STOP_GRACE_S)
 
 
 def run_on_cluster(
