@@ -64,9 +64,10 @@ def message_sizes(min_bytes: int, max_bytes: int, step_factor: int = 4) -> list[
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register ``bench`` and its ``collectives`` benchmark."""
-    bench = subparsers.add_parser("bench", help="measure collectives against the native baseline",
-                                  description="Benchmarks.")
+    """Register ``bench`` and its benchmarks (collectives, train, algorithms)."""
+    bench = subparsers.add_parser(
+        "bench", help="measure collectives, training throughput and training algorithms",
+        description="Benchmarks, each beside its baseline in the same run.")
     kinds = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     names = ", ".join(list(ALGORITHMS) + [AUTO])
     p = kinds.add_parser(
