@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from scaledl.cli.main import main
+from scaledl.train.checkpoint import latest_checkpoint, load_checkpoint
 from scaledl.train.metrics import read_metrics
 
 pytestmark = pytest.mark.distributed
@@ -54,6 +56,23 @@ def test_sync_easgd_resume_is_exact(tmp_path: Path) -> None:
     assert resumed["test_accuracy"] == straight["test_accuracy"]
     assert straight["test_accuracy"] >= 0.85  # type: ignore[operator]
     assert straight["staleness_per_worker"] is None
+    ends = [load_checkpoint(latest_checkpoint(tmp_path / run)) for run in ("straight", "resumed")]
+    assert ends[0]["step"] == ends[1]["step"]
+    _assert_bitwise_equal(ends[0]["strategy"], ends[1]["strategy"])
+
+
+def _assert_bitwise_equal(first: object, second: object, where: str = "state") -> None:
+    """Every tensor in two nested checkpoint states is bitwise equal (model, center, workers)."""
+    if isinstance(first, torch.Tensor):
+        assert isinstance(second, torch.Tensor) and torch.equal(first, second), where
+    elif isinstance(first, dict):
+        assert isinstance(second, dict) and first.keys() == second.keys(), where
+        for key in first:
+            _assert_bitwise_equal(first[key], second[key], f"{where}.{key}")
+    elif isinstance(first, list | tuple):
+        assert isinstance(second, list | tuple) and len(first) == len(second), where
+        for index, (a, b) in enumerate(zip(first, second)):
+            _assert_bitwise_equal(a, b, f"{where}[{index}]")
 
 
 @pytest.mark.parametrize(("args", "needle"), [
