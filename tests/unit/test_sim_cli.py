@@ -43,15 +43,34 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     (["--inter-bandwidth", "-5"], "bandwidth -5.0"),
     (["--intra-latency", "-1"], "latency -1.0"),
     (["--oversubscription", "0.5"], "oversubscription"),
-    (["--algorithm", "bogus"], "unknown algorithm"),
-    (["--strategy", "reduce-broadcast", "--algorithm", "ring"], "does not implement reduce"),
+    (["--algorithm", "bogus"], "--algorithm bogus cannot be simulated"),
+    (["--algorithm", "auto"], "--algorithm auto cannot be simulated for allreduce; choose one "
+                              "of: ring,"),
+    (["--algorithm", "native"], "--algorithm native cannot be simulated"),
+    (["--strategy", "reduce-broadcast", "--algorithm", "ring"],
+     "ring cannot be simulated for reduce-broadcast"),
+    (["--gpus", "30", "--network", "10gbe"], "--gpus 30 does not fill hosts of 4 GPUs; give "
+                                             "--topology"),
+    (["--tau", "0", "--strategy", "easgd"], "--tau 0"),
+    (["--compute-time", "0"], "--compute-time 0.0"),
+    (["--update-time", "-1"], "--update-time -1.0"),
+    (["--input-shape", "3x0x0"], "--input-shape '3x0x0'"),
 ])
 def test_user_errors_are_one_line(extra: list[str], message: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*SMALL, "--gpus", "8", *extra]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("scaledl: error:") and message in err
-    assert len(err.strip().splitlines()) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("scaledl: error:") and message in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert captured.out == ""  # validated before anything is printed
+
+
+def test_gpu_counts_that_fill_hosts_of_four_need_no_topology(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--gpus", "3"]) == 0
+    assert "topology 3," in capsys.readouterr().out
+    assert main([*SMALL, "--gpus", "32"]) == 0
+    assert "topology 4x8," in capsys.readouterr().out
 
 
 TRUE = Network("truth", LinkClass("loopback", 30e-6, 1 / 2.5e9),

@@ -32,7 +32,7 @@ def _network(alpha: float, gbps: float, overhead: float) -> Network:
                    gamma=1e-11)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 5000), min_size=1, max_size=6),
     flops=st.floats(1e3, 1e9),
@@ -94,6 +94,24 @@ def test_easgd_period_divides_the_exchange() -> None:
     fourth = simulate_iteration(profile, sim, 4, "easgd", flops=1e12, tau=4)
     assert fourth.communication_s == pytest.approx(every.communication_s / 4)
     assert every.communication_share > fourth.communication_share
+
+
+@pytest.mark.parametrize("compute_s", [0.5, 1e-4])
+def test_round_robin_worker_waits_only_for_its_own_turn(compute_s: float) -> None:
+    p, tau, update_s = 5, 2, 1e-3
+    profile = _profile([200_000], [1e7], 1)
+    net = Network("rr", LinkClass.from_bandwidth("a", 1e-5, 1.0),
+                  LinkClass.from_bandwidth("b", 1e-5, 1.0), share_host_interface=False)
+    sim = CollectiveSimulator(Topology((p,), explicit=True), net)
+    compiled = compile_schedules(round_robin_schedules(p, 200_000), p, 4)
+    round_s = makespan(compiled, cost(compiled, sim.topology, net))
+    exchange = round_s / (p - 1)
+    got = simulate_iteration(profile, sim, 4, "easgd", compute_time=compute_s,
+                             update_s=update_s, tau=tau)
+    # a cycle of tau steps: the worker's own loop, or the master's round of P - 1 exchanges
+    expected = max(tau * (compute_s + update_s) + exchange, (p - 1) * exchange) / tau
+    assert got.iteration_s == pytest.approx(expected, rel=1e-9)
+    assert got.communication_s == pytest.approx(round_s / tau, rel=1e-9)
 
 
 def test_profile_buckets_cover_every_parameter() -> None:

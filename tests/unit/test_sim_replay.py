@@ -96,12 +96,32 @@ def test_torus_closed_form_on_a_uniform_network(axes: tuple[int, ...]) -> None:
     assert got == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.parametrize("uplink", [None, LinkClass("spine", 9e-6, 1 / 0.5e9)])
+def test_oversubscribed_uplink_capacity_is_hosts_times_uplink_bandwidth_over_k(
+        uplink: LinkClass | None) -> None:
+    # 4 GPUs x 2 hosts x 2 racks; every rank sends n bytes to its twin in the other rack at once
+    topo, n, k = Topology((4, 2, 2), explicit=True), 1 << 20, 8.0
+    schedules = [_schedule(r, [[Transfer(Action.SEND, (r + 8) % 16, 0, n // 4)],
+                               [Transfer(Action.RECV_COPY, (r + 8) % 16, 0, n // 4)]])
+                 for r in range(16)]
+    compiled = compile_schedules(schedules, 16, 4)
+    nets = [Network(f"k={over}", TWO_CLASS.intra, TWO_CLASS.inter, uplink=uplink,
+                    rack_latency=1e-6, oversubscription=over) for over in (1.0, k)]
+    link = nets[0].classes[2]
+    # non-blocking: the 4 ranks of a host share its interface; k = 8: the 8 ranks of a rack share
+    # 2 hosts x the uplink class's bandwidth / 8, i.e. each send is charged 8 x 8 / 2 = 32 x n
+    for net, weight in zip(nets, (4, 32)):
+        got = makespan(compiled, cost(compiled, topo, net))
+        assert got == pytest.approx(link.alpha + weight * n * link.beta, rel=1e-9)
+
+
 def test_shared_host_interface_and_oversubscribed_uplinks_slow_the_ring() -> None:
     topo = Topology((4, 2, 2), explicit=True)
     n = 16 * 4096
-    free = CollectiveSimulator(topo, TWO_CLASS).time("torus", Collective.ALLREDUCE, n)
-    busy = Network("over", TWO_CLASS.intra, TWO_CLASS.inter, oversubscription=8.0)
-    slowed = CollectiveSimulator(topo, busy).time("torus", Collective.ALLREDUCE, n)
+    free_net = Network("free", TWO_CLASS.intra, TWO_CLASS.inter, oversubscription=1.0)
+    busy_net = Network("over", TWO_CLASS.intra, TWO_CLASS.inter, oversubscription=8.0)
+    free = CollectiveSimulator(topo, free_net).time("torus", Collective.ALLREDUCE, n)
+    slowed = CollectiveSimulator(topo, busy_net).time("torus", Collective.ALLREDUCE, n)
     assert slowed > free
 
 

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaledl.cli.bench import parse_bytes
 from scaledl.collectives.registry import ALGORITHMS
 from scaledl.models.registry import available_models
+from scaledl.collectives.auto import CostModel
 from scaledl.sim.job import Job
+from scaledl.topology import Topology
 from scaledl.sim.presets import ALIASES, DEVICES, LINKS
 from scaledl.sim.iteration import STRATEGIES, IterationResult
+
+if TYPE_CHECKING:
+    from scaledl.sim.native import Native  # scipy: loaded only by `simulate calibrate`
 
 __all__ = ["add_parser", "run", "job_from_args", "format_result"]
 
@@ -36,11 +42,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "rack, 4 racks (default 4 per host)")
     p.add_argument("--algorithm", default="ring",
                    help="collective algorithm: "
-                        + ", ".join(a for a in ALGORITHMS if a != "native"))
+                        + ", ".join(a for a, algo in ALGORITHMS.items() if algo.scheduled))
     p.add_argument("--strategy", default="allreduce", choices=STRATEGIES)
-    p.add_argument("--device", default="p100", help=f"one of {', '.join(DEVICES)}")
-    p.add_argument("--network", default="ib-edr",
-                   help=f"inter-host link: {', '.join([*LINKS, *ALIASES])}")
+    p.add_argument("--device", default=None, help=f"one of {', '.join(DEVICES)} (default p100)")
+    p.add_argument("--network", default=None,
+                   help=f"inter-host link: {', '.join([*LINKS, *ALIASES])} (default ib-edr)")
     p.add_argument("--intra", default=None, help="intra-host link preset (default: the device's)")
     p.add_argument("--uplink", default=None, help="rack uplink preset (default: --network)")
     p.add_argument("--oversubscription", type=float, default=1.0,
@@ -103,15 +109,12 @@ def job_from_args(args: argparse.Namespace) -> Job:
         raise ValueError(f"--gpus {gpus} must be >= 1")
     if args.batch < 1:
         raise ValueError(f"--batch {args.batch} must be >= 1")
-    shape = None
-    if args.input_shape:
-        from scaledl.topology import parse_axes
-
-        shape = parse_axes(args.input_shape)
+    shape = _input_shape(args.input_shape) if args.input_shape else None
     return Job(
         model=args.model, input_shape=shape, gpus=gpus, topology=args.topology,
         algorithm=args.algorithm,
-        strategy=args.strategy, device=args.device, network=args.network, intra=args.intra,
+        strategy=args.strategy, device=args.device or "p100", network=args.network or "ib-edr",
+        intra=args.intra,
         uplink=args.uplink, oversubscription=args.oversubscription, batch=args.batch,
         bucket_mb=args.bucket_mb, tau=args.tau, overlap=not args.no_overlap,
         compute_time=args.compute_time, efficiency=args.device_efficiency,
@@ -119,6 +122,31 @@ def job_from_args(args: argparse.Namespace) -> Job:
         inter_gbps=args.inter_bandwidth, intra_latency_us=args.intra_latency,
         intra_gbps=args.intra_bandwidth, calibration=args.calibration,
     )
+
+
+def _input_shape(spec: str) -> tuple[int, ...]:
+    """``3x224x224`` as ``(3, 224, 224)``; every dimension a positive integer."""
+    try:
+        shape = tuple(int(part) for part in spec.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or any(size < 1 for size in shape):
+        raise ValueError(f"--input-shape {spec!r} is not positive integers joined by 'x'; "
+                         "write it like 3x224x224 (channels x height x width)")
+    return shape
+
+
+def bench_native_fit(
+    natives: Sequence[Native], topology: Topology, itemsize: int, model: CostModel
+) -> tuple[CostModel, dict[str, Any]]:
+    """``scaledl bench collectives --calibrate``'s native fit, for ``simulate calibrate`` (the
+    CLI joins the two: the layering rules keep ``sim`` and ``bench`` apart)."""
+    from scaledl.bench.fit import _fit_native
+    from scaledl.bench.report import Measurement
+
+    measured = [Measurement(n.collective, "native", n.nbytes, n.world_size, (n.median_s,))
+                for n in natives]
+    return _fit_native(measured, topology, itemsize, model)
 
 
 def format_result(r: IterationResult) -> str:
@@ -140,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "calibrate":
         from scaledl.sim.report import run_calibrate
 
-        return run_calibrate(args, job_from_args(args))
+        return run_calibrate(args, job_from_args(args), bench_native_fit)
     if args.action == "reproduce":
         from scaledl.sim.report import run_reproduce
 
@@ -153,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
     job.check()
     topology, network = job.topology_value(), job.network_value()
     profile = job.profile()
+    job.update_seconds(profile)
     head = (f"{job.model} x {job.gpus} {job.device} GPUs, topology {topology.spec}, "
             f"{job.strategy}/{job.algorithm}, network {network.name}, batch {job.batch}/GPU")
     print(head)

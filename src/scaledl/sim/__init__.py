@@ -9,6 +9,7 @@
 - :mod:`~scaledl.sim.profile`, :mod:`~scaledl.sim.iteration`: a training iteration from a model
   profile with bucketed overlap, reduce-broadcast and EASGD periods;
 - :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` and validate;
+  :mod:`~scaledl.sim.native`: the native rows and their fit (``bench``'s, passed in by the CLI);
 - :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs.
 """
 

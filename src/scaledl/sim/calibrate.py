@@ -11,7 +11,12 @@ emulated cluster's ``2x2``), and classes nothing measured keep their prior value
 
 The per-round software overhead cannot be told apart from latency (every round pays both), so
 the fit sets ``overhead = 0`` and each class's ``alpha`` is the whole per-round cost over that
-link.  The reduction cost ``gamma`` and the chunk size are kept from the prior.
+link; a class nothing measured keeps its prior ``alpha`` plus the prior ``overhead`` (so it keeps
+paying the per-round cost the fitted classes fold in).  An unmeasured rack uplink (no explicit
+``uplink`` in the prior) is derived from the fitted inter-host link plus ``rack_latency``, so that
+crossing racks never costs less than crossing hosts.  The reduction cost ``gamma`` and the chunk
+size are kept from the prior (the caller picks ``gamma``: see :mod:`scaledl.sim.report`).
+``native``'s per-round cost and bandwidth factor are fitted by :mod:`scaledl.sim.native`.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from scaledl.sim.fastreplay import cost, critical_path, evaluate
 from scaledl.sim.network import CLASS_NAMES, Network
 from scaledl.topology import Topology
 
-__all__ = ["Point", "load_points", "fit_network", "validate", "FitResult", "ITEMSIZES"]
+__all__ = [
+    "Point", "load_points", "plan_numel", "fit_network", "validate", "FitResult", "ITEMSIZES",
+]
 
 ITEMSIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
 
@@ -79,6 +86,26 @@ def load_points(
     plans are always made for the spec, as the benchmark made them.
     """
     points = []
+    for path, data, itemsize, row in _rows_of(paths):
+        algo = ALGORITHMS.get(row["algorithm"])
+        if algo is None or not algo.scheduled:
+            continue
+        planned, topo = _topologies(data, int(row["world_size"]), topology, placement)
+        numel = plan_numel(str(row["collective"]), int(row["nbytes"]), int(row["world_size"]),
+                           itemsize)
+        compiled = compile_collective(row["algorithm"], Collective(row["collective"]), planned,
+                                      numel, 0, itemsize)
+        points.append(Point(row["collective"], row["algorithm"], int(row["nbytes"]), topo,
+                            float(row["median_us"]) * 1e-6, compiled, str(path)))
+    if not points:
+        raise ValueError("the benchmark files hold no measurement of a scheduled algorithm "
+                         "(ring, tree, ...); rerun `scaledl bench collectives` with those")
+    return points
+
+
+def _rows_of(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any], int, dict[str, Any]]]:
+    """``(file, its JSON, itemsize, result row)`` for every row of the benchmark files."""
+    rows = []
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
@@ -87,23 +114,17 @@ def load_points(
         if not str(data.get("schema", "")).startswith("scaledl.bench.collectives"):
             raise ValueError(f"{path} is not `scaledl bench collectives --json` output")
         itemsize = ITEMSIZES.get((data.get("config") or {}).get("dtype", "float32"), 4)
-        for row in data.get("results", []):
-            algo = ALGORITHMS.get(row["algorithm"])
-            if algo is None or not algo.scheduled:
-                continue
-            planned, topo = _topologies(data, int(row["world_size"]), topology, placement)
-            collective = Collective(row["collective"])
-            numel = int(row["nbytes"]) // itemsize
-            if collective in (Collective.REDUCE_SCATTER, Collective.ALLGATHER):
-                numel //= topo.world_size  # planned on the shard, as the API does
-            compiled = compile_collective(row["algorithm"], collective, planned, numel, 0,
-                                          itemsize)
-            points.append(Point(row["collective"], row["algorithm"], int(row["nbytes"]), topo,
-                                float(row["median_us"]) * 1e-6, compiled, str(path)))
-    if not points:
-        raise ValueError("the benchmark files hold no measurement of a scheduled algorithm "
-                         "(ring, tree, ...); rerun `scaledl bench collectives` with those")
-    return points
+        rows += [(Path(path), data, itemsize, row) for row in data.get("results", [])]
+    return rows
+
+
+def plan_numel(collective: str, nbytes: int, world_size: int, itemsize: int) -> int:
+    """Elements the plans of a measured ``nbytes`` collective are made for (reduce_scatter and
+    allgather on the shard, as the API plans them; same rule as :mod:`scaledl.bench.fit`)."""
+    numel = nbytes // itemsize
+    if collective in (Collective.REDUCE_SCATTER.value, Collective.ALLGATHER.value):
+        return numel // world_size
+    return numel
 
 
 def predict(point: Point, network: Network, merge_equal: bool = True) -> float:
@@ -122,13 +143,17 @@ class FitResult:
     rms_relative_error: float
     points: int
     iterations: int
-    """Most fixpoint iterations per start."""
+    """Most fixpoint iterations any start took."""
+    uplink_derived: bool = False
+    """The unmeasured uplink was derived from the fitted inter-host link."""
 
     def describe(self) -> str:
         """One line per link class."""
         lines = []
         for index, link in enumerate(self.network.classes):
             state = "fitted" if self.fitted[index] else "prior (not measured)"
+            if index == 2 and self.uplink_derived:
+                state = "inter-host + rack latency (not measured)"
             lines.append(f"{CLASS_NAMES[index]:12s} alpha {link.alpha * 1e6:9.1f} us   "
                          f"bandwidth {link.gbytes_per_s:9.3f} GB/s   {state}")
         lines.append(f"fit over {self.points} measurements: rms relative error "
@@ -147,11 +172,12 @@ def _rows(points: Sequence[Point], network: Network) -> tuple[np.ndarray, np.nda
 
 
 def _path_fit(points: Sequence[Point], network: Network, max_iterations: int
-              ) -> tuple[Network, np.ndarray]:
+              ) -> tuple[Network, np.ndarray, int]:
     """Fixpoint of: replay, take each critical path, non-negative least squares on them."""
     measured = np.array([p.measured_s for p in points])
     fitted = np.zeros(6, dtype=bool)
-    for _ in range(max_iterations):
+    iterations = 0
+    for iterations in range(1, max_iterations + 1):  # noqa: B007 (the count is returned)
         rows, known = _rows(points, network)
         used = rows.any(axis=0)
         fitted |= used
@@ -163,7 +189,7 @@ def _path_fit(points: Sequence[Point], network: Network, max_iterations: int
         network = network.with_classes(tuple(params[:3]), tuple(params[3:]))
         if np.all(np.abs(params - old) <= 1e-9 * np.maximum(np.abs(old), 1e-30)):
             break
-    return network, fitted
+    return network, fitted, iterations
 
 
 def _params(network: Network) -> np.ndarray:
@@ -198,21 +224,41 @@ def fit_network(points: Sequence[Point], prior: Network, max_iterations: int = 1
     base = replace(prior, overhead=0.0)
     best: tuple[float, Network] | None = None
     fitted = np.zeros(6, dtype=bool)
+    iterations = 0
     for slow in (1.0, 10.0, 100.0):  # starts: the prior, and outer links slower than inner
         alphas = tuple(link.alpha * (slow if c else 1.0) for c, link in enumerate(base.classes))
         betas = tuple(link.beta * (slow if c else 1.0) for c, link in enumerate(base.classes))
-        network, used = _path_fit(points, base.with_classes(alphas, betas), max_iterations)
+        network, used, steps = _path_fit(points, base.with_classes(alphas, betas),
+                                         max_iterations)
+        iterations = max(iterations, steps)
         fitted |= used
         network = _refine(points, network, used)
         rms = float(np.sqrt(np.mean(_relative_errors(points, network) ** 2)))
         if best is None or rms < best[0]:
             best = (rms, network)
     assert best is not None
-    params = np.where(fitted, _params(best[1]), _params(base))  # unmeasured: keep the prior
+    params = _derive_uplink(prior, np.where(fitted, _params(best[1]), _unfitted(prior)), fitted)
     network = best[1].with_classes(tuple(params[:3]), tuple(params[3:]))
     classes = tuple(bool(fitted[c] or fitted[c + 3]) for c in range(3))
+    derived = prior.uplink is None and classes[1] and not classes[2]
     return FitResult(replace(network, name="calibrated"), classes, best[0],  # type: ignore[arg-type]
-                     len(points), max_iterations)
+                     len(points), iterations, derived)
+
+
+def _unfitted(prior: Network) -> np.ndarray:
+    """The prior's parameters with its per-round ``overhead`` in every ``alpha``."""
+    params = _params(prior)
+    params[:3] += prior.overhead
+    return params
+
+
+def _derive_uplink(prior: Network, params: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+    """An unmeasured uplink follows the fitted inter-host link plus ``rack_latency`` (unless
+    the prior names an uplink of its own), so crossing racks never beats crossing hosts."""
+    if prior.uplink is None and (fitted[1] or fitted[4]) and not (fitted[2] or fitted[5]):
+        params = params.copy()
+        params[2], params[5] = params[1] + prior.rack_latency, params[4]
+    return params
 
 
 def validate(

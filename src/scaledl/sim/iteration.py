@@ -10,16 +10,21 @@ plans) and a strategy:
 - ``reduce-broadcast`` (S-Caffe): per layer, a reduce to the root as soon as backward produced the
   layer's gradient; the root updates; per layer, a broadcast that the next forward pass of that
   layer waits for (so later layers' broadcasts hide behind earlier layers' compute).
-- ``sync-easgd`` and ``easgd`` (the round-robin original; You et al.): workers compute
-  locally; every ``tau`` steps the packed model is exchanged, either by a reduce plus a
-  broadcast with the chosen algorithm (or one allreduce), or by ``P - 1`` master<->worker
-  exchanges one after another.
+- ``sync-easgd`` (You et al.): workers compute locally; every ``tau`` steps the packed model is
+  exchanged by a reduce plus a broadcast with the chosen algorithm (or one allreduce), overlapped
+  with the next steps' compute unless ``overlap`` is off.
+- ``easgd`` (the round-robin original, Algorithm 1 of You et al.): every ``tau`` steps a worker
+  exchanges its model with the master; the master serves the ``P - 1`` workers one after
+  another, and a worker waits only for its own turn, so a cycle of ``tau`` steps lasts
+  ``max(tau x step + e, (P - 1) x e)`` with ``e`` one master<->worker exchange (the mean over
+  workers).
 
 Weak scaling: the per-GPU batch is fixed, so scaling efficiency is the one-GPU iteration time
-over the ``P``-GPU one (throughput per GPU at ``P`` over that at 1).  Communication only adds
-time, so efficiency never exceeds 1.  Collectives on 64 ranks or more are simulated on ``numel``
-rounded up to a multiple of ``P`` (at most ``P - 1`` extra elements), which makes ring-like plans
-rotations of one another (see :mod:`scaledl.sim.collective`).
+over the ``P``-GPU one (throughput per GPU at ``P`` over that at 1).  Every strategy's step is at
+least its compute plus update (communication only adds time), so efficiency never exceeds 1;
+nothing clamps it, and a unit test checks it on random inputs.  Collectives on 64 ranks or more
+are simulated on ``numel`` rounded up to a multiple of ``P`` (at most ``P - 1`` extra
+elements), which makes ring-like plans rotations of one another (see :mod:`scaledl.sim.collective`).
 """
 
 from __future__ import annotations
@@ -165,6 +170,23 @@ def _easgd_exchange(
     return sim.time(algorithm, Collective.ALLREDUCE, numel)
 
 
+def _round_robin_iteration(
+    round_s: float, world_size: int, step_s: float, tau: int
+) -> tuple[float, float]:
+    """(steady-state seconds per step, master busy seconds per step) of round-robin EASGD.
+
+    ``round_s`` is the master's whole round of ``P - 1`` exchanges, so one exchange takes
+    ``e = round_s / (P - 1)`` (every worker is assumed to pay the mean).  A worker computes
+    ``tau`` steps, then waits only for its own exchange, not for the others'; the master serves
+    one worker at a time.  A cycle therefore lasts ``max(tau * step + e, (P - 1) * e)``: the
+    worker's own loop, or the master's round when the master is the bottleneck.
+    """
+    if world_size < 2 or round_s == 0:
+        return step_s, 0.0
+    exchange = round_s / (world_size - 1)
+    return max(step_s + exchange / tau, round_s / tau), round_s / tau
+
+
 def simulate_iteration(
     profile: ModelProfile, sim: CollectiveSimulator, batch: int, strategy: str = "allreduce",
     algorithm: str = "ring", flops: float | None = None, compute_time: float | None = None,
@@ -178,18 +200,22 @@ def simulate_iteration(
     if update_s < 0:
         raise ValueError(f"update time {update_s} s must be >= 0")
     forward, backward = profile.compute_times(batch, flops, compute_time)
-    compute = sum(forward) + sum(backward)
+    compute = sum(forward)
+    for seconds in reversed(backward):  # summed in the timelines' order: no rounding gap
+        compute += seconds
     if strategy == "allreduce":
         end, busy = _allreduce(profile, sim, algorithm, forward, backward, overlap)
         iteration = end + update_s
     elif strategy == "reduce-broadcast":
         end, busy = _reduce_broadcast(profile, sim, algorithm, forward, backward)
         iteration = end + update_s
+    elif strategy == "easgd":
+        iteration, busy = _round_robin_iteration(
+            _easgd_exchange(profile, sim, strategy, algorithm), sim.topology.world_size,
+            compute + update_s, tau)
     else:
         busy = _easgd_exchange(profile, sim, strategy, algorithm) / tau
-        iteration = (max(compute, busy) if overlap and strategy == "sync-easgd"
-                     else compute + busy) + update_s
+        iteration = (max(compute, busy) if overlap else compute + busy) + update_s
     single = compute + update_s
-    iteration = max(iteration, single)
     return IterationResult(strategy, algorithm, sim.topology.world_size, batch, iteration,
                            compute, update_s, busy, iteration - single, single)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scaledl.collectives.auto import CostModel
-from scaledl.collectives.registry import ALGORITHMS, lookup
+from scaledl.collectives.registry import ALGORITHMS
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.iteration import STRATEGIES, IterationResult, simulate_iteration
@@ -16,7 +16,7 @@ from scaledl.sim.presets import build_network, device
 from scaledl.sim.profile import ModelProfile, profile_model
 from scaledl.topology import Topology
 
-__all__ = ["Job", "default_topology", "UPDATE_PASSES"]
+__all__ = ["Job", "default_topology", "simulated_algorithms", "UPDATE_PASSES"]
 
 UPDATE_PASSES = 5
 """Memory passes over the parameters per optimizer step (SGD with momentum: read weight,
@@ -24,10 +24,26 @@ gradient, momentum; write weight, momentum)."""
 
 
 def default_topology(gpus: int) -> str:
-    """Four GPUs per host when the count allows, else one host."""
+    """Four GPUs per host: one host of up to four, else ``4xN``; other counts need a topology."""
     if gpus < 1:
         raise ValueError(f"--gpus {gpus} must be >= 1")
-    return f"4x{gpus // 4}" if gpus > 4 and gpus % 4 == 0 else str(gpus)
+    if gpus <= 4:
+        return str(gpus)
+    if gpus % 4:
+        raise ValueError(f"--gpus {gpus} does not fill hosts of 4 GPUs; give --topology "
+                         f"(e.g. {_example_topology(gpus)}) to say how they sit on hosts")
+    return f"4x{gpus // 4}"
+
+
+def _example_topology(gpus: int) -> str:
+    per_host = next(d for d in (8, 6, 5, 3, 2, 1) if gpus % d == 0)
+    return f"{per_host}x{gpus // per_host}"
+
+
+def simulated_algorithms(collective: Collective) -> list[str]:
+    """Algorithms the simulator can replay for ``collective`` (scheduled ones: not native/auto)."""
+    return [name for name, algo in ALGORITHMS.items()
+            if algo.scheduled and collective in algo.supports]
 
 
 def _override(link: LinkClass, latency_us: float | None, gbps: float | None) -> LinkClass:
@@ -78,11 +94,19 @@ class Job:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose one of: "
                              f"{', '.join(STRATEGIES)}")
         needed = {"allreduce": Collective.ALLREDUCE, "reduce-broadcast": Collective.REDUCE}
-        collective = needed.get(self.strategy)
-        if collective is not None:
-            lookup(self.algorithm, collective)
-        elif self.algorithm not in ALGORITHMS:
-            lookup(self.algorithm, Collective.ALLREDUCE)
+        collective = needed.get(self.strategy, Collective.ALLREDUCE)
+        if self.algorithm not in simulated_algorithms(collective):
+            raise ValueError(
+                f"--algorithm {self.algorithm} cannot be simulated for {self.strategy}; choose "
+                f"one of: {', '.join(simulated_algorithms(collective))}")
+        if self.tau < 1:
+            raise ValueError(f"--tau {self.tau} must be >= 1 (exchange every tau steps)")
+        if self.compute_time is not None and not 0 < self.compute_time < math.inf:
+            raise ValueError(f"--compute-time {self.compute_time} must be a finite number of "
+                             "seconds > 0")
+        if self.update_time is not None and not 0 <= self.update_time < math.inf:
+            raise ValueError(f"--update-time {self.update_time} must be a finite number of "
+                             "seconds >= 0")
         if self.efficiency is not None and not 0 < self.efficiency <= 1:
             raise ValueError(f"--device-efficiency {self.efficiency} must be in (0, 1]")
         if self.bucket_mb <= 0:

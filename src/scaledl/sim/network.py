@@ -14,9 +14,12 @@ round are the ones in flight together):
 - a rank's sends of one round over one class leave through one interface and share it;
 - the ranks of a host that send off the host in the same round share its interface (as
   :func:`scaledl.collectives.replay.replay` models with ``node_of``);
-- with ``oversubscription > 1`` the ranks of a rack that send off the rack in the same round
-  share the rack's uplink, whose capacity is ``hosts per rack x inter bandwidth /
-  oversubscription`` (a non-blocking fabric, ``1``, never binds beyond the host interfaces).
+- with ``oversubscription = k > 1`` the ranks of a rack that send off the rack in the same round
+  share the rack's uplink, whose capacity is ``hosts per rack x uplink-class bandwidth / k``
+  (the uplink class is ``inter`` unless an explicit ``uplink`` is given, so by default
+  ``hosts per rack x NIC bandwidth / k``): a send off the rack is charged its bytes times
+  ``max(host senders, rack senders x k / hosts per rack)`` at the uplink class's ``beta``.  A
+  non-blocking fabric, ``k = 1``, never binds beyond the host interfaces.
 
 Receives do not compete with sends (full-duplex links).  ``overhead`` is a per-round software
 cost and ``gamma`` the reduction cost per byte, as in :class:`scaledl.collectives.auto.CostModel`.
@@ -47,8 +50,8 @@ class LinkClass:
         for what, value in (("latency", self.alpha), ("seconds per byte", self.beta)):
             if not math.isfinite(value) or value < 0:
                 raise ValueError(
-                    f"link {self.name!r} has {what} {value}; latencies and bandwidths must be "
-                    "finite and positive"
+                    f"link {self.name!r} has {what} {value}; latencies and seconds per byte "
+                    "must be finite and >= 0 (0: free)"
                 )
 
     @classmethod

@@ -65,7 +65,7 @@ def _you() -> str:
     for side in (64, 224):
         base = Job(model="alexnet", input_shape=(3, side, side), gpus=8, topology="8",
                    device="k80", intra="pcie3", batch=64)
-        original = replace(base, strategy="easgd", overlap=False).run()
+        original = replace(base, strategy="easgd").run()
         sync = replace(base, strategy="sync-easgd", algorithm="tree", overlap=True).run()
         parts.append(f"{side}x{side} inputs ({original.compute_s * 1e3:.0f} ms compute): "
                      f"{original.communication_share:.0%} vs {sync.communication_share:.0%}, "
@@ -88,18 +88,19 @@ CASES = (
     Case("Horovod, ResNet-101, 512 GPUs",
          "90% scaling efficiency",
          "128 servers x 4 Pascal GPUs (4x128), ring allreduce, 25 GbE RoCE, PCIe inside, 64 "
-         "images/GPU, 64 MB fusion buffer, one GPU at Horovod's measured 119.4 images/s",
+         "images/GPU, 64 MiB fusion buffer, one GPU at Horovod's measured 119.4 images/s",
          _horovod("resnet101", 119.4)),
     Case("Horovod, VGG-16, 512 GPUs",
          "68% scaling efficiency",
          "as above, one GPU at Horovod's measured 130.9 images/s", _horovod("vgg16", 130.9)),
     Case("You et al., EASGD on 8 GPUs, AlexNet",
          "communication 87% of time (original EASGD) vs 14% (Sync EASGD3)",
-         "one host of 8 K80 GPUs on PCIe 3.0, AlexNet (244 MB of weights at 224x224, 228 MB at "
+         "one host of 8 K80 GPUs on PCIe 3.0, AlexNet (233 MiB of weights at 224x224 and at "
          "64x64, scaledl's smallest AlexNet input; the paper: 249 MB, CIFAR 32x32), 64 "
-         "images/GPU, exchange every step (tau = 1); "
-         "original: master<->worker exchanges in rank order, no overlap; Sync EASGD: tree "
-         "reduce + broadcast overlapped with compute", _you),
+         "images/GPU, exchange every step (tau = 1); original (Algorithm 1): the master serves "
+         "workers in rank order and a worker waits only for its own exchange e, so a step takes "
+         "max(compute + update + e, 7e); Sync EASGD: tree reduce + broadcast overlapped with "
+         "compute", _you),
 )
 
 

@@ -1,0 +1,99 @@
+"""``scaledl simulate calibrate``: what it writes into ``auto``'s calibration file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scaledl.cli.main import main
+from scaledl.collectives.auto import CostModel, choose
+from scaledl.collectives.schedule import Collective
+from scaledl.sim.calibrate import fit_network, load_points
+from scaledl.sim.collective import CollectiveSimulator
+from scaledl.sim.network import LinkClass, Network
+from scaledl.sim.presets import device
+from scaledl.topology import Topology
+
+TRUE = Network("truth", LinkClass("loopback", 30e-6, 1 / 2.5e9),
+               LinkClass("veth", 150e-6, 1 / 0.118e9), rack_latency=0.0)
+SIZES = (4096, 65536, 1 << 20, 4 << 20)
+NATIVE_SLOWER = 1.2
+"""The synthetic backend takes this much longer than scaledl's ring."""
+
+
+def _bench_file(path: Path, spec: str) -> Path:
+    """A bench JSON whose medians are what the true network predicts (native: a slower ring)."""
+    topo = Topology.parse(spec)
+    sim = CollectiveSimulator(topo, TRUE)
+    results = []
+    for algorithm in ("ring", "halving_doubling", "tree", "hierarchical", "native"):
+        for nbytes in SIZES:
+            seconds = sim.time("ring" if algorithm == "native" else algorithm,
+                               Collective.ALLREDUCE, nbytes // 4)
+            seconds *= NATIVE_SLOWER if algorithm == "native" else 1.0
+            results.append({"collective": "allreduce", "algorithm": algorithm, "nbytes": nbytes,
+                            "world_size": topo.world_size, "median_us": seconds * 1e6})
+    path.write_text(json.dumps({"schema": "scaledl.bench.collectives/1",
+                                "config": {"topology": spec, "dtype": "float32"},
+                                "environment": {"topology": spec}, "results": results}))
+    return path
+
+
+PRIOR = Network("prior", LinkClass("a", 5e-6, 1 / 10e9), LinkClass("b", 7e-6, 1 / 9e9),
+                rack_latency=2e-6, overhead=40e-6)
+
+
+def test_an_unmeasured_uplink_follows_the_fitted_inter_host_link(tmp_path: Path) -> None:
+    result = fit_network(load_points([_bench_file(tmp_path / "a.json", "2x2")]), PRIOR)
+    intra, inter, uplink = result.network.classes
+    assert result.fitted == (True, True, False)
+    assert uplink.alpha == pytest.approx(inter.alpha + PRIOR.rack_latency, rel=1e-12)
+    assert uplink.beta == pytest.approx(inter.beta, rel=1e-12)
+    assert inter.alpha == pytest.approx(150e-6, rel=0.02)
+    assert result.network.overhead == 0.0
+    assert 1 <= result.iterations < 12  # the fixpoint converged; not the cap
+
+
+def test_unmeasured_classes_keep_the_prior_per_round_overhead(tmp_path: Path) -> None:
+    result = fit_network(load_points([_bench_file(tmp_path / "a.json", "4")]), PRIOR)
+    _, inter, uplink = result.network.classes
+    assert result.fitted == (True, False, False)
+    assert inter.alpha == pytest.approx(PRIOR.inter.alpha + PRIOR.overhead, rel=1e-12)
+    assert inter.beta == pytest.approx(PRIOR.inter.beta, rel=1e-12)
+    assert uplink.alpha == pytest.approx(PRIOR.classes[2].alpha + PRIOR.overhead, rel=1e-12)
+
+
+def _calibrate(tmp_path: Path, *options: str) -> tuple[CostModel, str]:
+    bench = _bench_file(tmp_path / "bench.json", "2x2")
+    out = tmp_path / "cal.json"
+    assert main(["simulate", *options, "calibrate", str(bench), "-o", str(out)]) == 0
+    return CostModel.from_json(out.read_text()), str(bench)
+
+
+def test_gamma_comes_from_the_cpu_device_or_autos_calibration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    model, _ = _calibrate(tmp_path, "--device", "cpu", "--network", "1gbit")
+    assert model.gamma == pytest.approx(device("cpu").gamma)
+    assert "warning" not in capsys.readouterr().err
+    auto = tmp_path / "auto.json"
+    auto.write_text(CostModel(gamma=2.5e-10).to_json())
+    monkeypatch.setenv("SCALEDL_CALIBRATION", str(auto))
+    model, _ = _calibrate(tmp_path)
+    assert model.gamma == pytest.approx(2.5e-10)  # not the p100's 4.1e-12
+    err = capsys.readouterr().err
+    assert "warning: --device and --network not given" in err and "p100" in err
+
+
+def test_native_is_fitted_against_the_calibrated_links(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, _ = _calibrate(tmp_path, "--device", "cpu", "--network", "1gbit")
+    assert (model.native_overhead, model.native_beta_factor) != (10e-6, 1.3)
+    assert "native: overhead" in capsys.readouterr().out
+    topo = Topology.parse("2x2")
+    for nbytes in SIZES[2:]:
+        predictions = choose(Collective.ALLREDUCE, topo, nbytes // 4, 4, model).predictions
+        assert predictions["native"] == pytest.approx(NATIVE_SLOWER * predictions["ring"],
+                                                      rel=0.25)
