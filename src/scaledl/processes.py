@@ -15,15 +15,28 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-__all__ = ["stop_process_groups", "signals_raise"]
+__all__ = ["stop_process_groups", "signals_raise", "signals_blocked", "group_alive",
+           "STOP_SIGNALS"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that ask a supervisor to stop (Ctrl-C, ``kill``, a closed terminal)."""
 
 
 def stop_process_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float = 10.0,
-                        kill_grace_s: float = 5.0) -> None:
+                        kill_grace_s: float = 5.0, include_finished: bool = False) -> None:
     """SIGTERM the process group of every running process in ``procs``; SIGKILL the groups of
-    those still running after ``grace_s``; wait up to ``kill_grace_s`` for them to go."""
+    those still running after ``grace_s``; wait up to ``kill_grace_s`` for them to go.
+
+    With ``include_finished`` the group of *every* process is signalled, also of those that have
+    exited, so helpers left in a finished leader's group are stopped too; each group still gets
+    the grace period while any of its members runs, then SIGKILL, sent to every group.
+    """
+    if include_finished:
+        _stop_all_groups(procs, grace_s, kill_grace_s)
+        return
     for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_grace_s)):
         running = [proc for proc in procs if proc.poll() is None]
         if not running:
@@ -36,6 +49,72 @@ def stop_process_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float
         deadline = time.monotonic() + grace
         while any(proc.poll() is None for proc in running) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process that is not a zombie is still in process group ``pgid`` (Linux /proc)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop_all_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float,
+                     kill_grace_s: float) -> None:
+    groups = [proc.pid for proc in procs]
+
+    def busy() -> bool:
+        leaders = [proc.poll() is None for proc in procs]  # poll() also reaps exited leaders
+        return any(leaders) or any(group_alive(pgid) for pgid in groups)
+
+    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_grace_s)):
+        if sig == signal.SIGTERM and not busy():
+            continue  # nothing runs: skip the grace, but still SIGKILL every group below
+        for pgid in groups:
+            _killpg(pgid, sig)
+        deadline = time.monotonic() + grace
+        while busy() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@contextmanager
+def signals_blocked(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[list[str]]:
+    """Hold ``signals`` off inside the block, so a clean-up cannot be cut short.
+
+    They are blocked with ``pthread_sigmask`` and, should another thread receive one, recorded
+    by a handler that does nothing else.  The block yields a list that receives the names of the
+    signals that arrived; they are consumed, so the caller decides what they mean.  Outside the
+    main thread the block runs unchanged (the list stays empty).
+    """
+    arrived: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield arrived
+        return
+
+    def record(signum: int, frame: Any) -> None:
+        arrived.append(signal.Signals(signum).name)
+
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    previous = {sig: signal.signal(sig, record) for sig in signals}
+    try:
+        yield arrived
+    finally:
+        while (info := signal.sigtimedwait(signals, 0)) is not None:
+            arrived.append(signal.Signals(info.si_signo).name)
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @contextmanager

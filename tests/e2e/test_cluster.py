@@ -145,10 +145,38 @@ def test_owner_killed_leaves_a_stale_cluster_that_down_removes(tmp_path: Path) -
         assert time.monotonic() < deadline and proc.poll() is None, "cluster never came up"
         time.sleep(0.2)
     time.sleep(1.0)
-    proc.kill()  # SIGKILL: no handler runs, the cluster and its ranks stay behind
+    proc.kill()  # SIGKILL: no handler runs, the cluster stays (its ranks die: PDEATHSIG)
     proc.wait(timeout=30)
     listing = _scaledl(["cluster", "list"], tmp_path)
     assert "stale" in listing.stdout, listing.stdout
     down = _scaledl(["cluster", "down", "--stale"], tmp_path)
     assert down.returncode == 0 and "removed cluster" in down.stdout, down.stderr
+    _assert_torn_down(tmp_path, before)
+
+
+@pytest.mark.timeout(TIMEOUT_S)
+def test_descendants_in_own_sessions_do_not_outlive_a_run_on_a_named_cluster(
+        tmp_path: Path) -> None:
+    before = _namespaces()
+    pidfile = tmp_path / "escaped.pid"
+    script = ("import os, subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+              "'import time; time.sleep(120)'], start_new_session=True); "
+              f"open({str(pidfile)!r} + os.environ['RANK'], 'w').write(str(p.pid))")
+    up = _scaledl(["cluster", "up", "--hosts", "2", "--rate", "none", "--name", "e2eesc"],
+                  tmp_path)
+    try:
+        assert up.returncode == 0, up.stderr
+        run = _scaledl(["cluster", "run", "--name", "e2eesc", "--timeout", "60", "--",
+                        sys.executable, "-c", script], tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert "[rank" not in run.stderr and "killed 1 processes left inside" in run.stderr
+        for rank in (0, 1):
+            pid = int(Path(f"{pidfile}{rank}").read_text())
+            time.sleep(0.2)
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] \
+                if Path(f"/proc/{pid}/stat").exists() else "gone"
+            assert state in ("gone", "Z", "X"), f"descendant {pid} of rank {rank} survived"
+    finally:
+        down = _scaledl(["cluster", "down", "e2eesc"], tmp_path)
+    assert down.returncode == 0, down.stderr
     _assert_torn_down(tmp_path, before)

@@ -18,12 +18,13 @@ from scaledl.cluster.spec import ClusterSpec, format_rate, parse_rate
 def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "clusters"
     monkeypatch.setenv(state.STATE_ENV, str(directory))
+    monkeypatch.setattr(state, "DIRECTORIES_FILE", str(tmp_path / "record-dirs"))
     return directory
 
 
 @pytest.mark.parametrize(("text", "bits"), [
     ("1gbit", 10**9), ("10Gbit", 10**10), ("100mbit", 10**8), ("2.5gbit", 25 * 10**8),
-    ("500kbit", 5 * 10**5), ("none", None), ("0", None),
+    ("500kbit", 5 * 10**5), ("none", None), ("8kbit", 8000), ("34tbit", 34 * 10**12),
 ])
 def test_parse_rate(text: str, bits: int | None) -> None:
     assert parse_rate(text) == bits
@@ -31,10 +32,19 @@ def test_parse_rate(text: str, bits: int | None) -> None:
         assert parse_rate(format_rate(bits)) == bits
 
 
-@pytest.mark.parametrize("text", ["1g", "fast", "-1gbit", "1 gbps", ""])
+@pytest.mark.parametrize("text", ["1g", "fast", "-1gbit", "1 gbps", "", "0", "0gbit"])
 def test_parse_rate_rejects(text: str) -> None:
-    with pytest.raises(ValueError, match="not a rate"):
+    with pytest.raises(ValueError, match="not a rate.*'none' for an unshaped link"):
         parse_rate(text)
+
+
+@pytest.mark.parametrize("text", ["100tbit", "35tbit", "7kbit", "1bit"])
+def test_parse_rate_rejects_rates_tc_cannot_shape(text: str) -> None:
+    with pytest.raises(ValueError, match=f"link rate '{text}' is out of range; tc shapes links "
+                                         "from 8kbit to 34tbit"):
+        parse_rate(text)
+    with pytest.raises(ValueError, match="out of range"):
+        ClusterSpec("a", 2, 100 * 10**12, 0)
 
 
 def test_spec_validation() -> None:
@@ -160,6 +170,27 @@ def test_failed_create_tears_down_and_says_what_failed() -> None:
     with pytest.raises(netns.CommandError, match="tbf .* failed .*RTNETLINK answers: boom"):
         netns.create(2, 10**9, "tbf", "lab1", runner=ip)
     assert not ip.namespaces and not state.load_all()
+
+
+def test_command_error_is_one_line_value_error() -> None:
+    def ip(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(list(command), 1, "", "Error: bad\nUsage: tc ...\n")
+
+    with pytest.raises(ValueError) as error:
+        netns.existing_namespaces(ip)
+    assert isinstance(error.value, netns.CommandError)
+    assert str(error.value) == "'ip netns list' failed (1): Error: bad; Usage: tc ..."
+
+
+def test_orphans_exclude_namespaces_recorded_in_other_directories(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ip = FakeIp()
+    monkeypatch.setenv(state.STATE_ENV, str(tmp_path / "other"))
+    netns.create(1, None, "tbf", "theirs", runner=ip)
+    monkeypatch.setenv(state.STATE_ENV, str(tmp_path / "mine"))
+    ip.namespaces.add("scaledl-stray-h0")
+    assert netns.orphan_namespaces(ip) == ["scaledl-stray-h0"]
+    assert state.load_all() == []  # 'down --all' here touches no record of the other directory
 
 
 def test_link_counters_parse_ip_json() -> None:

@@ -12,14 +12,13 @@ import argparse
 import atexit
 import logging
 import random
-import signal
 from pathlib import Path
 from typing import Any
 
 from scaledl.cluster import netns, state
 from scaledl.cluster.runner import PLACEMENTS, run_on_cluster
 from scaledl.cluster.spec import MAX_HOSTS, SHAPERS, ClusterSpec, parse_rate
-from scaledl.processes import signals_raise
+from scaledl.processes import signals_blocked, signals_raise
 
 __all__ = ["add_parser", "run"]
 
@@ -63,7 +62,8 @@ def add_parser(subparsers: Any) -> None:
                        help="rank numbering: block (host by host, default) or cyclic")
     run_p.add_argument("--port", type=int, default=None, help="MASTER_PORT (default random)")
     run_p.add_argument("--timeout", type=float, default=None,
-                       help="seconds before every rank is stopped (exit code 124)")
+                       help="seconds before every rank is stopped (exit code 124); default: no "
+                            "limit, as a job's length is unknown (failures still stop it)")
     run_p.add_argument("--counters", type=Path, default=None,
                        help="write bytes sent/received per host link and loopback here (JSON)")
     run_p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
@@ -72,6 +72,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the cluster subcommand."""
+    _plain_log_format()
     netns.preflight()
     action = args.cluster_command
     if action == "up":
@@ -81,6 +82,14 @@ def run(args: argparse.Namespace) -> int:
     if action == "list":
         return _list()
     return _run(args)
+
+
+def _plain_log_format() -> None:
+    """The supervisor is no rank: drop the ``[rank N]`` prefix from this process's log lines."""
+    formatter = logging.Formatter("scaledl cluster %(asctime)s %(levelname)s: %(message)s",
+                                  datefmt="%H:%M:%S")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -145,17 +154,40 @@ def _run(args: argparse.Namespace) -> int:
                          "ephemeral one (not both)")
     if args.ranks_per_host < 1:
         raise ValueError(f"--ranks-per-host {args.ranks_per_host} must be at least 1")
+    if args.timeout is not None and not args.timeout > 0:
+        raise ValueError(f"--timeout {args.timeout} must be a positive number of seconds; leave "
+                         "it out to wait without limit")
     port = args.port if args.port is not None else random.randint(20000, 40000)
     if args.name is not None:
-        return _run_on(state.load(args.name).spec, args, command, port)
+        spec = state.load(args.name).spec
+        with signals_raise(KeyboardInterrupt):
+            try:
+                return _run_on(spec, args, command, port)
+            except KeyboardInterrupt:
+                return 130
+    return _run_ephemeral(args, command, port)
+
+
+def _run_ephemeral(args: argparse.Namespace, command: list[str], port: int) -> int:
+    """Allocate, build, run and always tear down a cluster made for this run.
+
+    The spec is in ``spec_holder`` (seen by ``finally`` and the ``atexit`` backstop) from the
+    moment its record exists: allocation and the push happen with signals held off.
+    """
     rate = parse_rate(args.rate)
+    ClusterSpec("check", args.hosts, rate, 0, args.shaper)  # bad --hosts/--shaper: fail now
     with signals_raise(KeyboardInterrupt):
         spec_holder: list[ClusterSpec] = []
         teardown = _teardown_once(spec_holder)
         atexit.register(teardown)
         try:
-            record = netns.create(args.hosts, rate, args.shaper, None, ephemeral=True)
-            spec_holder.append(record.spec)
+            with signals_blocked() as arrived:
+                taken = netns.existing_namespaces()
+                record = state.allocate(args.hosts, rate, args.shaper, None, True, taken)
+                spec_holder.append(record.spec)
+            if arrived:
+                raise KeyboardInterrupt(arrived[0])
+            netns.build(record)
             return _run_on(record.spec, args, command, port)
         except KeyboardInterrupt:
             return 130
@@ -169,22 +201,19 @@ def _run_on(spec: ClusterSpec, args: argparse.Namespace, command: list[str], por
                           timeout=args.timeout, counters=args.counters)
 
 
-_BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-
-
 def _teardown_once(holder: list[ClusterSpec]) -> Any:
-    """Destroy the held cluster with Ctrl-C/SIGTERM held off, so a second one cannot cut it short.
+    """Destroy the held cluster with Ctrl-C/SIGTERM/SIGHUP held off, so a second one cannot cut
+    it short.
 
     The spec leaves ``holder`` only after it is gone, so the ``atexit`` backstop retries a
     teardown that failed.
     """
     def teardown() -> None:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
-        try:
+        with signals_blocked() as arrived:
             while holder:
                 deleted = netns.destroy(holder[-1])
                 spec = holder.pop()
                 log.info("ephemeral cluster %s removed (%d namespaces)", spec.name, len(deleted))
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if arrived:
+            log.warning("%s arrived during the teardown, which finished first", ", ".join(arrived))
     return teardown

@@ -1,7 +1,9 @@
 """Building and removing clusters with ``ip`` and ``tc`` (iproute2), and reading link counters.
 
-:func:`create` records the cluster, runs :meth:`ClusterSpec.create_commands` and, if any command
-fails, tears down what was made before raising.  :func:`destroy` is idempotent: it kills what still
+:func:`create` records the cluster (:func:`state.allocate`) and :func:`build` runs
+:meth:`ClusterSpec.create_commands`; if any command fails or a signal interrupts it, it tears down
+what was made, with SIGINT/SIGTERM/SIGHUP held off so a second Ctrl-C cannot cut that short,
+before raising.  :func:`destroy` is idempotent: it kills what still
 runs inside the cluster's namespaces, deletes every namespace that exists (which removes its veth
 ends) and forgets the record; running it twice, or on a half-built cluster, is fine.
 """
@@ -18,9 +20,10 @@ from collections.abc import Callable, Sequence
 
 from scaledl.cluster import state
 from scaledl.cluster.spec import HOST_IFNAME, NAMESPACE_PREFIX, ClusterSpec
+from scaledl.processes import signals_blocked
 
-__all__ = ["preflight", "create", "destroy", "destroy_namespace", "existing_namespaces",
-           "orphan_namespaces", "link_counters", "CommandError", "Runner"]
+__all__ = ["preflight", "create", "build", "destroy", "destroy_namespace", "existing_namespaces",
+           "orphan_namespaces", "kill_inside", "link_counters", "CommandError", "Runner"]
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +33,18 @@ Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 COMMAND_TIMEOUT_S = 30.0
 
 
-class CommandError(RuntimeError):
-    """An ``ip`` or ``tc`` command failed."""
+class CommandError(ValueError):
+    """An ``ip`` or ``tc`` command failed (one line: the command and its message)."""
 
 
 def _run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(command), capture_output=True, text=True,
                           timeout=COMMAND_TIMEOUT_S, check=False)
+
+
+def _runner(runner: Runner | None) -> Runner:
+    """``runner``, or the real one (looked up at call time, so tests can replace ``_run``)."""
+    return _run if runner is None else runner
 
 
 def preflight(
@@ -57,15 +65,16 @@ def preflight(
         )
 
 
-def _check(command: Sequence[str], runner: Runner) -> str:
-    result = runner(command)
+def _check(command: Sequence[str], runner: Runner | None) -> str:
+    result = _runner(runner)(command)
     if result.returncode != 0:
-        raise CommandError(f"'{' '.join(command)}' failed ({result.returncode}): "
-                           f"{result.stderr.strip() or result.stdout.strip()}")
+        message = result.stderr.strip() or result.stdout.strip() or "no message"
+        message = "; ".join(line.strip() for line in message.splitlines() if line.strip())
+        raise CommandError(f"'{' '.join(command)}' failed ({result.returncode}): {message}")
     return result.stdout
 
 
-def existing_namespaces(runner: Runner = _run) -> set[str]:
+def existing_namespaces(runner: Runner | None = None) -> set[str]:
     """Names of the network namespaces that exist now."""
     out = _check(["ip", "netns", "list"], runner)
     return {line.split()[0] for line in out.splitlines() if line.strip()}
@@ -73,17 +82,27 @@ def existing_namespaces(runner: Runner = _run) -> set[str]:
 
 def create(
     hosts: int, rate: int | None, shaper: str = "tbf", name: str | None = None,
-    ephemeral: bool = False, runner: Runner = _run,
+    ephemeral: bool = False, runner: Runner | None = None,
 ) -> state.ClusterRecord:
     """Build a cluster of ``hosts`` hosts with links of ``rate`` bits/s; return its record."""
     record = state.allocate(hosts, rate, shaper, name, ephemeral, existing_namespaces(runner))
+    return build(record, runner)
+
+
+def build(record: state.ClusterRecord, runner: Runner | None = None) -> state.ClusterRecord:
+    """Run the commands that build the recorded cluster and mark it ``up``.
+
+    On any failure or interruption everything built is torn down (signals held off meanwhile)
+    and the error is raised again.
+    """
     spec = record.spec
     try:
         for command in spec.create_commands():
             _check(command, runner)
     except BaseException:
-        log.error("creating cluster %s failed; tearing down what was built", spec.name)
-        destroy(spec, runner)
+        with signals_blocked():
+            log.error("creating cluster %s failed; tearing down what was built", spec.name)
+            destroy(spec, runner)
         raise
     record.status = "up"
     state.save(record)
@@ -92,27 +111,30 @@ def create(
     return record
 
 
-def _kill_inside(namespace: str, runner: Runner) -> None:
-    """SIGKILL every process still running inside ``namespace`` (ranks left behind)."""
-    result = runner(["ip", "netns", "pids", namespace])
+def kill_inside(namespace: str, runner: Runner | None = None) -> int:
+    """SIGKILL every process still running inside ``namespace``; return how many were signalled."""
+    result = _runner(runner)(["ip", "netns", "pids", namespace])
     if result.returncode != 0:
-        return
+        return 0
+    killed = 0
     for pid in result.stdout.split():
         if pid.isdigit() and int(pid) != os.getpid():
             try:
                 os.kill(int(pid), signal.SIGKILL)
+                killed += 1
             except ProcessLookupError:
                 continue
+    return killed
 
 
-def destroy_namespace(namespace: str, runner: Runner = _run) -> str | None:
+def destroy_namespace(namespace: str, runner: Runner | None = None) -> str | None:
     """Kill what runs in ``namespace`` and delete it; return the error text, or None on success."""
-    _kill_inside(namespace, runner)
-    result = runner(["ip", "netns", "del", namespace])
+    kill_inside(namespace, runner)
+    result = _runner(runner)(["ip", "netns", "del", namespace])
     return None if result.returncode == 0 else result.stderr.strip() or "unknown error"
 
 
-def destroy(spec: ClusterSpec, runner: Runner = _run) -> list[str]:
+def destroy(spec: ClusterSpec, runner: Runner | None = None) -> list[str]:
     """Remove every namespace of ``spec`` that exists and forget it; return what was deleted."""
     present = existing_namespaces(runner)
     deleted, errors = [], []
@@ -131,14 +153,18 @@ def destroy(spec: ClusterSpec, runner: Runner = _run) -> list[str]:
     return deleted
 
 
-def orphan_namespaces(runner: Runner = _run) -> list[str]:
-    """``scaledl-*`` namespaces that belong to no recorded cluster."""
-    known = {ns for r in state.load_all() for ns in r.spec.namespaces}
+def orphan_namespaces(runner: Runner | None = None) -> list[str]:
+    """``scaledl-*`` namespaces that no record claims, in any record directory known here.
+
+    Known directories are this one, the default one and every directory where a cluster was
+    ever allocated on this machine since boot (:func:`state.known_dirs`).
+    """
+    known = {ns for r in state.load_all_known() for ns in r.spec.namespaces}
     return sorted(ns for ns in existing_namespaces(runner)
                   if ns.startswith(NAMESPACE_PREFIX) and ns not in known)
 
 
-def link_counters(spec: ClusterSpec, runner: Runner = _run) -> dict[str, dict[str, int]]:
+def link_counters(spec: ClusterSpec, runner: Runner | None = None) -> dict[str, dict[str, int]]:
     """Bytes sent and received so far on each host's link and loopback.
 
     ``{"h0": {"eth0_tx": .., "eth0_rx": .., "lo_tx": ..}, ...}``; ``eth0`` counts the bytes that

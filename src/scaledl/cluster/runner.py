@@ -11,23 +11,33 @@ Ranks are numbered host by host (``block``, as torchrun does) or round-robin ove
 (``cyclic``, as ``mpirun --map-by node``).  The supervisor returns the first non-zero exit code
 and stops every other rank at once (no hangs), stops all ranks on a timeout (124), on Ctrl-C or
 SIGTERM/SIGHUP (130).
+
+What is guaranteed when :func:`run_ranks` returns: the process group (session) of every rank has
+been sent SIGTERM and, after the grace, SIGKILL, whether its leader still ran or not; the stop
+phase runs with SIGINT/SIGTERM/SIGHUP held off, so it always reaches SIGKILL.  Each rank also
+gets ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with the supervisor even if the supervisor is
+SIGKILLed.  Descendants that start sessions of their own (torchrun's workers do) are outside those
+groups: :func:`run_on_cluster` therefore kills every process left inside the cluster's host
+namespaces after each run.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaledl.cluster.netns import link_counters
-from scaledl.processes import signals_raise, stop_process_groups
+from scaledl.cluster.netns import kill_inside, link_counters
 from scaledl.cluster.spec import HOST_IFNAME, ClusterSpec
+from scaledl.processes import signals_blocked, signals_raise, stop_process_groups
 
 __all__ = ["RankLaunch", "PLACEMENTS", "placement", "plan_ranks", "run_ranks", "run_on_cluster",
            "CLEARED_PREFIXES", "TIMED_OUT", "INTERRUPTED", "STOP_GRACE_S"]
@@ -137,20 +147,56 @@ def _supervise(procs: list[subprocess.Popen[bytes]], launches: list[RankLaunch],
         time.sleep(0.05)
 
 
-def run_ranks(launches: list[RankLaunch], timeout: float | None = None) -> int:
-    """Start every rank, wait, and make sure none outlives this call; return the job's code."""
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: SIGKILL this child when ``parent`` dies (also if it already has)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(INTERRUPTED)
+    return preexec
+
+
+def run_ranks(launches: list[RankLaunch], timeout: float | None = None,
+              after_stop: Callable[[], None] | None = None) -> int:
+    """Start every rank, wait, and make sure none outlives this call; return the job's code.
+
+    ``after_stop`` runs after the ranks' process groups are stopped, still with SIGINT, SIGTERM
+    and SIGHUP held off (a signal that arrives then makes the code 130 if it was 0).
+    """
     procs: list[subprocess.Popen[bytes]] = []
+    code = INTERRUPTED
     try:
         with signals_raise(_Stopped):
+            preexec = _die_with(os.getpid())
             for launch in launches:
                 procs.append(subprocess.Popen(launch.argv, env=launch.env,
-                                              start_new_session=True))
-            return _supervise(procs, launches, timeout)
+                                              start_new_session=True, preexec_fn=preexec))
+            code = _supervise(procs, launches, timeout)
     except (KeyboardInterrupt, _Stopped) as reason:
         log.error("interrupted (%s); stopping %d ranks", str(reason) or "Ctrl-C", len(procs))
-        return INTERRUPTED
     finally:
-        stop_process_groups(procs, STOP_GRACE_S, STOP_GRACE_S)
+        with signals_blocked() as arrived:
+            stop_process_groups(procs, STOP_GRACE_S, STOP_GRACE_S, include_finished=True)
+            if after_stop is not None:
+                after_stop()
+        if arrived:
+            log.error("%s arrived while the ranks were being stopped; they are stopped",
+                      ", ".join(arrived))
+            code = code or INTERRUPTED
+    return code
+
+
+def _kill_leftovers(spec: ClusterSpec) -> None:
+    """SIGKILL whatever still runs inside the cluster's hosts (descendants in own sessions)."""
+    for host in range(spec.hosts):
+        killed = kill_inside(spec.host_namespace(host))
+        if killed:
+            log.warning("killed %d processes left inside host h%d after the run", killed, host)
 
 
 def run_on_cluster(
@@ -167,7 +213,7 @@ def run_on_cluster(
     log.info("cluster %s: %d ranks (%d per host, %s) of: %s", spec.name, len(launches),
              ranks_per_host, mode, " ".join(argv))
     start = time.perf_counter()
-    code = run_ranks(launches, timeout)
+    code = run_ranks(launches, timeout, after_stop=lambda: _kill_leftovers(spec))
     if counters is not None and before is not None:
         after = link_counters(spec)
         delta = {host: {key: after[host][key] - before[host].get(key, 0) for key in after[host]}

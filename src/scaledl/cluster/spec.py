@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "ClusterSpec", "parse_rate", "format_rate", "new_name", "check_name", "NAMESPACE_PREFIX",
-    "HOST_IFNAME", "BRIDGE", "SHAPERS", "MAX_HOSTS", "SUBNET_BASE", "MAX_SUBNETS",
+    "HOST_IFNAME", "BRIDGE", "SHAPERS", "MAX_HOSTS", "SUBNET_BASE", "MAX_SUBNETS", "check_rate",
+    "MIN_RATE", "MAX_RATE",
 ]
 
 NAMESPACE_PREFIX = "scaledl-"
@@ -41,7 +42,12 @@ MAX_SUBNETS = 256
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|tbit)\s*$", re.IGNORECASE)
 _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
-_UNLIMITED = ("none", "unlimited", "0")
+_UNLIMITED = ("none", "unlimited")
+MIN_RATE = 8 * 10**3
+"""Slowest link (8kbit): below it tc silently shortens the 32 KiB token bucket (its depth in
+time, about 270 s at most, would overflow)."""
+MAX_RATE = 34 * 10**12
+"""Fastest link (34tbit): tc takes a burst of at most 2**32 - 1 bytes, and the burst is 1 ms."""
 
 
 def parse_rate(text: str) -> int | None:
@@ -54,7 +60,18 @@ def parse_rate(text: str) -> int | None:
             f"link rate {text!r} is not a rate; write a number with bit, kbit, mbit, gbit or tbit "
             "(SI units, e.g. 1gbit or 100mbit), or 'none' for an unshaped link"
         )
-    return int(float(match.group(1)) * _RATE_UNITS[match.group(2).lower()])
+    return check_rate(int(float(match.group(1)) * _RATE_UNITS[match.group(2).lower()]), text)
+
+
+def check_rate(bits_per_s: int | None, text: str | None = None) -> int | None:
+    """Return ``bits_per_s`` if tc can shape a link to it (or it is None), else ``ValueError``."""
+    if bits_per_s is not None and not MIN_RATE <= bits_per_s <= MAX_RATE:
+        shown = text if text is not None else format_rate(bits_per_s)
+        raise ValueError(
+            f"link rate {shown!r} is out of range; tc shapes links from {format_rate(MIN_RATE)} "
+            f"to {format_rate(MAX_RATE)}, or use 'none' for an unshaped link"
+        )
+    return bits_per_s
 
 
 def format_rate(bits_per_s: int | None) -> str:
@@ -106,8 +123,7 @@ class ClusterSpec:
         if self.shaper not in SHAPERS:
             known = ", ".join(SHAPERS)
             raise ValueError(f"--shaper {self.shaper!r} is unknown; use one of {known}")
-        if self.rate is not None and self.rate <= 0:
-            raise ValueError(f"link rate {self.rate} bit/s must be positive, or None for unshaped")
+        check_rate(self.rate)
 
     # -- names ----------------------------------------------------------------------------------
     def host_namespace(self, host: int) -> str:

@@ -20,13 +20,16 @@ from pathlib import Path
 
 from scaledl.cluster.spec import MAX_SUBNETS, ClusterSpec, check_name, new_name
 
-__all__ = ["ClusterRecord", "state_dir", "allocate", "load", "load_all", "save", "remove",
-           "STATE_ENV", "DEFAULT_STATE_DIR"]
+__all__ = ["ClusterRecord", "state_dir", "allocate", "load", "load_all", "load_all_known",
+           "known_dirs", "save", "remove", "STATE_ENV", "DEFAULT_STATE_DIR", "DIRECTORIES_FILE"]
 
 STATE_ENV = "SCALEDL_CLUSTER_DIR"
 """Environment variable naming the directory of cluster records."""
 DEFAULT_STATE_DIR = "/run/scaledl/clusters"
 """Cluster records when :data:`STATE_ENV` is unset (``/run`` is emptied at boot, as are netns)."""
+DIRECTORIES_FILE = "/run/scaledl/record-dirs"
+"""Every record directory a cluster was allocated in since boot, one per line, so that
+``cluster down --all`` in one directory leaves the namespaces recorded in another alone."""
 
 
 @dataclass
@@ -117,6 +120,49 @@ def load_all() -> list[ClusterRecord]:
     return sorted(records, key=lambda r: r.created)
 
 
+def known_dirs() -> list[Path]:
+    """This record directory, the default one and every registered one that still exists."""
+    paths = [state_dir(), Path(DEFAULT_STATE_DIR)]
+    try:
+        paths += [Path(line) for line in Path(DIRECTORIES_FILE).read_text().splitlines() if line]
+    except OSError:
+        pass
+    unique: dict[str, Path] = {}
+    for path in paths:
+        if path.is_dir():
+            unique.setdefault(str(path.resolve()), path)
+    return list(unique.values())
+
+
+def load_all_known() -> list[ClusterRecord]:
+    """The records of every directory in :func:`known_dirs`."""
+    records = []
+    for directory in known_dirs():
+        for path in sorted(directory.glob("*.json")):
+            try:
+                records.append(ClusterRecord.from_json(path.read_text()))
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+    return records
+
+
+def _register(directory: Path) -> None:
+    """Add ``directory`` to :data:`DIRECTORIES_FILE` (dropping ones that are gone); best effort."""
+    registry = Path(DIRECTORIES_FILE)
+    try:
+        registry.parent.mkdir(parents=True, exist_ok=True)
+        with open(registry, "a+") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            file.seek(0)
+            lines = {line for line in file.read().splitlines() if line and Path(line).is_dir()}
+            lines.add(str(directory.resolve()))
+            file.seek(0)
+            file.truncate()
+            file.write("".join(f"{line}\n" for line in sorted(lines)))
+    except OSError:
+        return
+
+
 def save(record: ClusterRecord) -> None:
     """Write ``record`` atomically."""
     path = _path(state_dir(), record.spec.name)
@@ -152,7 +198,7 @@ def allocate(
         spec = ClusterSpec(name=chosen, hosts=hosts, rate=rate, subnet=free[0], shaper=shaper)
         record = ClusterRecord(spec, os.getpid(), ephemeral, time.time())
         save(record)
-        del directory
+        _register(directory)
         return record
 
 
