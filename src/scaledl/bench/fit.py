@@ -27,7 +27,7 @@ from typing import Any
 
 from scaledl.bench.report import Measurement
 from scaledl.collectives.auto import CostModel, LinkModel, choose, schedule_time
-from scaledl.collectives.registry import ALGORITHMS, plan
+from scaledl.collectives.registry import ALGORITHMS, plan, plan_numel
 from scaledl.collectives.schedule import Action, Collective, Schedule
 from scaledl.topology import Topology
 
@@ -108,11 +108,8 @@ def schedule_features(
     return len(schedule.rounds), critical, known
 
 
-def _plan_numel(m: Measurement, itemsize: int) -> int:
-    numel = m.nbytes // itemsize
-    if m.collective in (Collective.REDUCE_SCATTER.value, Collective.ALLGATHER.value):
-        return numel // m.world_size  # the API plans these on the shard
-    return numel
+def _numel(m: Measurement, itemsize: int) -> int:
+    return plan_numel(m.collective, m.nbytes, m.world_size, itemsize)
 
 
 def _sample(
@@ -122,7 +119,7 @@ def _sample(
 ) -> tuple[float, Sample]:
     """The slowest rank's features of algorithm ``name`` (with its predicted time)."""
     collective = collective if collective is not None else Collective(m.collective)
-    numel = numel if numel is not None else _plan_numel(m, itemsize)
+    numel = numel if numel is not None else _numel(m, itemsize)
     best: tuple[float, Sample] | None = None
     for rank in range(min(topology.world_size, 16)):
         schedule = plan(name, collective, topology, rank, numel, 0)
@@ -176,7 +173,7 @@ def auto_residual(
     errors: list[float] = []
     cache: dict[tuple[str, int], dict[str, float]] = {}
     for m in measurements:
-        key = (m.collective, _plan_numel(m, itemsize))
+        key = (m.collective, _numel(m, itemsize))
         if key not in cache:
             cache[key] = choose(Collective(key[0]), topology, key[1], itemsize, model).predictions
         predicted = cache[key].get(m.algorithm)
@@ -194,7 +191,7 @@ def _fit_native(
 ) -> tuple[CostModel, dict[str, object]]:
     samples = []
     for m in natives:
-        collective, numel = Collective(m.collective), _plan_numel(m, itemsize)
+        collective, numel = Collective(m.collective), _numel(m, itemsize)
         proxies = _NATIVE_PROXIES.get(collective, ("ring", "halving_doubling"))
         if collective is Collective.REDUCE_SCATTER:  # Gloo runs it as a whole allreduce
             collective, numel = Collective.ALLREDUCE, m.nbytes // itemsize

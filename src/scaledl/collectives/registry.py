@@ -13,7 +13,10 @@ from scaledl.collectives import (
 from scaledl.collectives.schedule import Collective, Schedule
 from scaledl.topology import Topology
 
-__all__ = ["Algorithm", "ALGORITHMS", "AUTO", "available", "lookup", "plan", "parse_collective"]
+__all__ = [
+    "Algorithm", "ALGORITHMS", "AUTO", "available", "lookup", "plan", "parse_collective",
+    "plan_numel",
+]
 
 AUTO = "auto"
 
@@ -89,3 +92,12 @@ def plan(
     if algo.planner is None:
         raise ValueError(f"{name} is not a scaledl schedule and cannot be planned")
     return algo.planner(collective, topology, rank, numel, root)
+
+
+def plan_numel(collective: str, nbytes: int, world_size: int, itemsize: int) -> int:
+    """Elements the plans of an ``nbytes`` collective are made for: the API plans reduce_scatter
+    and allgather on one rank's shard, everything else on the whole buffer."""
+    numel = nbytes // itemsize
+    if collective in (Collective.REDUCE_SCATTER.value, Collective.ALLGATHER.value):
+        return numel // world_size
+    return numel

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from scaledl.collectives.registry import ALGORITHMS
+from scaledl.collectives.registry import ALGORITHMS, plan_numel
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.compiled import Compiled
@@ -116,15 +116,6 @@ def _rows_of(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any], int, dic
         itemsize = ITEMSIZES.get((data.get("config") or {}).get("dtype", "float32"), 4)
         rows += [(Path(path), data, itemsize, row) for row in data.get("results", [])]
     return rows
-
-
-def plan_numel(collective: str, nbytes: int, world_size: int, itemsize: int) -> int:
-    """Elements the plans of a measured ``nbytes`` collective are made for (reduce_scatter and
-    allgather on the shard, as the API plans them; same rule as :mod:`scaledl.bench.fit`)."""
-    numel = nbytes // itemsize
-    if collective in (Collective.REDUCE_SCATTER.value, Collective.ALLGATHER.value):
-        return numel // world_size
-    return numel
 
 
 def predict(point: Point, network: Network, merge_equal: bool = True) -> float:
