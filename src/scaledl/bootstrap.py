@@ -9,7 +9,9 @@
    ``MPI_LOCALNRANKS``;
 4. SLURM's ``srun``: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
    ``SLURM_NTASKS_PER_NODE`` or ``SLURM_TASKS_PER_NODE``, and the first host of
-   ``SLURM_JOB_NODELIST`` as the master address.
+   ``SLURM_JOB_NODELIST`` as the master address; only in a task of a job step that ``srun``
+   launched, which ``SLURM_STEP_ID`` tells apart from an ``sbatch`` script (see
+   :func:`in_srun_step`).
 
 With none of them the process is a job of one.  ``MASTER_ADDR`` and ``MASTER_PORT`` always
 override a launcher's default.  :func:`init` joins the ranks with a timeout on every blocking step,
@@ -35,6 +37,7 @@ from scaledl.topology import TOPOLOGY_ENV, Topology
 __all__ = [
     "LaunchEnv", "read_launch_env", "init", "shutdown", "first_slurm_host", "topology_from_hosts",
     "BACKENDS", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "HOSTNAME_ENV", "host_name",
+    "detect_launcher", "in_srun_step",
 ]
 
 logger = logging.getLogger(__name__)
@@ -124,14 +127,17 @@ _LAUNCHERS = (
 
 
 def _tasks_per_node(value: str, node_rank: int | None) -> int:
-    """``SLURM_TASKS_PER_NODE`` such as ``"4(x2),3"``: the task count of host ``node_rank``."""
+    """``SLURM_TASKS_PER_NODE`` such as ``"4(x2),3"``: the task count of host ``node_rank``.
+
+    Every count and repetition must be at least 1: a host with no task cannot hold this rank.
+    """
     counts: list[int] = []
     for item in value.split(","):
         match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
-        if match is None:
+        if match is None or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
             raise ValueError(
-                f"SLURM_TASKS_PER_NODE={value!r} is not a list like '4(x2),3'; unset it or set "
-                "SLURM_NTASKS_PER_NODE"
+                f"SLURM_TASKS_PER_NODE={value!r} is not a list of task counts >= 1 like "
+                "'4(x2),3'; unset it or set SLURM_NTASKS_PER_NODE"
             )
         counts += [int(match.group(1))] * int(match.group(2) or 1)
     return counts[node_rank] if node_rank is not None and node_rank < len(counts) else counts[0]
@@ -219,15 +225,53 @@ def _master_port(env: Mapping[str, str]) -> int:
     return int(value)
 
 
+_SLURM_STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID")
+"""Where ``srun`` puts the id of the job step it launched (``SLURM_STEPID``: the older name)."""
+_SLURM_MAX_NORMAL_STEP_ID = 0xFFFFFFF0
+"""``SLURM_MAX_NORMAL_STEP_ID`` of ``slurm.h``: ids from here up name Slurm's special steps."""
+
+
+def in_srun_step(environ: Mapping[str, str] | None = None) -> bool:
+    """True when this process is a task of a job step launched by ``srun``.
+
+    Slurm gives ``SLURM_PROCID`` (and ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``) to
+    every task it starts, the batch script of ``sbatch`` included: sbatch(1) lists
+    ``SLURM_PROCID`` among its output environment variables, and slurmstepd's ``setup_env``
+    (src/common/env.c) sets it for the batch step as for any other.  So ``SLURM_PROCID=0`` alone
+    does not mean that srun started this process.  A step id does: srun(1) lists
+    ``SLURM_STEP_ID`` ("the step ID of the current job", ``SLURM_STEPID`` kept for backwards
+    compatibility) among the variables it sets for its tasks, and sbatch(1) does not.  The batch
+    step carries the special id ``SLURM_BATCH_SCRIPT`` (0xfffffffb in slurm.h, beside the
+    extern and interactive steps, all at or above ``SLURM_MAX_NORMAL_STEP_ID`` 0xfffffff0);
+    Slurm up to 25.11 sets ``SLURM_STEP_ID`` only for a step id that is non-negative as a C
+    ``int``, which leaves it unset in the batch script, and Slurm 26.05 writes the special ids
+    with ``%d``, as negative numbers (``-5``).  Hence the rule: a task of an srun step has
+    ``SLURM_STEP_ID`` (or ``SLURM_STEPID``) holding a whole number below 0xfffffff0; unset,
+    negative or special means the batch script (or an interactive step), where
+    ``scaledl <command> --workers N`` must start its own workers.
+    """
+    env = os.environ if environ is None else environ
+    for name in _SLURM_STEP_VARIABLES:
+        value = env.get(name, "").strip()
+        if value:
+            return value.isdigit() and int(value) < _SLURM_MAX_NORMAL_STEP_ID
+    return False
+
+
 def _detect(env: Mapping[str, str]) -> _Variables | None:
     """The first launcher whose rank variable is set (torchrun: or ``WORLD_SIZE``).
 
     An allocation without a launched step (``salloc``) sets ``SLURM_NTASKS`` alone, so only a
     rank variable reveals a launcher; ``WORLD_SIZE`` alone is a half-written torchrun setup.
+    SLURM's variables count only in a task of an srun step (:func:`in_srun_step`): an ``sbatch``
+    script has ``SLURM_PROCID=0`` too, but nothing launched it as one of several ranks.
     """
     for names in _LAUNCHERS:
         torchrun_size = names.launcher == "torchrun" and names.world_size in env
         if names.rank not in env and not torchrun_size:
+            continue
+        if names.launcher == "slurm" and not in_srun_step(env):
+            logger.debug("SLURM_PROCID is set but no srun step id: an sbatch script, not a rank")
             continue
         for present, missing in ((names.rank, names.world_size), (names.world_size, names.rank)):
             if present in env and missing not in env:
@@ -237,6 +281,17 @@ def _detect(env: Mapping[str, str]) -> _Variables | None:
                 )
         return names
     return None
+
+
+def detect_launcher(environ: Mapping[str, str] | None = None) -> str:
+    """Which launcher started this process: ``torchrun``, ``openmpi``, ``pmi``, ``slurm`` or
+    ``none`` (the same rule as :func:`read_launch_env`, without reading the values).
+
+    ``environ`` defaults to ``os.environ``.  Raises ``ValueError`` when a launcher's rank
+    variable is set without its world size, or the other way round.
+    """
+    names = _detect(os.environ if environ is None else environ)
+    return "none" if names is None else names.launcher
 
 
 def read_launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:

@@ -31,8 +31,9 @@ PMI = {
 }
 SLURM = {
     "SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NODEID": "1",
-    "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_NODELIST": "gpu[07-08]",
+    "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_STEP_ID": "0",
 }
+"""A task of an srun step (the batch script without a step id: tests/unit/test_slurm_batch.py)."""
 
 
 # -- each launcher ----------------------------------------------------------------------------

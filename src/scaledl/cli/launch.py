@@ -2,8 +2,9 @@
 
 ``scaledl <command> --ranks N`` started by hand re-runs itself as ``N`` workers under
 ``python -m torch.distributed.run --standalone`` (torchrun), so the same worker code runs under
-torchrun across hosts, ``mpirun`` or ``srun``: a process that already has a launcher's rank
-variable is a worker and runs directly.
+torchrun across hosts, ``mpirun`` or ``srun``: a process that a launcher started (the rule of
+:func:`scaledl.bootstrap.detect_launcher`) is a worker and runs directly.  An ``sbatch`` script
+is not a worker although Slurm gives it ``SLURM_PROCID=0``: only a task of an ``srun`` step is.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+
+from scaledl.bootstrap import detect_launcher
 from scaledl.processes import stop_process_groups
 
 __all__ = ["under_launcher", "launch_local", "run_distributed", "LAUNCHER_VARIABLES"]
@@ -21,15 +24,18 @@ __all__ = ["under_launcher", "launch_local", "run_distributed", "LAUNCHER_VARIAB
 log = logging.getLogger(__name__)
 
 LAUNCHER_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-"""A process with one of these set was started by a launcher (torchrun, mpirun, hydra, srun)."""
+"""The launchers' rank variables (torchrun, mpirun, hydra, srun); a process without any of them
+was not started by a launcher."""
 TIMED_OUT = 124
 INTERRUPTED = 130
 
 
 def under_launcher(environ: Mapping[str, str] | None = None) -> bool:
-    """True when a launcher started this process (it is one worker of a job)."""
-    env = os.environ if environ is None else environ
-    return any(env.get(name, "").strip() for name in LAUNCHER_VARIABLES)
+    """True when a launcher started this process (it is one worker of a job).
+
+    Raises ``ValueError`` for a half-written launcher environment (a rank without a world size).
+    """
+    return detect_launcher(environ) != "none"
 
 
 def _check_nproc(nproc: int) -> None:

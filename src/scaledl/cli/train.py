@@ -104,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     """Check everything, then launch the workers (or be one)."""
     config = _config(args)
     workers = config.parallel.workers or os.cpu_count() or 1
-    if not under_launcher():
+    if under_launcher():
+        _check_launched_workers(config.parallel.workers)
+    else:
         _preflight(config, workers)
         log.info("config: %s", json.dumps(config.to_dict(), sort_keys=True))
     code = run_distributed(workers, args.argv, lambda: _worker(config))
@@ -112,6 +114,19 @@ def run(args: argparse.Namespace) -> int:
         log.error("training failed (exit code %d); the worker messages above name the cause",
                   code)
     return code
+
+
+def _check_launched_workers(workers: int | None) -> None:
+    """Under a launcher the job has the launcher's world size; a different ``--workers`` is an
+    error (else the run would train at one size while its summary records another)."""
+    from scaledl.bootstrap import read_launch_env
+
+    launch = read_launch_env()
+    if workers is not None and workers != launch.world_size:
+        raise ValueError(
+            f"--workers {workers} but {launch.launcher} started {launch.world_size} rank(s); "
+            f"drop --workers under a launcher or start {workers} ranks"
+        )
 
 
 def _worker(config: TrainConfig) -> int:
