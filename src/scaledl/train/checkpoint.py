@@ -1,23 +1,31 @@
-"""Checkpoints: a run's state on disk, written atomically and loaded without unpickling code.
+"""Checkpoints: a run's state on disk, written atomically, checksummed, loaded without code.
 
-A checkpoint is one ``torch.save`` file holding a dict of plain values only -- tensors, numbers,
-strings, bytes, ``None``, lists, tuples, sets and dicts of them, plus ``torch.Size``, dtypes and
-devices -- so that :func:`load_checkpoint` can use ``torch.load(weights_only=True)``, which refuses
-to run code from the file.  (It also refuses numpy arrays and scalars, ``frozenset``, ``range``,
-``slice`` and any other class: :func:`save_checkpoint` checks before writing and raises
-``TypeError`` naming the offending key, rather than leave a file that will not load.)
+A checkpoint is one ``torch.save`` file holding a dict of plain values only, so that
+:func:`load_checkpoint` can use ``torch.load(weights_only=True)``, which refuses to run code
+from the file.  :func:`save_checkpoint` accepts exactly the values that load back as they were
+(:mod:`scaledl.train.checkpoint_values`: tensors, numbers, strings, bytes, ``None``, dtypes,
+devices, ``torch.Size`` and plain lists, tuples, sets and dicts of them, by exact type) and
+raises ``TypeError`` naming the key of anything else -- a numpy scalar, an enum, a namedtuple,
+a tensor subclass -- before writing, rather than leave a file that will not load or convert
+the value behind the caller's back.
 
 Every checkpoint carries :data:`REQUIRED_KEYS`: ``version`` (:data:`CHECKPOINT_VERSION`, stamped
 by :func:`save_checkpoint`), ``step``, ``epoch``, ``world_size`` and ``config`` (the
 ``TrainConfig.to_dict()`` of the run), so a trainer can refuse or adapt when it resumes with
 another world size.  The rest (``model``, ``optimizer``, ``strategy``, ``rng`` from
-:func:`capture_rng`, ...) is the trainer's.
+:func:`capture_rng`, ...) is the trainer's.  It also carries :data:`CHECKSUM_KEY`, the SHA-256
+of everything else (tensor bytes, dtypes, shapes and every other value); :func:`load_checkpoint`
+recomputes it and refuses a file whose data changed (a flipped bit), and :func:`load_latest`
+(``--resume auto``) then falls back to an older checkpoint.  Version-1 files, written before
+the checksum existed, still load, with a warning.
 
 Writing is crash-safe: the file goes to a temporary name in the same directory, is fsynced, then
-``os.replace``-d onto its final name, so a file under a checkpoint name is always complete.  In a
-run directory, :func:`write_checkpoint` names files ``checkpoint-step000123.pt``, then points the
-``latest`` file (also replaced atomically) at the new one, then prunes old ones, keeping the
-newest ``keep_last`` and never the one ``latest`` names.  One process writes to a run directory.
+``os.replace``-d onto its final name, so a file under a checkpoint name is always complete; a
+failed write removes its temporary file.  Files are created with mode 0666 less the umask, like
+any file the user writes (``umask 077`` keeps them private).  In a run directory,
+:func:`write_checkpoint` names files ``checkpoint-step000123.pt``, then points the ``latest``
+file (also replaced atomically) at the new one, then prunes old ones, keeping the newest
+``keep_last`` and never the one ``latest`` names.  One process writes to a run directory.
 """
 
 from __future__ import annotations
@@ -27,8 +35,7 @@ import os
 import pickle
 import random
 import re
-import tempfile
-from collections import OrderedDict
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -36,16 +43,23 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from scaledl.train.checkpoint_values import DIGEST_ALGORITHM, state_digest
+
 __all__ = [
-    "CHECKPOINT_VERSION", "REQUIRED_KEYS", "LATEST_NAME", "save_checkpoint", "load_checkpoint",
-    "checkpoint_path", "write_checkpoint", "list_checkpoints", "latest_checkpoint",
-    "load_latest", "prune_checkpoints", "capture_rng", "restore_rng",
+    "CHECKPOINT_VERSION", "REQUIRED_KEYS", "CHECKSUM_KEY", "LATEST_NAME", "save_checkpoint",
+    "load_checkpoint", "checkpoint_path", "write_checkpoint", "list_checkpoints",
+    "latest_checkpoint", "load_latest", "prune_checkpoints", "capture_rng", "restore_rng",
 ]
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_VERSION = 1
-"""Format version stored in every checkpoint; bump it when the layout changes."""
+CHECKPOINT_VERSION = 2
+"""Format version stored in every checkpoint; bump it when the layout changes (2: checksum)."""
+_READABLE_VERSIONS = (1, CHECKPOINT_VERSION)
+"""Versions :func:`load_checkpoint` reads; version 1 has no checksum."""
+
+CHECKSUM_KEY = "checksum"
+"""Key of ``"sha256:<hex>"``, the digest of every other key (:func:`state_digest`)."""
 
 REQUIRED_KEYS: tuple[str, ...] = ("version", "step", "epoch", "world_size", "config")
 """Keys every checkpoint holds; :func:`load_checkpoint` rejects a file missing any of them."""
@@ -55,27 +69,32 @@ LATEST_NAME = "latest"
 
 _PATTERN = re.compile(r"^checkpoint-step(\d+)\.pt$")
 _TMP_PREFIX = ".tmp-"
-_SCALARS = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device)
 
 
 # -- one file ---------------------------------------------------------------------------------
 def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
-    """Write ``state`` (with ``version`` stamped in) to ``path`` atomically."""
+    """Write ``state`` (with ``version`` and the checksum stamped in) to ``path`` atomically.
+
+    ``TypeError`` naming the key when a value would not load back as it is (see the module
+    docstring); nothing is written then.
+    """
     path = Path(path)
     missing = [key for key in REQUIRED_KEYS if key != "version" and key not in state]
     if missing:
         raise ValueError(
             f"checkpoint state lacks {', '.join(missing)}; include every key of {REQUIRED_KEYS}"
         )
-    payload = {**state, "version": CHECKPOINT_VERSION}
-    _check_plain(payload, "state")
+    payload = {key: value for key, value in state.items() if key != CHECKSUM_KEY}
+    payload["version"] = CHECKPOINT_VERSION
+    payload[CHECKSUM_KEY] = f"{DIGEST_ALGORITHM}:{state_digest(payload)}"
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True`` onto the CPU; ``ValueError`` naming the path
-    when it is missing, unreadable, truncated or not a scaledl checkpoint."""
+    """Load a checkpoint with ``weights_only=True`` onto the CPU and verify its checksum;
+    ``ValueError`` naming the path when it is missing, unreadable, truncated, corrupt or not a
+    scaledl checkpoint.  The returned dict has no :data:`CHECKSUM_KEY`."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(
@@ -102,12 +121,32 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if missing:
         raise ValueError(f"checkpoint {path} lacks {', '.join(missing)}; pass a checkpoint "
                          "written by scaledl")
-    if state["version"] != CHECKPOINT_VERSION:
+    if state["version"] not in _READABLE_VERSIONS:
         raise ValueError(
             f"checkpoint {path} has format version {state['version']} but this scaledl reads "
             f"version {CHECKPOINT_VERSION}; resume with the scaledl version that wrote it"
         )
+    _verify(path, state)
     return state
+
+
+def _verify(path: Path, state: dict[str, Any]) -> None:
+    """Pop the stored checksum and compare it with the loaded data's (version 1: none)."""
+    stored = state.pop(CHECKSUM_KEY, None)
+    if state["version"] == 1 and stored is None:
+        log.warning("checkpoint %s has no checksum (format version 1); its data is not "
+                    "verified", path)
+        return
+    try:
+        actual = f"{DIGEST_ALGORITHM}:{state_digest(state)}"
+    except TypeError as error:
+        raise ValueError(f"checkpoint {path} holds values scaledl does not write ({error}); "
+                         "pass a checkpoint written by scaledl") from None
+    if stored != actual:
+        raise ValueError(
+            f"checkpoint {path} is corrupt: its data does not match the {DIGEST_ALGORITHM} "
+            "checksum stored with it; delete it and resume from an older checkpoint"
+        )
 
 
 # -- a run directory --------------------------------------------------------------------------
@@ -240,18 +279,34 @@ def restore_rng(state: Mapping[str, Any]) -> None:
 
 # -- helpers ----------------------------------------------------------------------------------
 def _atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(handle)`` on a temporary file beside ``path``, fsync, rename onto ``path``."""
-    descriptor, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{path.name}.", dir=path.parent)
+    """Call ``write(handle)`` on a temporary file beside ``path``, fsync, rename onto ``path``.
+
+    The temporary file is created with mode 0666 less the umask (as ``open(path, "w")`` would),
+    not ``tempfile.mkstemp``'s fixed 0600, and is removed when anything fails.
+    """
+    descriptor, tmp_path = _create_temporary(path)
     try:
         with os.fdopen(descriptor, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
+        os.replace(tmp_path, path)
     except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+        tmp_path.unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """A new, exclusively created file ``.tmp-<name>.<random>`` beside ``path``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp_path = path.parent / f"{_TMP_PREFIX}{path.name}.{secrets.token_hex(6)}"
+        try:
+            return os.open(tmp_path, flags, 0o666), tmp_path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}; remove {_TMP_PREFIX}* files")
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -265,25 +320,3 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(descriptor)
-
-
-def _check_plain(value: Any, where: str) -> None:
-    """Raise ``TypeError`` naming ``where`` when ``value`` holds something ``weights_only=True``
-    would refuse to load."""
-    if isinstance(value, (torch.Tensor, torch.Size) + _SCALARS):
-        return
-    if type(value) in (dict, OrderedDict):
-        for key, item in value.items():
-            _check_plain(key, f"{where} key {key!r}")
-            _check_plain(item, f"{where}[{key!r}]")
-        return
-    if type(value) in (list, tuple, set):
-        for index, item in enumerate(value):
-            _check_plain(item, f"{where}[{index}]")
-        return
-    hint = " (use .item() or torch.from_numpy)" if type(value).__module__ == "numpy" else ""
-    hint = hint or (" (use a plain dict)" if isinstance(value, dict) else "")
-    raise TypeError(
-        f"checkpoint {where} is a {type(value).__module__}.{type(value).__qualname__}, which "
-        f"torch.load(weights_only=True) refuses; store tensors and plain values{hint}"
-    )
