@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "transport": 2,
     "collectives": 3,
     "sync": 4,
-    "strategies": 5,
+    "strategies": 5, "horovod": 5,
     "data": 6, "models": 6,
     "train": 7,
     "bench": 8, "sim": 8, "cluster": 8,

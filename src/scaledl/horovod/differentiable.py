@@ -1,0 +1,224 @@
+"""The synchronous out-of-place calls, differentiable as in Horovod.
+
+``hvd.allreduce(t)``, ``allgather``, ``broadcast``, ``alltoall`` and ``reducescatter`` return new
+tensors and, when the input requires a gradient, pass gradients back with Horovod's rules:
+
+* allreduce: the gradient is allreduced with the same op and scale factors;
+* allgather: the gradient is averaged over the members and each keeps its own rows;
+* broadcast: the gradient is averaged over the members and kept by the root only;
+* alltoall: the gradient goes back with the received splits;
+* reducescatter: the gradient (times the size for Sum, times the scale factors) is allgathered.
+
+``compression`` (``hvd.Compression.fp16``) compresses before the collective and restores the
+dtype after, for allreduce and reducescatter, as Horovod does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from scaledl.horovod import runtime
+from scaledl.horovod.allgather import allgather_async, grouped_allgather_async
+from scaledl.horovod.allreduce import allreduce_async, grouped_allreduce_async
+from scaledl.horovod.alltoall import Splits, alltoall_async
+from scaledl.horovod.broadcast import broadcast_async
+from scaledl.horovod.compression import Compression, Compressor
+from scaledl.horovod.process_sets import ProcessSet, global_process_set
+from scaledl.horovod.reduce_ops import Average, ReduceOperation, Sum, resolve_op
+from scaledl.horovod.reducescatter import grouped_reducescatter_async, reducescatter_async
+
+__all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+           "alltoall", "reducescatter", "grouped_reducescatter"]
+
+
+def _tracks(tensor: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and tensor.requires_grad
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, op: ReduceOperation, pre: float, post: float,
+                process_set: ProcessSet, name: str | None) -> torch.Tensor:
+        ctx.saved = (op, pre, post, process_set)
+        return allreduce_async(tensor, None, name, op, pre, post, process_set).wait()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        op, pre, post, process_set = ctx.saved
+        reduced = allreduce_async(grad.contiguous(), None, None, op, pre, post, process_set)
+        return (reduced.wait(), None, None, None, None, None)
+
+
+def allreduce(
+    tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+    compression: type[Compressor] = Compression.none, op: ReduceOperation | None = None,
+    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+    process_set: ProcessSet = global_process_set,
+) -> torch.Tensor:
+    """Reduce ``tensor`` over the process set into a new tensor (Average by default)."""
+    reduce_op = resolve_op(op, average)
+    compressed, context = compression.compress(tensor)
+    if _tracks(compressed):
+        result = _Allreduce.apply(  # type: ignore[no-untyped-call]
+            compressed, reduce_op, prescale_factor, postscale_factor, process_set, name)
+    else:
+        result = allreduce_async(compressed, None, name, reduce_op, prescale_factor,
+                                 postscale_factor, process_set).wait()
+    return compression.decompress(result, context)
+
+
+def grouped_allreduce(
+    tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
+    compression: type[Compressor] = Compression.none, op: ReduceOperation | None = None,
+    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+    process_set: ProcessSet = global_process_set,
+) -> list[torch.Tensor]:
+    """Reduce every tensor of ``tensors`` into new tensors (not differentiable here)."""
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor,
+                                      postscale_factor, process_set).wait()
+    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: str | None,
+                process_set: ProcessSet) -> torch.Tensor:
+        ctx.saved = (tensor.shape[0], process_set)
+        return allgather_async(tensor, name, process_set).wait()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        rows, process_set = ctx.saved
+        reduced = allreduce_async(grad.contiguous(), None, None, Average, 1.0, 1.0,
+                                  process_set).wait()
+        counts = allgather_async(torch.tensor([rows]), None, process_set).wait().tolist()
+        first = sum(counts[:process_set.rank() or 0])
+        return (reduced.narrow(0, first, rows), None, None)
+
+
+def allgather(
+    tensor: torch.Tensor, name: str | None = None, process_set: ProcessSet = global_process_set
+) -> torch.Tensor:
+    """Concatenate every member's ``tensor`` along dimension 0 (first dimensions may differ)."""
+    if _tracks(tensor):
+        gathered: torch.Tensor = _Allgather.apply(  # type: ignore[no-untyped-call]
+            tensor, name, process_set)
+        return gathered
+    return allgather_async(tensor, name, process_set).wait()
+
+
+def grouped_allgather(
+    tensors: Sequence[torch.Tensor], name: str | None = None,
+    process_set: ProcessSet = global_process_set,
+) -> list[torch.Tensor]:
+    """Allgather each tensor of ``tensors`` (not differentiable here)."""
+    return grouped_allgather_async(tensors, name, process_set).wait()
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: str | None,
+                process_set: ProcessSet) -> torch.Tensor:
+        ctx.saved = (root_rank, process_set)
+        return broadcast_async(tensor, root_rank, name, process_set).wait()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        root_rank, process_set = ctx.saved
+        reduced = allreduce_async(grad.contiguous(), None, None, Average, 1.0, 1.0,
+                                  process_set).wait()
+        if runtime.current().rank != root_rank:
+            reduced.zero_()
+        return (reduced, None, None, None)
+
+
+def broadcast(
+    tensor: torch.Tensor, root_rank: int, name: str | None = None,
+    process_set: ProcessSet = global_process_set,
+) -> torch.Tensor:
+    """A new tensor holding ``root_rank``'s ``tensor`` on every member."""
+    if _tracks(tensor):
+        copied: torch.Tensor = _Broadcast.apply(  # type: ignore[no-untyped-call]
+            tensor, root_rank, name, process_set)
+        return copied
+    return broadcast_async(tensor, root_rank, name, process_set).wait()
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Splits, name: str | None,
+                process_set: ProcessSet) -> tuple[torch.Tensor, torch.Tensor]:
+        output, received = alltoall_async(tensor, splits, name, process_set).wait()
+        ctx.saved = (received, process_set)
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, *unused: Any) -> tuple[torch.Tensor | None, ...]:
+        received, process_set = ctx.saved
+        back, _ = alltoall_async(grad.contiguous(), received, None, process_set).wait()
+        return (back, None, None, None)
+
+
+def alltoall(
+    tensor: torch.Tensor, splits: Splits = None, name: str | None = None,
+    process_set: ProcessSet = global_process_set,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Scatter rows to every member and gather theirs; with ``splits`` also return the
+    received splits."""
+    if _tracks(tensor):
+        output, received = _Alltoall.apply(  # type: ignore[no-untyped-call]
+            tensor, splits, name, process_set)
+    else:
+        output, received = alltoall_async(tensor, splits, name, process_set).wait()
+    return output if splits is None else (output, received)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOperation,
+                process_set: ProcessSet, pre: float, post: float) -> torch.Tensor:
+        ctx.saved = (op, process_set, pre, post)
+        return reducescatter_async(tensor, name, op, process_set, pre, post).wait()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        op, process_set, pre, post = ctx.saved
+        factor = (process_set.size() or 1) if op is Sum else 1
+        scaled = grad * (factor * pre * post)
+        return (allgather_async(scaled, None, process_set).wait(), None, None, None, None, None)
+
+
+def reducescatter(
+    tensor: torch.Tensor, name: str | None = None,
+    compression: type[Compressor] = Compression.none, op: ReduceOperation | None = Average,
+    process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> torch.Tensor:
+    """Reduce ``tensor`` over the members; each keeps its slice of the first dimension."""
+    reduce_op = resolve_op(op)
+    compressed, context = compression.compress(tensor)
+    if _tracks(compressed):
+        result = _Reducescatter.apply(  # type: ignore[no-untyped-call]
+            compressed, name, reduce_op, process_set, prescale_factor, postscale_factor)
+    else:
+        result = reducescatter_async(compressed, name, reduce_op, process_set, prescale_factor,
+                                     postscale_factor).wait()
+    return compression.decompress(result, context)
+
+
+def grouped_reducescatter(
+    tensors: Sequence[torch.Tensor], name: str | None = None,
+    compression: type[Compressor] = Compression.none, op: ReduceOperation | None = Average,
+    process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> list[torch.Tensor]:
+    """Reduce-scatter each tensor of ``tensors`` (not differentiable here)."""
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set,
+                                          prescale_factor, postscale_factor).wait()
+    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]

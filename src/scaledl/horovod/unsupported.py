@@ -1,0 +1,48 @@
+"""The parts of ``horovod.torch`` scaledl.horovod does not implement, each raising an
+:class:`~scaledl.horovod.errors.UnsupportedError` that names it, instead of an
+``AttributeError`` far from the cause."""
+
+from __future__ import annotations
+
+import types
+from typing import Any, NoReturn
+
+from scaledl.horovod.errors import unsupported
+
+__all__ = ["elastic", "SyncBatchNorm", "sparse_allreduce_async", "start_timeline",
+           "stop_timeline"]
+
+
+class _Elastic(types.ModuleType):
+    """``hvd.elastic``: every attribute raises."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise unsupported(f"hvd.elastic.{name} (elastic training)",
+                          "run a fixed set of ranks and resume from a checkpoint after a failure")
+
+
+elastic = _Elastic("scaledl.horovod.elastic", "Not supported: see docs/horovod.md.")
+
+
+def SyncBatchNorm(*args: Any, **kwargs: Any) -> NoReturn:  # noqa: N802 - Horovod's name
+    """Not supported."""
+    raise unsupported("hvd.SyncBatchNorm", "use torch.nn.BatchNorm (statistics per rank), or "
+                      "torch.nn.SyncBatchNorm with DistributedDataParallel on GPUs")
+
+
+def sparse_allreduce_async(*args: Any, **kwargs: Any) -> NoReturn:
+    """Not supported."""
+    raise unsupported("hvd.sparse_allreduce_async", "pass tensor.to_dense() to allreduce_async")
+
+
+def start_timeline(*args: Any, **kwargs: Any) -> NoReturn:
+    """Not supported."""
+    raise unsupported("hvd.start_timeline", "use scaledl.train's timeline (timeline.json of "
+                      "scaledl train) or torch.profiler")
+
+
+def stop_timeline(*args: Any, **kwargs: Any) -> NoReturn:
+    """Not supported."""
+    raise unsupported("hvd.stop_timeline", "use torch.profiler")
