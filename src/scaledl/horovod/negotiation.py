@@ -218,7 +218,8 @@ class Agreement:
             difference = _difference(ref.kind, ref, self.rows[i])
             if difference is not None:
                 return f"rank {self.ranks[active[0]]} " + difference.format(b=self.ranks[i])
-        if self.joined and (ref.kind not in _SERVABLE or ref.dtype == MIXED):
+        mixed = ref.kind is Kind.GROUPED_ALLREDUCE and ref.dtype == MIXED
+        if self.joined and (ref.kind not in _SERVABLE or mixed):
             joined = [self.ranks[i] for i in self.joined]
             return (f"{ref.kind.label} cannot run while ranks {joined} are in hvd.join(); only "
                     "allreduce, grouped_allreduce of one dtype, barrier and DistributedOptimizer "

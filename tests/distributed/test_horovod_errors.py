@@ -1,0 +1,92 @@
+"""scaledl.horovod's errors: calls that do not match across ranks raise the same MismatchError on
+every rank (naming the mismatch) and leave the group usable; unsupported parts of horovod.torch
+raise UnsupportedError naming them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from tests.harness import run_ranks
+
+pytestmark = pytest.mark.distributed
+ENV = {"SCALEDL_TIMEOUT": "30"}
+
+
+def _mismatches(rank: int) -> list[tuple[Callable[[], object], str]]:
+    import scaledl.horovod as hvd
+
+    other = torch.float32 if rank == 0 else torch.float64
+    return [
+        (lambda: hvd.allreduce(torch.zeros(2 + rank)), r"shape \[2\] .* rank 1 passed \[3\]"),
+        (lambda: hvd.allreduce(torch.zeros(2, dtype=other)), "float32 .* rank 1 passed float64"),
+        (lambda: hvd.allreduce(torch.zeros(2), op=hvd.Sum if rank == 0 else hvd.Max),
+         r"hvd\.Sum but rank 1 with hvd\.Max"),
+        (lambda: hvd.broadcast(torch.zeros(2), root_rank=rank), "root 0 but rank 1 from root 1"),
+        (lambda: hvd.allgather(torch.zeros(2, 1 + rank)), "only the first dimension may differ"),
+        (lambda: hvd.allreduce(torch.zeros(2)) if rank == 0 else hvd.broadcast(torch.zeros(2), 0),
+         "rank 0 called allreduce but rank 1 called broadcast"),
+        (lambda: hvd.allreduce(torch.zeros(2), name=f"loss{rank}"), "named its allreduce"),
+        (lambda: hvd.alltoall(torch.zeros(4), splits=[2, 2] if rank == 0 else [1, 1]),
+         "rank 1 passed splits that .* do not add up"),
+        (lambda: hvd.allgather(torch.tensor(1.0) if rank == 1 else torch.zeros(1)),
+         "rank 1 passed a 0-d tensor"),
+        (lambda: hvd.allreduce(torch.zeros(2, dtype=torch.complex64)), "tensor of complex64"),
+        (lambda: hvd.broadcast(torch.zeros(2), root_rank=5), "root rank that is not in"),
+        (lambda: hvd.grouped_allreduce([torch.zeros(2)] * (1 + rank)), "other tensors"),
+        (lambda: hvd.DistributedOptimizer(
+            torch.optim.SGD(nn.Linear(2, 2 + rank).parameters(), lr=0.1)),
+         "DistributedOptimizer construction"),
+    ]
+
+
+def _unsupported() -> list[tuple[Callable[[], object], str]]:
+    import scaledl.horovod as hvd
+
+    params = nn.Linear(2, 2).parameters()
+    return [
+        (lambda: hvd.allreduce(torch.zeros(2), op=hvd.Adasum), "Adasum"),
+        (lambda: hvd.elastic.run, r"hvd\.elastic\.run"),
+        (lambda: hvd.SyncBatchNorm(4), r"hvd\.SyncBatchNorm"),
+        (lambda: hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), groups=2), "groups"),
+        (lambda: hvd.sparse_allreduce_async(torch.zeros(2), "x", hvd.Sum), "sparse_allreduce"),
+        (lambda: hvd.start_timeline("t.json"), "start_timeline"),
+        (lambda: hvd.ProcessSet(object()), "MPI communicator"),  # type: ignore[arg-type]
+    ]
+
+
+def _errors_worker(rank: int, world: int) -> int:
+    import scaledl.horovod as hvd
+
+    with pytest.raises(ValueError, match=r"not initialized; call hvd\.init\(\)"):
+        hvd.rank()
+    hvd.init()
+    checked = 0
+    for call, pattern in _mismatches(rank):
+        with pytest.raises(hvd.MismatchError, match=pattern):
+            call()
+        assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [2.0, 2.0]  # still usable
+        checked += 1
+    for call, pattern in _unsupported():
+        with pytest.raises(hvd.UnsupportedError, match=pattern):
+            call()
+        checked += 1
+    model = nn.Linear(2, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    with pytest.raises(RuntimeError, match="more than backward_passes_per_step=1"):
+        model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    with pytest.raises(ValueError, match="before wrapping"):
+        optimizer.add_param_group({"params": [torch.zeros(1, requires_grad=True)]})
+    hvd.shutdown()
+    return checked
+
+
+def test_mismatches_raise_on_every_rank_and_unsupported_parts_are_named() -> None:
+    expected = len(_mismatches(0)) + len(_unsupported())
+    assert run_ranks(2, _errors_worker, timeout=90, env=ENV) == [expected, expected]
