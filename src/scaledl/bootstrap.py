@@ -37,7 +37,7 @@ from scaledl.topology import TOPOLOGY_ENV, Topology
 __all__ = [
     "LaunchEnv", "read_launch_env", "init", "shutdown", "first_slurm_host", "topology_from_hosts",
     "BACKENDS", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "HOSTNAME_ENV", "host_name",
-    "detect_launcher", "in_srun_step",
+    "detect_launcher", "in_srun_step", "RendezvousError",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,11 @@ HOSTNAME_ENV = "SCALEDL_HOSTNAME"
 its emulated hosts are network namespaces that all share the machine's real host name)."""
 
 _LOOPBACK = "127.0.0.1"
+
+
+class RendezvousError(RuntimeError):
+    """The ranks could not join one process group within the timeout (a rank missing, an
+    unreachable ``MASTER_ADDR``); the message names the address, the timeout and what to check."""
 
 
 @dataclass(frozen=True)
@@ -383,7 +388,7 @@ def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str,
                 timeout=timeout, device_id=device,
             )
         except dist.DistError as error:
-            raise RuntimeError(
+            raise RendezvousError(
                 f"rank {launch.rank} of {launch.world_size} ({launch.launcher}) could not join "
                 f"the process group at {address} within {timeout.total_seconds():g} s; check that "
                 f"every rank started and that MASTER_ADDR/MASTER_PORT reach rank 0 ({error})"

@@ -22,6 +22,7 @@ from scaledl.bench.collectives import DTYPES, BenchConfig, select_algorithms
 from scaledl.bootstrap import read_launch_env
 from scaledl.cli import bench_algorithms, bench_train
 from scaledl.cli.launch import run_distributed, under_launcher
+from scaledl.cli.paths import check_output_file, check_plot_file
 from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.collectives.schedule import Collective
 from scaledl.topology import TOPOLOGY_ENV, Topology
@@ -139,6 +140,18 @@ def _check_layout(config: BenchConfig, world_size: int, launched: bool) -> None:
         )
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every file the benchmark writes at its end can be written, checked before it starts."""
+    from scaledl.collectives.auto import CALIBRATION_ENV, calibration_path
+
+    if args.json is not None:
+        check_output_file(args.json, "--json")
+    if args.plot is not None:
+        check_plot_file(args.plot, "--plot")
+    if args.calibrate:
+        check_output_file(calibration_path(), f"--calibrate (file {CALIBRATION_ENV})")
+
+
 def run(args: argparse.Namespace) -> int:
     """Check the options, then launch the workers (or be one)."""
     if args.benchmark == "train":
@@ -151,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     if ranks < 1:
         raise ValueError(f"--ranks {ranks} must be at least 1")
     config = build_config(args)
+    _check_outputs(args)
     launched = under_launcher()
     world_size = read_launch_env().world_size if launched else ranks
     if launched and args.ranks is not None and args.ranks != world_size:

@@ -16,6 +16,7 @@ from scaledl.bench.algorithms import (
     METHODS, BenchSpec, available_methods, check_model, default_target, resolve_dataset,
     select_methods,
 )
+from scaledl.cli.paths import check_output_dir, check_output_file
 
 __all__ = ["add_parser", "run", "build_spec"]
 
@@ -76,6 +77,15 @@ def build_spec(args: argparse.Namespace) -> BenchSpec:
     )
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """The run folder, the JSON and the plot folder can be written, checked before any run."""
+    check_output_dir(args.out, "--out")
+    if args.json is not None:
+        check_output_file(args.json, "--json")
+    if args.plot_dir is not None:
+        check_output_dir(args.plot_dir, "--plot-dir")
+
+
 def _console() -> Any:
     from rich.console import Console
 
@@ -94,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     available = available_methods()
     methods = select_methods(args.methods, available)
     spec = build_spec(args)
+    _check_outputs(args)
     if not methods:
         raise ValueError("no method of the comparison is implemented in this build; "
                          "register strategies in scaledl.strategies.STRATEGIES")

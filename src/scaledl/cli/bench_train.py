@@ -11,6 +11,7 @@ from typing import Any
 
 from scaledl.bench.train import TrainBenchConfig, default_input_shape
 from scaledl.cli.launch import run_distributed
+from scaledl.cli.paths import check_output_file, check_plot_file
 from scaledl.topology import parse_axes
 
 __all__ = ["add_parser", "run"]
@@ -56,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers} must be at least 1")
     config = _config(args)
+    if args.json is not None:
+        check_output_file(args.json, "--json")
+    if args.plot is not None:
+        check_plot_file(args.plot, "--plot")
     return run_distributed(args.workers, args.argv, lambda: _worker(args, config))
 
 

@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from scaledl.cli.paths import check_output_file
 from scaledl.cluster import netns, state
 from scaledl.cluster.runner import PLACEMENTS, run_on_cluster
 from scaledl.cluster.spec import MAX_HOSTS, SHAPERS, ClusterSpec, parse_rate
@@ -23,6 +24,9 @@ from scaledl.processes import signals_blocked, signals_raise
 __all__ = ["add_parser", "run"]
 
 log = logging.getLogger(__name__)
+
+MAX_PORT = 65535
+"""Highest TCP port number."""
 
 
 def _add_link_options(p: argparse.ArgumentParser, hosts_required: bool) -> None:
@@ -157,6 +161,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.timeout is not None and not args.timeout > 0:
         raise ValueError(f"--timeout {args.timeout} must be a positive number of seconds; leave "
                          "it out to wait without limit")
+    if args.port is not None and not 1 <= args.port <= MAX_PORT:
+        raise ValueError(f"--port {args.port} is not a TCP port; give one in 1..{MAX_PORT}, or "
+                         "leave it out for a random free one")
+    if args.counters is not None:
+        check_output_file(args.counters, "--counters")
     port = args.port if args.port is not None else random.randint(20000, 40000)
     if args.name is not None:
         spec = state.load(args.name).spec

@@ -3,7 +3,9 @@
 Each subcommand is a module with ``add_parser(subparsers)`` (which registers its parser and sets
 ``handler``) and ``run(args) -> int``.  Errors a user can cause (``ValueError``/``TypeError`` and
 argparse's) print one line, ``scaledl: error: <message>``, and exit with code 2; set
-``SCALEDL_DEBUG=1`` to see the traceback instead.
+``SCALEDL_DEBUG=1`` to see the traceback instead.  A job that cannot form (ranks that do not
+meet within the timeout: :class:`scaledl.bootstrap.RendezvousError`) prints one line too and
+exits with code 1, as any other failed run does.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from scaledl import __version__
+from scaledl.bootstrap import RendezvousError
 from scaledl.cli import bench, cluster, simulate, train
 
 __all__ = ["main", "build_parser", "configure_logging", "UsageError", "COMMANDS"]
@@ -94,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"scaledl: error: {_one_line(error)}\n")
         return 2
+    except RendezvousError as error:
+        sys.stderr.write(f"scaledl: error: {_one_line(error)}\n")
+        return 1
     except KeyboardInterrupt:
         sys.stderr.write("scaledl: interrupted\n")
         return 130

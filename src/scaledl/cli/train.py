@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from scaledl.cli.launch import run_distributed, under_launcher
+from scaledl.cli.paths import check_output_dir
+from scaledl.topology import TOPOLOGY_ENV
 from scaledl.train.config import TrainConfig, build_config, load_toml
 
 __all__ = ["add_parser", "run"]
@@ -90,6 +92,8 @@ def _preflight(config: TrainConfig, workers: int) -> None:
     from scaledl.train.setup import validate_config
 
     validate_config(config, workers)
+    _check_layout(config)
+    check_output_dir(config.run.out, "--out")
     data = config.data
     for split in ("train", "test"):
         load_dataset(data.dataset, data.data_dir, split, config.run.seed, data.synthetic_size)
@@ -98,6 +102,21 @@ def _preflight(config: TrainConfig, workers: int) -> None:
         load_checkpoint(resume)
     elif resume == "auto" and latest_checkpoint(config.run.out) is None:
         log.info("no checkpoint in %s yet; starting from scratch", config.run.out)
+
+
+def _check_layout(config: TrainConfig) -> None:
+    """An algorithm that needs the network layout (torus, hierarchical) gets one: local workers
+    all share one host, so the layout found by exchanging host names would be flat."""
+    from scaledl.collectives.registry import ALGORITHMS
+
+    algorithm = ALGORITHMS.get(config.parallel.algorithm)
+    needs = algorithm is not None and algorithm.needs_topology
+    if needs and not config.parallel.topology and not os.environ.get(TOPOLOGY_ENV, "").strip():
+        raise ValueError(
+            f"algorithm {config.parallel.algorithm!r} needs the network layout: pass --topology "
+            "RxH (R workers per host, H hosts, R*H = --workers), e.g. --topology 2x2 for 4 "
+            f"workers, or set {TOPOLOGY_ENV}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

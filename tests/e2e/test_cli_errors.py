@@ -1,0 +1,144 @@
+"""One-line errors before any work: layouts, output paths, ports, and a rendezvous timeout.
+
+Each bad command must answer ``scaledl: error: ...`` on one line with exit code 2 *before* it
+launches workers, runs a benchmark or builds a cluster: those steps are replaced by stubs that
+fail the test if reached.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scaledl.cli import bench, cluster, train
+from scaledl.cli.launch import LAUNCHER_VARIABLES
+from scaledl.cli.main import main
+from tests.harness import free_port
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fail the test if a command gets as far as launching, benchmarking or building."""
+    def reached(*args: Any, **kwargs: Any) -> int:
+        raise AssertionError("the command started its work before refusing the bad option")
+
+    from scaledl.bench import algorithms_run
+    from scaledl.cli import bench_algorithms, bench_train
+    from scaledl.cluster import netns
+
+    for module in (train, bench, bench_train):
+        monkeypatch.setattr(module, "run_distributed", reached)
+    monkeypatch.setattr(algorithms_run, "run_all", reached)
+    monkeypatch.setattr(bench_algorithms, "_console", reached)
+    monkeypatch.setattr(netns, "preflight", lambda: None)  # no root needed to check options
+    monkeypatch.setattr(cluster, "_run_ephemeral", reached)
+    monkeypatch.setattr(cluster, "_run_on", reached)
+    monkeypatch.setenv("SCALEDL_CALIBRATION", str(tmp_path / "calibration.json"))
+    monkeypatch.delenv("SCALEDL_TOPOLOGY", raising=False)
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _refused(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert err and err[-1].startswith("scaledl: error: ") and needle in err[-1], err
+    assert "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("algorithm", ["torus", "hierarchical"])
+def test_train_algorithm_needing_a_layout_without_topology(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], algorithm: str
+) -> None:
+    _refused(["train", "--workers", "4", "--algorithm", algorithm, "--out", str(tmp_path)],
+             f"algorithm {algorithm!r} needs the network layout: pass --topology", capsys)
+
+
+def test_train_algorithm_with_topology_passes_the_check(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(AssertionError, match="started its work"):
+        main(["train", "--workers", "4", "--algorithm", "torus", "--topology", "2x2",
+              "--out", str(tmp_path)])
+
+
+def _paths(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    return {"dir": tmp_path / "adir", "file": tmp_path / "afile",
+            "under_file": tmp_path / "afile" / "x.json", "unwritable": Path("/proc/x.json")}
+
+
+@pytest.mark.parametrize(("kind", "needle"), [
+    ("file", "is an existing file, not a directory"),
+    ("under_file", "which is a file, not a directory"),
+    ("unwritable", "cannot be written"),
+])
+def test_train_out_that_cannot_be_a_run_directory(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, needle: str
+) -> None:
+    out = _paths(tmp_path)[kind]
+    _refused(["train", "--workers", "2", "--out", str(out)], f"--out {out} ", capsys)
+    _refused(["train", "--workers", "2", "--out", str(out)], needle, capsys)
+
+
+OUTPUT_CASES = [
+    (["bench", "collectives", "--json", "{dir}"], "--json {dir} is a directory"),
+    (["bench", "collectives", "--plot", "{dir}"], "--plot {dir} is a directory"),
+    (["bench", "collectives", "--json", "{under_file}"], "which is a file"),
+    (["bench", "collectives", "--json", "{unwritable}"], "cannot be written"),
+    (["bench", "collectives", "--plot", "{tmp}/plot.txt"], "not an image format"),
+    (["bench", "train", "--json", "{dir}"], "--json {dir} is a directory"),
+    (["bench", "train", "--plot", "{dir}"], "--plot {dir} is a directory"),
+    (["bench", "train", "--json", "{unwritable}"], "cannot be written"),
+    (["bench", "algorithms", "--methods", "allreduce", "--json", "{dir}"], "is a directory"),
+    (["bench", "algorithms", "--methods", "allreduce", "--out", "{file}"], "--out {file} is an"),
+    (["bench", "algorithms", "--methods", "allreduce", "--out", "{tmp}/runs", "--plot-dir",
+      "{file}"], "--plot-dir {file} is an existing file"),
+    (["cluster", "run", "--hosts", "2", "--port", "70000", "--", "true"], "--port 70000"),
+    (["cluster", "run", "--hosts", "2", "--port", "0", "--", "true"], "--port 0"),
+    (["cluster", "run", "--hosts", "2", "--counters", "{dir}", "--", "true"], "is a directory"),
+]
+
+
+@pytest.mark.parametrize(("argv", "needle"), OUTPUT_CASES)
+def test_bad_output_or_port_is_refused_before_the_work(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+    needle: str,
+) -> None:
+    names = {key: str(value) for key, value in _paths(tmp_path).items()}
+    names["tmp"] = str(tmp_path)
+    _refused([arg.format(**names) for arg in argv], needle.format(**names), capsys)
+
+
+def test_bench_calibration_file_is_checked(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SCALEDL_CALIBRATION", str(tmp_path))
+    _refused(["bench", "collectives", "--calibrate"], f"{tmp_path} is a directory", capsys)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_rendezvous_timeout_is_one_line(tmp_path: Path) -> None:
+    """Rank 0 of 2 waits for a rank 1 that never starts: one line naming the address, exit 1."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env.update(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "scaledl.cli.main", "train", "--timeout-s", "3", "--epochs", "1",
+         "--no-progress", "--out", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=100,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert lines[-1].startswith("scaledl: error: rank 0 of 2 (torchrun) could not join"), lines
+    assert "127.0.0.1" in lines[-1] and "within 3 s" in lines[-1]
+    assert "Traceback" not in done.stderr
