@@ -20,11 +20,11 @@ from typing import NoReturn
 
 from scaledl import __version__
 from scaledl.bootstrap import RendezvousError
-from scaledl.cli import bench, cluster, simulate, train
+from scaledl.cli import bench, cluster, run, simulate, train
 
 __all__ = ["main", "build_parser", "configure_logging", "UsageError", "COMMANDS"]
 
-COMMANDS: tuple[ModuleType, ...] = (train, bench, simulate, cluster)
+COMMANDS: tuple[ModuleType, ...] = (train, run, bench, simulate, cluster)
 """Subcommand modules, in the order ``--help`` lists them."""
 
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")

@@ -1,0 +1,92 @@
+"""``scaledl run`` end to end: a Horovod-style script on two processes, the first failing rank's
+exit code with nothing left running, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scaledl.cli.main import main
+
+pytestmark = pytest.mark.distributed
+
+SCRIPT = """
+import os, sys, time
+import torch
+import scaledl.horovod as hvd
+
+hvd.init()
+model = torch.nn.Linear(3, 1)
+optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+model(torch.full((2, 3), float(hvd.rank()))).sum().backward()
+optimizer.step()
+weights = hvd.allgather(model.weight.detach())
+total = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum).item()
+print(f"rank {hvd.rank()}/{hvd.size()} local {hvd.local_rank()} sum {total} "
+      f"same {bool(torch.equal(weights[0], weights[-1]))} "
+      f"algorithm {os.environ.get('SCALEDL_HOROVOD_ALGORITHM')}", flush=True)
+fail = int(os.environ.get("FAIL_CODE", "0"))
+if fail:
+    if hvd.rank() == 1:
+        time.sleep(1)
+        sys.exit(fail)
+    with open(os.environ["PID_FILE"], "w") as out:
+        out.write(str(os.getpid()))
+    time.sleep(120)
+"""
+
+
+def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
+    environ = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(scratch), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "scaledl.cli.main", "run", *args, sys.executable, str(script)],
+        env=environ, capture_output=True, text=True, timeout=120)
+
+
+def test_two_processes_run_a_horovod_script(tmp_path: Path) -> None:
+    done = _run(tmp_path, "-np", "2", "-H", "localhost:2", "--algorithm", "ring")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank"))
+    assert lines == [f"rank {r}/2 local {r} sum 1.0 same True algorithm ring" for r in (0, 1)]
+    left = [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor")]
+    assert left == [], "scaledl run left temporary files"  # torch's own compile cache aside
+
+
+def test_first_failing_rank_gives_the_exit_code_and_nothing_is_left(tmp_path: Path) -> None:
+    pid_file = tmp_path / "rank0.pid"
+    started = time.monotonic()
+    done = _run(tmp_path, "-np", "2", FAIL_CODE="3", PID_FILE=str(pid_file))
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert time.monotonic() - started < 60, "the surviving rank was not stopped"
+    assert "rank 1 exited with code 3" in done.stderr
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["-np", "2", "-H", "node7:2", "python", "x.py"], "host 'node7' is not this machine"),
+    (["-np", "3", "-H", "localhost:2", "python", "x.py"], "-np 3 exceeds the 2 slots"),
+    (["python", "x.py"], "give the number of processes"),
+    (["-np", "2"], "give the command to run"),
+    (["-np", "2", "no-such-command-xyz"], "'no-such-command-xyz' was not found"),
+    (["-np", "0", "python", "x.py"], "-np 0 must be at least 1"),
+    (["-H", "localhost:x", "python", "x.py"], "'localhost:x' is not HOST or HOST:SLOTS"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
