@@ -1,0 +1,91 @@
+"""scaledl.horovod's rules without processes: algorithm choice, reduce ops, reduce-scatter
+slices, the negotiation rows and their verdicts, and scaledl run's host lists."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scaledl.cli.run import local_slots, parse_hosts
+from scaledl.horovod.errors import UnsupportedError
+from scaledl.horovod.negotiation import Agreement, Kind, Problem, Request, Row
+from scaledl.horovod.reduce_ops import Adasum, Average, Max, Min, Sum, identity, resolve_op
+from scaledl.horovod.reducescatter import slice_rows
+from scaledl.horovod.runtime import Algorithms
+
+
+def test_one_algorithm_applies_where_it_exists_and_pairs_name_each_collective() -> None:
+    ring = Algorithms.parse("ring")
+    assert (ring.allreduce, ring.broadcast, ring.allgather, ring.reduce_scatter) == \
+        ("ring", "auto", "ring", "ring")
+    assert Algorithms.parse(" ").describe() == \
+        "allreduce=auto broadcast=auto allgather=auto reduce_scatter=auto"
+    pairs = Algorithms.parse("allreduce=tree, broadcast=chain, reducescatter=halving_doubling")
+    assert (pairs.allreduce, pairs.broadcast, pairs.reduce_scatter) == \
+        ("tree", "chain", "halving_doubling")
+    with pytest.raises(ValueError, match="'bogus' is not a scaledl algorithm"):
+        Algorithms.parse("bogus")
+    with pytest.raises(ValueError, match="does not implement broadcast"):
+        Algorithms.parse("broadcast=ring")
+    with pytest.raises(ValueError, match="COLLECTIVE=NAME"):
+        Algorithms.parse("alltoall=ring")
+
+
+def test_reduce_ops_follow_horovod() -> None:
+    assert resolve_op(None) is Average and resolve_op(Sum) is Sum
+    with pytest.warns(DeprecationWarning):
+        assert resolve_op(None, average=False) is Sum
+    with pytest.raises(ValueError, match="not both"):
+        resolve_op(Sum, average=True)
+    with pytest.raises(UnsupportedError, match="Adasum"):
+        resolve_op(Adasum)
+    with pytest.raises(ValueError, match="unknown reduce op 'sum'"):
+        resolve_op("sum")
+    assert identity(Min, torch.float32) == float("inf") and identity(Max, torch.int32) == -2**31
+    assert identity(Average, torch.float16) == 0
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5, 6, 7, 100])
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_reducescatter_slices_tile_the_rows_extra_rows_first(rows: int, size: int) -> None:
+    slices = [slice_rows(rows, size, r) for r in range(size)]
+    assert sum(count for _, count in slices) == rows
+    assert all(slices[r][0] + slices[r][1] == slices[r + 1][0] for r in range(size - 1))
+    assert [count for _, count in slices] == sorted((count for _, count in slices), reverse=True)
+
+
+def _rows(*requests: Request) -> Agreement:
+    return Agreement(tuple(Row.decode(r.encode()) for r in requests), tuple(range(len(requests))))
+
+
+def test_rows_round_trip_and_fold_extra_dimensions() -> None:
+    request = Request(Kind.ALLGATHER, "x", torch.int16, (2, 3, 1, 1, 1, 4, 5), op=1, root=0)
+    row = Row.decode(request.encode())
+    assert (row.kind, row.ndim, row.numel) == (Kind.ALLGATHER, 7, 120)
+    assert row.shape == (2, 3, 1, 1, 1, 20)
+
+
+def test_verdicts_name_the_first_mismatch_the_same_way_everywhere() -> None:
+    a = Request(Kind.ALLREDUCE, None, torch.float32, (2, 3), op=0)
+    assert _rows(a, a, a).verdict() is None
+    assert _rows(a, Request(Kind.ALLREDUCE, None, torch.float32, (3, 2), op=0)).verdict() == (
+        "rank 0 passed shape [2, 3] to allreduce but rank 1 passed [3, 2]; the shapes must be "
+        "equal on every rank")
+    gather = Request(Kind.ALLGATHER, None, torch.float32, (2, 3))
+    assert _rows(gather, Request(Kind.ALLGATHER, None, torch.float32, (5, 3))).verdict() is None
+    bad = Request(Kind.ALLTOALL, None, torch.float32, (4,), problem=Problem.SPLITS_LENGTH)
+    assert "rank 1 passed splits whose length" in (_rows(a, bad).verdict() or "")
+    joined = Request(Kind.JOIN)
+    assert _rows(joined, a).verdict() is None
+    assert "cannot run while ranks [0] are in hvd.join()" in \
+        (_rows(joined, gather, gather).verdict() or "")
+    assert _rows(joined, joined).verdict() is None and not _rows(joined, joined).active
+
+
+def test_host_lists() -> None:
+    assert parse_hosts("localhost:2, 127.0.0.1") == [("localhost", 2), ("127.0.0.1", 1)]
+    assert local_slots(parse_hosts("localhost:2,127.0.0.1:2")) == 4
+    with pytest.raises(ValueError, match="'a:0' is not HOST or HOST:SLOTS"):
+        parse_hosts("a:0")
+    with pytest.raises(ValueError, match="'gpu9' is not this machine"):
+        local_slots([("gpu9", 4)])
