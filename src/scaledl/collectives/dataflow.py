@@ -11,7 +11,8 @@ round-by-round executor would post them.  Each op records the last earlier op it
 
 The loop then alternates two steps until every op is complete: post every op whose dependency is
 complete (keeping, per peer, tag and direction, the schedule's order, which is how messages are
-matched); wait for the next op in schedule order and, for a receive-and-reduce, reduce it.
+matched; per peer and direction alone on a transport that ignores tags, as NCCL does); wait for
+the next op in schedule order and, for a receive-and-reduce, reduce it.
 Completions are taken in schedule order, so an op is complete exactly when its index is below
 the cursor, and the loop never waits for anything a round-by-round executor would not already
 have waited for: it cannot deadlock where that one does not.  What it gains: the ring's step
@@ -87,12 +88,17 @@ class Program:
 
 
 @lru_cache(maxsize=512)
-def compile_schedule(schedule: Schedule, chunk_numel: int) -> Program:
-    """The ops of ``schedule`` cut at ``chunk_numel`` and their queues (cached)."""
+def compile_schedule(schedule: Schedule, chunk_numel: int, by_peer: bool = False) -> Program:
+    """The ops of ``schedule`` cut at ``chunk_numel`` and their queues (cached).
+
+    Queues are per (direction, peer, tag); with ``by_peer`` (a transport that ignores tags,
+    like NCCL) per (direction, peer), so each peer's messages are posted in schedule order.
+    """
     ops = build_ops(schedule, chunk_numel)
     queues: dict[tuple[bool, int, int], list[int]] = {}
     for index, op in enumerate(ops):
-        queues.setdefault((op.action is Action.SEND, op.peer, op.tag), []).append(index)
+        tag = 0 if by_peer else op.tag
+        queues.setdefault((op.action is Action.SEND, op.peer, tag), []).append(index)
     reduces = tuple(i for i, op in enumerate(ops) if op.action is Action.RECV_REDUCE)
     slot_numel = max((ops[i].hi - ops[i].lo for i in reduces), default=0)
     return Program(ops, tuple(tuple(q) for q in queues.values()), reduces, slot_numel)

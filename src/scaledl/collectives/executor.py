@@ -58,7 +58,7 @@ def execute(
     if chunk_numel < 1:
         raise ValueError(f"chunk_numel {chunk_numel} must be >= 1")
     workspace = workspace if workspace is not None else Workspace()
-    program = compile_schedule(schedule, chunk_numel)
+    program = compile_schedule(schedule, chunk_numel, transport.ordered_by_peer)
     window = max(1, min(DEFAULT_WINDOW, len(program.reduces)))
     scratch = workspace.scratch(window * program.slot_numel, buffer)
     run_ops(program, buffer, transport, op, scratch, window)

@@ -7,7 +7,8 @@ The shape follows picotron's ``send_recv``/``commit``/``wait`` and makes asynchr
 3. ``Handle.wait`` blocks until that one operation is done, or raises after ``timeout`` seconds.
 
 Peers are ranks *of the group* (0..world_size-1), not global ranks.  Messages between one pair of
-ranks with one tag are matched in the order they were queued on each side.
+ranks with one tag are matched in the order they were queued on each side; a transport whose
+``ordered_by_peer`` is true (NCCL) ignores tags and matches by queueing order alone.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Transport(ABC):
 
     rank: int
     world_size: int
+    ordered_by_peer: bool = False
+    """True when messages between two ranks are matched by posting order alone, tags ignored
+    (NCCL); the executor then posts each peer's operations in one schedule order."""
 
     @abstractmethod
     def queue_send(self, tensor: torch.Tensor, peer: int, tag: int = 0) -> Handle:

@@ -1,14 +1,20 @@
-"""Transport over ``torch.distributed`` point-to-point operations (Gloo, NCCL, MPI).
+"""Transport over a :class:`~scaledl.transport.channel.Channel` (Gloo, NCCL, MPI).
 
-Gloo posts each operation with ``isend``/``irecv`` and honours tags; on NCCL, point-to-point
-operations issued together must be grouped, so :meth:`TorchTransport.commit` posts each batch
-of queued operations with ``batch_isend_irecv`` (NCCL ignores tags, matching by order).  Every wait
-carries a timeout (the group's, unless a shorter one is given), so a dead peer raises an error
-naming it instead of hanging.
+Queued operations are posted together at :meth:`TorchTransport.commit`: on Gloo one by one
+(Gloo matches messages by peer, tag and order), on NCCL as one ``batch_isend_irecv`` group.
+NCCL ignores tags and matches the messages between two ranks in posting order alone; such a
+transport says so with :attr:`TorchTransport.ordered_by_peer`, and the executor then posts every
+peer's operations in one schedule order (:mod:`scaledl.collectives.dataflow`).  Setting
+``SCALEDL_P2P_ORDERED=1`` makes a Gloo transport behave the same way (every tag becomes 0), which
+is how the tests check NCCL's matching rule on a CPU.
+
+Every wait carries a timeout (the group's, unless a shorter one is given), so a dead peer raises
+an error naming it instead of hanging.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -16,13 +22,18 @@ import torch
 import torch.distributed as dist
 
 from scaledl.transport.base import Handle, Transport, TransportError
+from scaledl.transport.channel import Channel, first_line
 
-__all__ = ["TorchTransport", "resolve_group"]
+__all__ = ["TorchTransport", "resolve_group", "ORDERED_ENV"]
+
+ORDERED_ENV = "SCALEDL_P2P_ORDERED"
+"""Set to 1 to match point-to-point messages by posting order alone, as NCCL does."""
 
 
 @dataclass
 class _TorchHandle:
     kind: str
+    peer: int
     peer_global: int
     tensor: torch.Tensor
     tag: int
@@ -42,14 +53,9 @@ class _TorchHandle:
             direction = "to" if self.kind == "send" else "from"
             raise TransportError(
                 f"{self.kind} of {self.tensor.numel()} elements {direction} rank "
-                f"{self.peer_global} failed: {_first_line(error)}; the peer may have died or "
+                f"{self.peer_global} failed: {first_line(error)}; the peer may have died or "
                 "fallen out of step (check that every rank runs the same collectives in order)"
             ) from error
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
 
 
 def resolve_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
@@ -63,18 +69,21 @@ def resolve_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     return resolved
 
 
-class TorchTransport(Transport):
-    """Point-to-point messaging over a ``torch.distributed`` process group."""
+def _ordered_by_env() -> bool:
+    return os.environ.get(ORDERED_ENV, "").strip() not in ("", "0")
 
-    def __init__(
-        self, group: dist.ProcessGroup | None = None, timeout: float | None = None
-    ) -> None:
-        self.group = resolve_group(group)
-        self.rank = dist.get_rank(self.group)
-        self.world_size = dist.get_world_size(self.group)
-        self.backend = str(dist.get_backend(self.group))
-        self.timeout = timeout
-        self._global = [dist.get_global_rank(self.group, r) for r in range(self.world_size)]
+
+class TorchTransport(Transport):
+    """Point-to-point messaging over scaledl's channel of one process group."""
+
+    def __init__(self, channel: Channel, timeout: float | None = None) -> None:
+        self.channel = channel
+        self.rank = channel.rank
+        self.world_size = channel.world_size
+        self.backend = channel.backend
+        self.timeout = timeout if timeout is not None else channel.timeout
+        self.ordered_by_peer = channel.ordered_by_peer or _ordered_by_env()
+        """True when messages between two ranks are matched by posting order, tags ignored."""
         self._queued: list[_TorchHandle] = []
 
     def queue_send(self, tensor: torch.Tensor, peer: int, tag: int = 0) -> Handle:
@@ -87,7 +96,10 @@ class TorchTransport(Transport):
         self._check_peer(peer)
         if not tensor.is_contiguous():
             raise ValueError("transport tensors must be contiguous; pass tensor.contiguous()")
-        handle = _TorchHandle(kind, self._global[peer], tensor, tag, None, self.timeout)
+        tag = 0 if self.ordered_by_peer else tag
+        handle = _TorchHandle(
+            kind, peer, self.channel.global_ranks[peer], tensor, tag, None, self.timeout
+        )
         self._queued.append(handle)
         return handle
 
@@ -95,17 +107,9 @@ class TorchTransport(Transport):
         queued, self._queued = self._queued, []
         if not queued:
             return
-        if self.backend == "nccl":
-            ops = [
-                dist.P2POp(dist.isend if h.kind == "send" else dist.irecv, h.tensor,
-                           h.peer_global, self.group, h.tag)
-                for h in queued
-            ]
-            works = dist.batch_isend_irecv(ops)
-            # A coalescing backend returns one work for the whole batch.
-            for index, handle in enumerate(queued):
-                handle.work = works[index] if len(works) == len(queued) else works[0]
-            return
-        for handle in queued:
-            post = dist.isend if handle.kind == "send" else dist.irecv
-            handle.work = post(handle.tensor, handle.peer_global, group=self.group, tag=handle.tag)
+        works = self.channel.post([
+            (h.kind == "send", h.tensor, h.peer, h.tag) for h in queued
+        ])
+        # A coalescing backend returns one work for the whole batch.
+        for index, handle in enumerate(queued):
+            handle.work = works[index] if len(works) == len(queued) else works[0]
