@@ -10,17 +10,23 @@ of the axes, innermost digit first), which is how torchrun, ``mpirun --map-by co
 block distribution number ranks.  When a launcher numbers ranks differently, ``order`` gives the
 rank at each grid position.
 
-A topology is a value: collectives take it as an argument; nothing reads a global.
+A topology is a value: collectives take it as an argument.  The one record kept per process is
+the :class:`JobLayout` that ``scaledl.init()`` agreed with every rank (the world's topology and
+the host of every rank), so that defaults never depend on one rank's environment.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Topology", "parse_axes", "TOPOLOGY_ENV"]
+__all__ = [
+    "Topology", "parse_axes", "TOPOLOGY_ENV", "JobLayout", "record_job", "current_job",
+    "forget_job",
+]
 
 TOPOLOGY_ENV = "SCALEDL_TOPOLOGY"
 """Environment variable holding an explicit topology spec such as ``2x2`` or ``4x8x2``."""
@@ -238,5 +244,62 @@ class Topology:
             raise ValueError(f"rank {rank} is outside topology {self.spec}")
         return rank
 
+    @property
+    def fingerprint(self) -> int:
+        """A 63-bit digest of the layout (axes, order, explicit), the same on every rank."""
+        text = f"{self.axes}|{self.order}|{self.explicit}".encode()
+        return int.from_bytes(hashlib.sha1(text).digest()[:8], "little") >> 1
+
     def __str__(self) -> str:
         return f"Topology({self.spec}, rank={self.rank})"
+
+
+def host_digest(host: str) -> int:
+    """A 63-bit digest of a host name, for exchanging hosts as integers."""
+    return int.from_bytes(hashlib.sha1(host.encode()).digest()[:8], "little") >> 1
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    """What every rank of the job agreed on at ``scaledl.init()``."""
+
+    topology: Topology
+    """The world's layout, seen from this process's rank."""
+    hosts: tuple[str, ...]
+    """Host name of every global rank (``SCALEDL_HOSTNAME`` or the machine's)."""
+
+    def topology_for(self, global_ranks: Sequence[int], rank: int) -> Topology:
+        """The default layout of a group made of ``global_ranks`` (``rank``: ours in it).
+
+        The world gets the agreed topology; a subgroup is laid out by the hosts of its members,
+        or flat when its hosts hold different numbers of them.
+        """
+        if list(global_ranks) == list(range(self.topology.world_size)):
+            return self.topology.with_rank(rank)
+        return topology_of_hosts([self.hosts[g] for g in global_ranks], rank)
+
+
+def topology_of_hosts(hosts: Sequence[str | int], rank: int) -> Topology:
+    """Ranks grouped by host; flat (not explicit) when hosts hold different numbers of ranks."""
+    try:
+        return Topology.from_hosts([str(host) for host in hosts], rank)
+    except ValueError:
+        return Topology.flat(len(hosts), rank)
+
+
+_JOB: list[JobLayout] = []
+
+
+def record_job(layout: JobLayout) -> None:
+    """Remember the layout ``scaledl.init()`` agreed on (replacing an earlier one)."""
+    _JOB[:] = [layout]
+
+
+def current_job() -> JobLayout | None:
+    """The layout agreed at ``scaledl.init()``, or None before it (or after shutdown)."""
+    return _JOB[0] if _JOB else None
+
+
+def forget_job() -> None:
+    """Drop the recorded layout (``scaledl.shutdown()``)."""
+    _JOB.clear()

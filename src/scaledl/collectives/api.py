@@ -9,22 +9,25 @@ GPU and the backend is Gloo), resolves ``auto`` with the cost model, plans (cach
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from scaledl.collectives import native
-from scaledl.collectives.auto import choose
-from scaledl.collectives.communicator import CollectiveHandle, Communicator, communicator_for
+from scaledl.collectives.auto import CostModel, choose
+from scaledl.collectives.communicator import (
+    CollectiveHandle, Communicator, communicator_for, existing_communicator,
+)
 from scaledl.collectives.executor import (
     Workspace, execute, execute_allgather, execute_reduce_scatter,
 )
 from scaledl.collectives.ops import SUPPORTED_DTYPES, ReduceOp, check_dtype
 from scaledl.collectives.registry import AUTO, lookup, parse_collective, plan
 from scaledl.collectives.schedule import Collective
-from scaledl.topology import TOPOLOGY_ENV, Topology
-from scaledl.transport.torch_p2p import TorchTransport
+from scaledl.topology import TOPOLOGY_ENV, Topology, current_job
+from scaledl.transport.torch_p2p import TorchTransport, resolve_group
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
@@ -70,7 +73,7 @@ class _Call:
         if self.comm.world_size == 1:
             return name
         if name == "native":
-            native.run(self.collective, buffer, self.op, self.comm.group, self.root, shard)
+            native.run(self.collective, buffer, self.op, self.comm.channel, self.root, shard)
             return name
         schedule = plan(name, self.collective, self.topology, self.comm.rank, numel, self.root)
         execute(schedule, buffer, *self.executor_args(buffer))
@@ -86,42 +89,80 @@ class _Call:
 
 _DTYPE_CODES = {dtype: code for code, dtype in enumerate(SUPPORTED_DTYPES)}
 _COLLECTIVE_CODES = {collective: code for code, collective in enumerate(Collective)}
+_OP_CODES = {op: code for code, op in enumerate(ReduceOp)}
+
+
+def _text_code(text: str) -> int:
+    return int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "little") >> 1
 
 
 def _check_agreement(call: _Call, numel: int, dtype: torch.dtype) -> None:
-    """Debug mode: every rank compares (collective, numel, dtype, root) before running."""
-    fingerprint = torch.tensor(
-        [_COLLECTIVE_CODES[call.collective], numel, _DTYPE_CODES[dtype], call.root],
-        dtype=torch.int64, device=call.comm.device,
-    )
-    everyone = torch.empty(call.comm.world_size * 4, dtype=torch.int64, device=call.comm.device)
-    native.run(Collective.ALLGATHER, everyone, ReduceOp.SUM, call.comm.group, shard=fingerprint)
-    rows = everyone.view(-1, 4).tolist()
+    """Debug mode: every rank compares the whole call (collective, element count, dtype, root,
+    op, algorithm, layout) before running, and raises naming both calls on every rank."""
+    fingerprint = [
+        _COLLECTIVE_CODES[call.collective], numel, _DTYPE_CODES[dtype], call.root,
+        _OP_CODES[call.op], _text_code(call.algorithm), call.topology.fingerprint,
+    ]
+    rows = call.comm.channel.exchange(fingerprint)
     for rank, row in enumerate(rows):
         if row != rows[0]:
             raise ValueError(
-                f"collective mismatch: rank 0 called {_describe(rows[0])} but rank {rank} called "
-                f"{_describe(row)}; every rank must call the same collective with the same "
-                "element count, dtype and root"
+                f"collective mismatch: rank 0 called {_describe(rows[0], call)} but rank {rank} "
+                f"called {_describe(row, call)}; every rank must call the same collective with "
+                "the same element count, dtype, root, op, algorithm and topology"
             )
 
 
-def _describe(row: list[int]) -> str:
-    collective, numel, dtype, root = row
+def _describe(row: list[int], call: _Call) -> str:
+    collective, numel, dtype, root, op, algorithm, topology = row
     name = list(Collective)[collective].value
-    return f"{name} of {numel} {str(SUPPORTED_DTYPES[dtype]).removeprefix('torch.')} (root {root})"
+    mine = [_text_code(call.algorithm), call.topology.fingerprint]
+    algorithm_text = call.algorithm if algorithm == mine[0] else f"other ({algorithm:x})"
+    layout = call.topology.spec if topology == mine[1] else f"other ({topology:x})"
+    return (f"{name} of {numel} {str(SUPPORTED_DTYPES[dtype]).removeprefix('torch.')} "
+            f"(root {root}, op {list(ReduceOp)[op].value}, algorithm {algorithm_text}, "
+            f"topology {layout})")
 
 
-def _topology(topology: Topology | None, comm: Communicator) -> Topology:
-    p = comm.world_size
+@dataclass(frozen=True)
+class _GroupView:
+    """What a call needs to know of a group before running: its size, our rank, its default
+    layout and the cost model, taken from its communicator or, without one, from the layout
+    ``scaledl.init()`` agreed on, so that asking never communicates."""
+
+    world_size: int
+    rank: int
+    default_topology: Topology
+    cost_model: CostModel
+    agreed: bool
+    """False when no rank has been asked yet (no communicator, no ``scaledl.init()``)."""
+
+
+def _view(group: Group) -> _GroupView:
+    comm = existing_communicator(group)
+    if comm is not None:
+        return _GroupView(comm.world_size, comm.rank, comm.default_topology, comm.cost_model, True)
+    resolved = resolve_group(group)
+    ranks = dist.get_process_group_ranks(resolved)
+    rank = dist.get_rank(resolved)
+    job = current_job()
+    if job is not None:
+        topology = job.topology_for(ranks, rank)
+    else:
+        topology = Topology.flat(len(ranks), rank)
+    return _GroupView(len(ranks), rank, topology, CostModel.load(), job is not None)
+
+
+def _topology(topology: Topology | None, view: _GroupView | Communicator) -> Topology:
+    p = view.world_size
     if topology is None:
-        return comm.default_topology
+        return view.default_topology
     if topology.world_size != p:
         raise ValueError(
             f"topology {topology.spec} describes {topology.world_size} ranks but the group has "
             f"{p}; give axes whose product is {p}"
         )
-    return topology.with_rank(comm.rank)
+    return topology.with_rank(view.rank)
 
 
 def _prepare(
@@ -143,14 +184,15 @@ def _prepare(
 
 
 def _checked_topology(
-    algorithm: str, collective: Collective, topology: Topology | None, comm: Communicator
+    algorithm: str, collective: Collective, topology: Topology | None,
+    view: _GroupView | Communicator,
 ) -> Topology:
     algo = lookup(algorithm, collective) if algorithm != AUTO else None
-    topo = _topology(topology, comm)
+    topo = _topology(topology, view)
     if algo is not None and algo.needs_topology and not topo.explicit:
         raise ValueError(
             f"algorithm {algorithm!r} needs the network layout: pass "
-            f"topology=scaledl.Topology.parse('RxH', {comm.world_size}) "
+            f"topology=scaledl.Topology.parse('RxH', {view.world_size}) "
             "(R ranks per host, H hosts), "
             f"set {TOPOLOGY_ENV}=RxH, or launch with torchrun --nproc-per-node R"
         )
@@ -163,9 +205,16 @@ def resolve_topology(
 ) -> Topology:
     """The layout ``algorithm`` will use for ``collective`` on ``group``, checked now: an
     unknown algorithm, a topology of the wrong size, or a missing one that the algorithm needs
-    raises ``ValueError``.  Wrappers call this once when they are built."""
-    return _checked_topology(algorithm, parse_collective(collective), topology,
-                             communicator_for(group))
+    raises ``ValueError``.  Wrappers call this once when they are built.
+
+    It communicates only when the group's layout has not been agreed yet, neither by
+    ``scaledl.init()`` nor by an earlier scaledl call on the group: then, like a group's first
+    scaledl call, it must be made on every rank of the group.
+    """
+    view: _GroupView | Communicator = _view(group)
+    if not isinstance(view, Communicator) and not view.agreed:
+        view = communicator_for(group)
+    return _checked_topology(algorithm, parse_collective(collective), topology, view)
 
 
 def _stage(tensor: torch.Tensor, comm: Communicator) -> tuple[torch.Tensor, bool]:
@@ -308,8 +357,19 @@ def explain(
     collective: str, numel: int, dtype: torch.dtype = torch.float32,
     topology: Topology | None = None, group: Group = None,
 ) -> str:
-    """Why ``auto`` picks what it picks for this collective and size (a short table)."""
-    call = _prepare(parse_collective(collective), [torch.empty(0, dtype=dtype)], "sum", AUTO,
-                    topology, group)
+    """Why ``auto`` picks what it picks for this collective and size (a short table).
+
+    It never communicates, so one rank may call it alone.  Before the group's layout is agreed
+    (no ``scaledl.init()`` and no scaledl call on the group yet) it reasons from this rank's own
+    view, and says so.
+    """
+    wanted = parse_collective(collective)
+    check_dtype(torch.empty(0, dtype=dtype))
+    view = _view(group)
+    topo = _checked_topology(AUTO, wanted, topology, view)
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    return choose(call.collective, call.topology, numel, itemsize, call.comm.cost_model).explain()
+    text = choose(wanted, topo, numel, itemsize, view.cost_model).explain()
+    if not view.agreed:
+        text += ("\n  (this rank's own view: the group's layout and cost model are agreed at "
+                 "scaledl.init() or at the group's first collective)")
+    return text

@@ -1,10 +1,14 @@
 """Communicator: the per-group runtime behind the public collectives.
 
-A communicator owns, for one process group: its transport, the scratch workspace the executor
+A communicator owns, for one process group: scaledl's private channel among the group's ranks
+(:mod:`scaledl.transport.channel`) and the transport over it, the scratch workspace the executor
 reuses, the cost model ``auto`` uses (rank 0's copy, broadcast once so every rank decides alike),
-and one worker thread that runs asynchronous collectives in submission order.  Running every job
-of a group in one order on every rank is what keeps point-to-point messages matched when several
-collectives are in flight (e.g. gradient buckets), just as a CUDA stream orders NCCL kernels.
+the members' identities and the group's default layout (agreed by every member when the
+communicator is created, never read from one rank's environment), and one worker thread that
+runs asynchronous collectives in submission order.  Running every job of a group in one order on
+every rank is what keeps point-to-point messages matched when several collectives are in flight
+(e.g. gradient buckets), just as a CUDA stream orders NCCL kernels; running them on a channel of
+their own is what keeps them apart from the user's direct ``torch.distributed`` calls.
 
 A synchronous call runs in the caller's thread when nothing is queued, so small collectives pay
 no thread hand-off.
@@ -17,27 +21,33 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from scaledl.bootstrap import host_name
 from scaledl.collectives.auto import CostModel, LinkModel
 from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
-from scaledl.topology import Topology
+from scaledl.topology import (
+    TOPOLOGY_ENV, Topology, current_job, host_digest, topology_of_hosts,
+)
+from scaledl.transport.channel import open_channel
 from scaledl.transport.torch_p2p import TorchTransport, resolve_group
 
 __all__ = [
-    "Communicator", "CollectiveHandle", "communicator_for", "forget_communicator",
-    "forget_communicators",
+    "Communicator", "CollectiveHandle", "Member", "communicator_for", "existing_communicator",
+    "forget_communicator", "forget_communicators", "debug_enabled", "DEBUG_ENV",
 ]
 
 log = logging.getLogger(__name__)
 
 DEBUG_ENV = "SCALEDL_DEBUG"
-"""Set to 1 to check before every collective that all ranks agree on its arguments."""
+"""Set to 1 to check before every collective that all ranks agree on its arguments (see
+:func:`debug_enabled` for the values that mean off)."""
 
 
 class CollectiveHandle:
@@ -94,31 +104,73 @@ def _model_from_tensor(tensor: torch.Tensor) -> CostModel:
     return CostModel(links, rest[0], rest[1], int(rest[2]), rest[3], rest[4])
 
 
+def debug_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``SCALEDL_DEBUG`` asks for argument checks (any value but empty, 0, false, no,
+    off)."""
+    env = os.environ if environ is None else environ
+    return env.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One rank of a communicator's group, as it described itself when the group was opened."""
+
+    rank: int
+    """Rank in the group."""
+    global_rank: int
+    """Rank in the job."""
+    pid: int
+    """Process id (meaningful to members on the same host)."""
+    host: int
+    """Digest of the member's host name (:func:`scaledl.topology.host_digest`)."""
+
+
+def _layout_request(group: dist.ProcessGroup, global_ranks: tuple[int, ...], rank: int,
+                    ) -> tuple[Topology | None, int]:
+    """The default layout this rank would take without asking the others, and its digest
+    (0: take it from the members' hosts)."""
+    job = current_job()
+    if job is not None:
+        chosen = job.topology_for(global_ranks, rank)
+        return chosen, chosen.fingerprint
+    spec = os.environ.get(TOPOLOGY_ENV, "").strip()
+    if spec and group is dist.group.WORLD:
+        chosen = Topology.parse(spec, len(global_ranks), rank)
+        return chosen, chosen.fingerprint
+    return None, 0
+
+
+def _check_same(values: list[int], what: str, fix: str) -> None:
+    differing = [rank for rank, value in enumerate(values) if value != values[0]]
+    if differing:
+        raise ValueError(
+            f"ranks of this group disagree on {what}: rank {differing[0]} differs from rank 0; "
+            f"{fix}"
+        )
+
+
 class Communicator:
-    """Transport, workspace, cost model and ordered async worker of one process group."""
+    """Channel, transport, workspace, cost model and ordered async worker of one group."""
 
     def __init__(
         self, group: dist.ProcessGroup | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
     ) -> None:
         self.group = resolve_group(group)
-        self.transport = TorchTransport(self.group)
-        self.rank = self.transport.rank
-        self.world_size = self.transport.world_size
-        self.backend = self.transport.backend
+        self.channel = open_channel(self.group)
+        self.transport = TorchTransport(self.channel)
+        self.rank = self.channel.rank
+        self.world_size = self.channel.world_size
+        self.backend = self.channel.backend
         self.chunk_bytes = chunk_bytes
         self.workspace = Workspace()
-        self.check = os.environ.get(DEBUG_ENV, "0") not in ("", "0")
-        """Compare every call's (collective, numel, dtype, root) across ranks first."""
+        self.check = debug_enabled()
+        """Compare every call's arguments across ranks first (``SCALEDL_DEBUG=1``)."""
         self.choices: dict[tuple[object, ...], str] = {}
         """``auto``'s decisions, by (collective, numel, itemsize, root, topology)."""
-        self.device = (torch.device("cuda", torch.cuda.current_device())
-                       if self.backend == "nccl" else torch.device("cpu"))
+        self.device = self.channel.device
         """Where small control tensors live: NCCL groups have no CPU backend."""
-        self.default_topology = (
-            Topology.from_environment(self.world_size, self.rank)
-            if self.group is dist.group.WORLD else Topology.flat(self.world_size, self.rank)
-        )
-        """The layout used when a call gives none: the launcher's hosts for the default group."""
+        self.members, self.default_topology = self._introduce()
+        """Every member's identity, and the layout used when a call gives none."""
         self.cost_model = self._agree_on_model(CostModel.load())
         self._jobs: queue.Queue[tuple[Callable[[], None], CollectiveHandle] | None] = (
             queue.Queue()
@@ -128,11 +180,27 @@ class Communicator:
         self._run_lock = threading.Lock()
         self._worker: threading.Thread | None = None
 
+    def _introduce(self) -> tuple[tuple[Member, ...], Topology]:
+        """One exchange: who every member is, and that all agree on the default layout."""
+        requested, digest = _layout_request(self.group, self.channel.global_ranks, self.rank)
+        mine = [os.getpid(), host_digest(host_name()), digest]
+        rows = self.channel.exchange(mine) if self.world_size > 1 else [mine]
+        _check_same([row[2] for row in rows], "the default layout of the group",
+                    f"give every rank the same {TOPOLOGY_ENV} (or the same topology= to "
+                    "scaledl.init()), or pass topology= to each call")
+        members = tuple(
+            Member(rank, self.channel.global_ranks[rank], row[0], row[1])
+            for rank, row in enumerate(rows)
+        )
+        if requested is None:
+            requested = topology_of_hosts([m.host for m in members], self.rank)
+        return members, requested
+
     def _agree_on_model(self, local: CostModel) -> CostModel:
         if self.world_size == 1:
             return local
         tensor = _model_to_tensor(local).to(self.device)
-        dist.broadcast(tensor, src=dist.get_global_rank(self.group, 0), group=self.group)
+        self.channel.broadcast(tensor, 0)
         return _model_from_tensor(tensor.cpu())
 
     def submit(self, job: Callable[[], None], async_op: bool) -> CollectiveHandle | None:
@@ -184,27 +252,40 @@ class Communicator:
                 future.set_result(None)
 
     def close(self) -> None:
-        """Stop the worker thread after the queued jobs (give up waiting after 5 s)."""
+        """Stop the worker thread after the queued jobs (give up waiting after 5 s), then
+        release the channel."""
         with self._lock:
             worker, self._worker = self._worker, None
             if worker is not None:
                 self._jobs.put(None)
         if worker is not None:
             worker.join(timeout=5.0)
+        self.channel.close()
 
 
 _COMMUNICATORS: dict[int, tuple[dist.ProcessGroup, Communicator]] = {}
 
 
 def communicator_for(group: dist.ProcessGroup | None) -> Communicator:
-    """The communicator of ``group`` (the default group if None), created on first use."""
+    """The communicator of ``group`` (the default group if None), created on first use.
+
+    Creating one is a collective of the group's members (it opens scaledl's channel and
+    exchanges who everyone is), so every member must reach its first scaledl call on the group.
+    """
+    existing = existing_communicator(group)
+    if existing is not None:
+        return existing
+    resolved = resolve_group(group)
+    comm = Communicator(resolved)
+    _COMMUNICATORS[id(resolved)] = (resolved, comm)
+    return comm
+
+
+def existing_communicator(group: dist.ProcessGroup | None) -> Communicator | None:
+    """The communicator of ``group`` if one was created, without creating one."""
     resolved = resolve_group(group)
     entry = _COMMUNICATORS.get(id(resolved))
-    if entry is None or entry[0] is not resolved:
-        comm = Communicator(resolved)
-        _COMMUNICATORS[id(resolved)] = (resolved, comm)
-        return comm
-    return entry[1]
+    return entry[1] if entry is not None and entry[0] is resolved else None
 
 
 def forget_communicator(group: dist.ProcessGroup) -> None:

@@ -1,5 +1,6 @@
-"""Native: torch.distributed's own collective, the baseline every benchmark compares against and
-the reference the tests check every other algorithm with.
+"""Native: the backend's own collective (Gloo's, NCCL's), the baseline every benchmark compares
+against and the reference the tests check every other algorithm with.  It runs on scaledl's
+channel of the group, so it is ordered with scaledl's other calls, not with the user's.
 
 On Gloo, ``all_reduce`` runs Gloo's ring (chunked) for large messages; ``reduce_scatter`` is
 emulated with a full allreduce (slower than the allreduce itself, measured in
@@ -15,6 +16,7 @@ import torch.distributed as dist
 
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Collective
+from scaledl.transport.channel import Channel
 
 __all__ = ["run", "SUPPORTS"]
 
@@ -27,23 +29,22 @@ def _torch_op(op: ReduceOp) -> dist.ReduceOp:
 
 
 def run(
-    collective: Collective, buffer: torch.Tensor, op: ReduceOp, group: dist.ProcessGroup,
+    collective: Collective, buffer: torch.Tensor, op: ReduceOp, channel: Channel,
     root: int = 0, shard: torch.Tensor | None = None,
 ) -> None:
-    """Run the native collective.  ``buffer`` is the tensor (allreduce, broadcast, reduce) or the
-    full ``p * m`` input / output (reduce_scatter / allgather) with ``shard`` the ``m`` part."""
+    """Run the backend's collective on scaledl's ``channel``.  ``buffer`` is the tensor
+    (allreduce, broadcast, reduce) or the full ``p * m`` input / output (reduce_scatter /
+    allgather) with ``shard`` the ``m`` part."""
     torch_op = _torch_op(op)
     if collective is Collective.ALLREDUCE:
-        dist.all_reduce(buffer, op=torch_op, group=group)
+        channel.allreduce(buffer, torch_op)
     elif collective is Collective.BROADCAST:
-        dist.broadcast(buffer, src=dist.get_global_rank(group, root), group=group)
+        channel.broadcast(buffer, root)
     elif collective is Collective.REDUCE:
-        dist.reduce(buffer, dst=dist.get_global_rank(group, root), op=torch_op, group=group)
+        channel.reduce(buffer, root, torch_op)
     elif collective is Collective.REDUCE_SCATTER:
         assert shard is not None
-        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        reduce_scatter(shard, buffer, op=torch_op, group=group)
+        channel.reduce_scatter(shard, buffer, torch_op)
     elif collective is Collective.ALLGATHER:
         assert shard is not None
-        all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        all_gather(buffer, shard, group=group)
+        channel.allgather(buffer, shard)
