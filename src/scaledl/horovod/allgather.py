@@ -21,13 +21,20 @@ from scaledl.horovod.paths import launch_allgather
 from scaledl.horovod.process_sets import ProcessSet, context_of, global_process_set
 from scaledl.horovod.tensors import check_tensor, work_dtype
 
-__all__ = ["allgather_async", "grouped_allgather_async"]
+__all__ = ["allgather_async", "grouped_allgather_async", "start_allgather"]
 
 
 def allgather_async(
     tensor: torch.Tensor, name: str | None = None, process_set: ProcessSet = global_process_set
 ) -> Handle[torch.Tensor]:
     """Start gathering ``tensor`` from every member (the input is not modified)."""
+    return start_allgather(tensor, name, process_set)
+
+
+def start_allgather(
+    tensor: torch.Tensor, name: str | None, process_set: ProcessSet, blocking: bool = False
+) -> Handle[torch.Tensor]:
+    """Negotiate and start (or, ``blocking``, run) one allgather."""
     check_tensor(tensor, "allgather")
     context = context_of(process_set)
     problem = tensor_problem(tensor)
@@ -44,7 +51,7 @@ def allgather_async(
     shard = torch.zeros(longest * row_numel, dtype=work, device=tensor.device)
     shard[:tensor.numel()].view(tensor.shape).copy_(tensor.detach())
     gathered = torch.empty(context.size * shard.numel(), dtype=work, device=tensor.device)
-    handle = launch_allgather(context, gathered, shard) if shard.numel() else None
+    handle = launch_allgather(context, gathered, shard, blocking) if shard.numel() else None
     what = f"allgather {name or ''}".strip()
 
     def finish() -> torch.Tensor:

@@ -26,7 +26,8 @@ from scaledl.horovod.reduce_ops import Average, ReduceOperation, resolve_op
 from scaledl.horovod.tensors import Staged, check_tensor, scale_, stage, work_dtype
 
 __all__ = ["allreduce_async", "allreduce_async_", "allreduce_", "grouped_allreduce_async",
-           "grouped_allreduce_async_", "grouped_allreduce_", "reduction_plan", "tensor_problem"]
+           "grouped_allreduce_async_", "grouped_allreduce_", "start_allreduce", "start_grouped",
+           "reduction_plan", "tensor_problem"]
 
 
 def tensor_problem(tensor: torch.Tensor) -> Problem:
@@ -47,17 +48,18 @@ def reduction_plan(
     return True, postscale / size
 
 
-def _allreduce(
+def start_allreduce(
     tensor: torch.Tensor, in_place: bool, name: str | None, op: ReduceOperation,
-    prescale: float, postscale: float, process_set: ProcessSet,
+    prescale: float, postscale: float, process_set: ProcessSet, blocking: bool = False,
 ) -> Handle[torch.Tensor]:
+    """Negotiate, stage and start (or, ``blocking``, run) one allreduce."""
     check_tensor(tensor, "allreduce")
     context = context_of(process_set)
     negotiate(context, Request(Kind.ALLREDUCE, name, tensor.dtype, tuple(tensor.shape),
                                op=int(op), problem=tensor_problem(tensor)))
     staged = stage(tensor, in_place, prescale)
     divide_here, factor = reduction_plan(op, staged.buffer, postscale, context.size)
-    work = launch_allreduce(context, staged.buffer, op, divide_here)
+    work = launch_allreduce(context, staged.buffer, op, divide_here, blocking)
     return Handle([work], lambda: staged.finish(factor), f"allreduce {name or ''}".strip())
 
 
@@ -67,8 +69,8 @@ def allreduce_async(
     postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set,
 ) -> Handle[torch.Tensor]:
     """Start reducing ``tensor`` over the process set into a new tensor (Average by default)."""
-    return _allreduce(tensor, False, name, resolve_op(op, average), prescale_factor,
-                      postscale_factor, process_set)
+    return start_allreduce(tensor, False, name, resolve_op(op, average), prescale_factor,
+                           postscale_factor, process_set)
 
 
 def allreduce_async_(
@@ -77,8 +79,8 @@ def allreduce_async_(
     postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set,
 ) -> Handle[torch.Tensor]:
     """Start reducing ``tensor`` over the process set in place."""
-    return _allreduce(tensor, True, name, resolve_op(op, average), prescale_factor,
-                      postscale_factor, process_set)
+    return start_allreduce(tensor, True, name, resolve_op(op, average), prescale_factor,
+                           postscale_factor, process_set)
 
 
 def allreduce_(
@@ -87,8 +89,8 @@ def allreduce_(
     postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set,
 ) -> torch.Tensor:
     """Reduce ``tensor`` over the process set in place and return it."""
-    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                            process_set).wait()
+    return start_allreduce(tensor, True, name, resolve_op(op, average), prescale_factor,
+                           postscale_factor, process_set, blocking=True).wait()
 
 
 # -- grouped ------------------------------------------------------------------------------------
@@ -122,29 +124,30 @@ def _fuse(tensors: Sequence[torch.Tensor], prescale: float) -> list[tuple[list[i
 
 def launch_grouped(
     context: SetContext, fused: list[tuple[list[int], torch.Tensor]], op: ReduceOperation,
-    postscale: float,
+    postscale: float, blocking: bool = False,
 ) -> tuple[list[CollectiveHandle | None], list[float]]:
     """Start one allreduce per fused buffer; the handles and the factors to apply after."""
     works: list[CollectiveHandle | None] = []
     factors = []
     for _, buffer in fused:
         divide_here, factor = reduction_plan(op, buffer, postscale, context.size)
-        works.append(launch_allreduce(context, buffer, op, divide_here))
+        works.append(launch_allreduce(context, buffer, op, divide_here, blocking))
         factors.append(factor)
     return works, factors
 
 
-def _grouped(
+def start_grouped(
     tensors: Sequence[torch.Tensor], in_place: bool, name: str | None, op: ReduceOperation,
-    prescale: float, postscale: float, process_set: ProcessSet,
+    prescale: float, postscale: float, process_set: ProcessSet, blocking: bool = False,
 ) -> Handle[list[torch.Tensor]]:
+    """Negotiate once, fuse per dtype and start (or run) the group's allreduces."""
     tensors = [check_tensor(t, "grouped_allreduce") for t in tensors]
     context = context_of(process_set)
     negotiate(context, _group_request(tensors, name, op))
     fused = _fuse(tensors, prescale)
     outputs = list(tensors) if in_place else [
         torch.empty_like(t.detach(), memory_format=torch.contiguous_format) for t in tensors]
-    works, factors = launch_grouped(context, fused, op, postscale)
+    works, factors = launch_grouped(context, fused, op, postscale, blocking)
 
     def finish() -> list[torch.Tensor]:
         for (indices, buffer), factor in zip(fused, factors):
@@ -165,8 +168,8 @@ def grouped_allreduce_async(
     postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set,
 ) -> Handle[list[torch.Tensor]]:
     """Start reducing every tensor of ``tensors`` (one fused collective per dtype)."""
-    return _grouped(tensors, False, name, resolve_op(op, average), prescale_factor,
-                    postscale_factor, process_set)
+    return start_grouped(tensors, False, name, resolve_op(op, average), prescale_factor,
+                         postscale_factor, process_set)
 
 
 def grouped_allreduce_async_(
@@ -175,8 +178,8 @@ def grouped_allreduce_async_(
     postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set,
 ) -> Handle[list[torch.Tensor]]:
     """Start reducing every tensor of ``tensors`` in place."""
-    return _grouped(tensors, True, name, resolve_op(op, average), prescale_factor,
-                    postscale_factor, process_set)
+    return start_grouped(tensors, True, name, resolve_op(op, average), prescale_factor,
+                         postscale_factor, process_set)
 
 
 def grouped_allreduce_(
@@ -185,5 +188,5 @@ def grouped_allreduce_(
     postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set,
 ) -> list[torch.Tensor]:
     """Reduce every tensor of ``tensors`` in place; return them."""
-    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                    postscale_factor, process_set).wait()
+    return start_grouped(tensors, True, name, resolve_op(op, average), prescale_factor,
+                         postscale_factor, process_set, blocking=True).wait()

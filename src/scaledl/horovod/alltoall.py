@@ -22,7 +22,7 @@ from scaledl.horovod.paths import submit_native
 from scaledl.horovod.process_sets import ProcessSet, context_of, global_process_set
 from scaledl.horovod.tensors import check_tensor, work_dtype
 
-__all__ = ["alltoall_async"]
+__all__ = ["alltoall_async", "start_alltoall"]
 
 Splits = Sequence[int] | torch.Tensor | None
 
@@ -48,6 +48,14 @@ def alltoall_async(
     process_set: ProcessSet = global_process_set,
 ) -> Handle[tuple[torch.Tensor, torch.Tensor]]:
     """Start the exchange; the result is ``(output, received_splits)``."""
+    return start_alltoall(tensor, splits, name, process_set)
+
+
+def start_alltoall(
+    tensor: torch.Tensor, splits: Splits, name: str | None, process_set: ProcessSet,
+    blocking: bool = False,
+) -> Handle[tuple[torch.Tensor, torch.Tensor]]:
+    """Negotiate and start (or, ``blocking``, run) one alltoall."""
     check_tensor(tensor, "alltoall")
     context = context_of(process_set)
     send, problem = _splits(tensor, splits, context.size)
@@ -75,5 +83,5 @@ def alltoall_async(
         result.append((shaped.to(device=tensor.device, dtype=tensor.dtype),
                        torch.tensor(received, dtype=torch.int32)))
 
-    handle = submit_native(context, exchange)
+    handle = submit_native(context, exchange, blocking)
     return Handle([handle], lambda: result[0], f"alltoall {name or ''}".strip())

@@ -18,7 +18,8 @@ from scaledl.horovod.paths import launch_broadcast
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.tensors import check_tensor, stage, work_dtype
 
-__all__ = ["broadcast_async", "broadcast_async_", "broadcast_", "broadcast_tensors_"]
+__all__ = ["broadcast_async", "broadcast_async_", "broadcast_", "broadcast_tensors_",
+           "start_broadcast"]
 
 
 def _root_problem(context: SetContext, root_rank: int) -> Problem:
@@ -26,10 +27,11 @@ def _root_problem(context: SetContext, root_rank: int) -> Problem:
     return Problem.NONE if valid else Problem.ROOT
 
 
-def _broadcast(
+def start_broadcast(
     tensor: torch.Tensor, root_rank: int, in_place: bool, name: str | None,
-    process_set: ProcessSet,
+    process_set: ProcessSet, blocking: bool = False,
 ) -> Handle[torch.Tensor]:
+    """Negotiate, stage and start (or, ``blocking``, run) one broadcast."""
     check_tensor(tensor, "broadcast")
     context = context_of(process_set)
     problem = tensor_problem(tensor)
@@ -39,7 +41,7 @@ def _broadcast(
     negotiate(context, Request(Kind.BROADCAST, name, tensor.dtype, tuple(tensor.shape),
                                root=root, problem=problem))
     staged = stage(tensor, in_place)
-    work = launch_broadcast(context, staged.buffer, root)
+    work = launch_broadcast(context, staged.buffer, root, blocking)
     return Handle([work], staged.finish, f"broadcast {name or ''}".strip())
 
 
@@ -48,7 +50,7 @@ def broadcast_async(
     process_set: ProcessSet = global_process_set,
 ) -> Handle[torch.Tensor]:
     """Start copying ``root_rank``'s ``tensor`` into a new tensor on every member."""
-    return _broadcast(tensor, root_rank, False, name, process_set)
+    return start_broadcast(tensor, root_rank, False, name, process_set)
 
 
 def broadcast_async_(
@@ -56,7 +58,7 @@ def broadcast_async_(
     process_set: ProcessSet = global_process_set,
 ) -> Handle[torch.Tensor]:
     """Start copying ``root_rank``'s ``tensor`` into ``tensor`` on every member."""
-    return _broadcast(tensor, root_rank, True, name, process_set)
+    return start_broadcast(tensor, root_rank, True, name, process_set)
 
 
 def broadcast_(
@@ -64,7 +66,7 @@ def broadcast_(
     process_set: ProcessSet = global_process_set,
 ) -> torch.Tensor:
     """Copy ``root_rank``'s ``tensor`` into ``tensor`` on every member; return it."""
-    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+    return start_broadcast(tensor, root_rank, True, name, process_set, blocking=True).wait()
 
 
 @torch.no_grad()

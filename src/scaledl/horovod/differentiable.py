@@ -21,14 +21,14 @@ from typing import Any
 import torch
 
 from scaledl.horovod import runtime
-from scaledl.horovod.allgather import allgather_async, grouped_allgather_async
-from scaledl.horovod.allreduce import allreduce_async, grouped_allreduce_async
-from scaledl.horovod.alltoall import Splits, alltoall_async
-from scaledl.horovod.broadcast import broadcast_async
+from scaledl.horovod.allgather import grouped_allgather_async, start_allgather
+from scaledl.horovod.allreduce import start_allreduce, start_grouped
+from scaledl.horovod.alltoall import Splits, start_alltoall
+from scaledl.horovod.broadcast import start_broadcast
 from scaledl.horovod.compression import Compression, Compressor
 from scaledl.horovod.process_sets import ProcessSet, global_process_set
 from scaledl.horovod.reduce_ops import Average, ReduceOperation, Sum, resolve_op
-from scaledl.horovod.reducescatter import grouped_reducescatter_async, reducescatter_async
+from scaledl.horovod.reducescatter import grouped_reducescatter_async, start_reducescatter
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
            "alltoall", "reducescatter", "grouped_reducescatter"]
@@ -43,13 +43,13 @@ class _Allreduce(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, op: ReduceOperation, pre: float, post: float,
                 process_set: ProcessSet, name: str | None) -> torch.Tensor:
         ctx.saved = (op, pre, post, process_set)
-        return allreduce_async(tensor, None, name, op, pre, post, process_set).wait()
+        return start_allreduce(tensor, False, name, op, pre, post, process_set, True).wait()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         op, pre, post, process_set = ctx.saved
-        reduced = allreduce_async(grad.contiguous(), None, None, op, pre, post, process_set)
-        return (reduced.wait(), None, None, None, None, None)
+        reduced = start_allreduce(grad, False, None, op, pre, post, process_set, True).wait()
+        return (reduced, None, None, None, None, None)
 
 
 def allreduce(
@@ -65,8 +65,8 @@ def allreduce(
         result = _Allreduce.apply(  # type: ignore[no-untyped-call]
             compressed, reduce_op, prescale_factor, postscale_factor, process_set, name)
     else:
-        result = allreduce_async(compressed, None, name, reduce_op, prescale_factor,
-                                 postscale_factor, process_set).wait()
+        result = start_allreduce(compressed, False, name, reduce_op, prescale_factor,
+                                 postscale_factor, process_set, True).wait()
     return compression.decompress(result, context)
 
 
@@ -78,8 +78,8 @@ def grouped_allreduce(
 ) -> list[torch.Tensor]:
     """Reduce every tensor of ``tensors`` into new tensors (not differentiable here)."""
     pairs = [compression.compress(t) for t in tensors]
-    reduced = grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor,
-                                      postscale_factor, process_set).wait()
+    reduced = start_grouped([p[0] for p in pairs], False, name, resolve_op(op, average),
+                            prescale_factor, postscale_factor, process_set, True).wait()
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
@@ -88,14 +88,13 @@ class _Allgather(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None,
                 process_set: ProcessSet) -> torch.Tensor:
         ctx.saved = (tensor.shape[0], process_set)
-        return allgather_async(tensor, name, process_set).wait()
+        return start_allgather(tensor, name, process_set, True).wait()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         rows, process_set = ctx.saved
-        reduced = allreduce_async(grad.contiguous(), None, None, Average, 1.0, 1.0,
-                                  process_set).wait()
-        counts = allgather_async(torch.tensor([rows]), None, process_set).wait().tolist()
+        reduced = start_allreduce(grad, False, None, Average, 1.0, 1.0, process_set, True).wait()
+        counts = start_allgather(torch.tensor([rows]), None, process_set, True).wait().tolist()
         first = sum(counts[:process_set.rank() or 0])
         return (reduced.narrow(0, first, rows), None, None)
 
@@ -108,7 +107,7 @@ def allgather(
         gathered: torch.Tensor = _Allgather.apply(  # type: ignore[no-untyped-call]
             tensor, name, process_set)
         return gathered
-    return allgather_async(tensor, name, process_set).wait()
+    return start_allgather(tensor, name, process_set, True).wait()
 
 
 def grouped_allgather(
@@ -124,13 +123,12 @@ class _Broadcast(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: str | None,
                 process_set: ProcessSet) -> torch.Tensor:
         ctx.saved = (root_rank, process_set)
-        return broadcast_async(tensor, root_rank, name, process_set).wait()
+        return start_broadcast(tensor, root_rank, False, name, process_set, True).wait()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         root_rank, process_set = ctx.saved
-        reduced = allreduce_async(grad.contiguous(), None, None, Average, 1.0, 1.0,
-                                  process_set).wait()
+        reduced = start_allreduce(grad, False, None, Average, 1.0, 1.0, process_set, True).wait()
         if runtime.current().rank != root_rank:
             reduced.zero_()
         return (reduced, None, None, None)
@@ -145,14 +143,14 @@ def broadcast(
         copied: torch.Tensor = _Broadcast.apply(  # type: ignore[no-untyped-call]
             tensor, root_rank, name, process_set)
         return copied
-    return broadcast_async(tensor, root_rank, name, process_set).wait()
+    return start_broadcast(tensor, root_rank, False, name, process_set, True).wait()
 
 
 class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, splits: Splits, name: str | None,
                 process_set: ProcessSet) -> tuple[torch.Tensor, torch.Tensor]:
-        output, received = alltoall_async(tensor, splits, name, process_set).wait()
+        output, received = start_alltoall(tensor, splits, name, process_set, True).wait()
         ctx.saved = (received, process_set)
         ctx.mark_non_differentiable(received)
         return output, received
@@ -160,7 +158,7 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor, *unused: Any) -> tuple[torch.Tensor | None, ...]:
         received, process_set = ctx.saved
-        back, _ = alltoall_async(grad.contiguous(), received, None, process_set).wait()
+        back, _ = start_alltoall(grad, received, None, process_set, True).wait()
         return (back, None, None, None)
 
 
@@ -174,7 +172,7 @@ def alltoall(
         output, received = _Alltoall.apply(  # type: ignore[no-untyped-call]
             tensor, splits, name, process_set)
     else:
-        output, received = alltoall_async(tensor, splits, name, process_set).wait()
+        output, received = start_alltoall(tensor, splits, name, process_set, True).wait()
     return output if splits is None else (output, received)
 
 
@@ -183,14 +181,15 @@ class _Reducescatter(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: ReduceOperation,
                 process_set: ProcessSet, pre: float, post: float) -> torch.Tensor:
         ctx.saved = (op, process_set, pre, post)
-        return reducescatter_async(tensor, name, op, process_set, pre, post).wait()
+        return start_reducescatter(tensor, name, op, process_set, pre, post, True).wait()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         op, process_set, pre, post = ctx.saved
         factor = (process_set.size() or 1) if op is Sum else 1
         scaled = grad * (factor * pre * post)
-        return (allgather_async(scaled, None, process_set).wait(), None, None, None, None, None)
+        gathered = start_allgather(scaled, None, process_set, True).wait()
+        return (gathered, None, None, None, None, None)
 
 
 def reducescatter(
@@ -206,8 +205,8 @@ def reducescatter(
         result = _Reducescatter.apply(  # type: ignore[no-untyped-call]
             compressed, name, reduce_op, process_set, prescale_factor, postscale_factor)
     else:
-        result = reducescatter_async(compressed, name, reduce_op, process_set, prescale_factor,
-                                     postscale_factor).wait()
+        result = start_reducescatter(compressed, name, reduce_op, process_set, prescale_factor,
+                                     postscale_factor, True).wait()
     return compression.decompress(result, context)
 
 

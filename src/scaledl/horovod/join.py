@@ -66,5 +66,5 @@ def serve(context: SetContext, agreement: Agreement) -> None:
     op = ReduceOperation(row.op)
     buffer = torch.full((row.numel,), identity(op, work), dtype=work, device=context.device)
     divide_here = not buffer.is_floating_point()
-    handle = launch_allreduce(context, buffer, op, divide_here)
+    handle = launch_allreduce(context, buffer, op, divide_here, blocking=True)
     Handle([handle], lambda: None, f"{row.kind.label} for the ranks still running").wait()

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from scaledl.horovod import runtime
-from scaledl.horovod.allgather import allgather_async
+from scaledl.horovod.allgather import start_allgather
 from scaledl.horovod.broadcast import broadcast_, broadcast_tensors_
 from scaledl.horovod.process_sets import ProcessSet, global_process_set
 
@@ -62,8 +62,9 @@ def allgather_object(
     """Every member's ``obj``, in set-rank order."""
     words = _to_words(obj)
     base = name or type(obj).__name__
-    lengths = allgather_async(torch.tensor([words.numel()]), f"{base}.length", process_set).wait()
-    gathered = allgather_async(words, f"{base}.data", process_set).wait()
+    lengths = start_allgather(torch.tensor([words.numel()]), f"{base}.length", process_set,
+                              True).wait()
+    gathered = start_allgather(words, f"{base}.data", process_set, True).wait()
     objects, offset = [], 0
     for length in lengths.tolist():
         objects.append(_from_words(gathered[offset:offset + length]))

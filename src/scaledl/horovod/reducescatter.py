@@ -23,7 +23,8 @@ from scaledl.horovod.process_sets import ProcessSet, context_of, global_process_
 from scaledl.horovod.reduce_ops import Average, Product, ReduceOperation, resolve_op, scaledl_op
 from scaledl.horovod.tensors import check_tensor, scale_, work_dtype
 
-__all__ = ["reducescatter_async", "grouped_reducescatter_async", "slice_rows"]
+__all__ = ["reducescatter_async", "grouped_reducescatter_async", "start_reducescatter",
+           "slice_rows"]
 
 
 def slice_rows(rows: int, size: int, rank: int) -> tuple[int, int]:
@@ -38,6 +39,15 @@ def reducescatter_async(
     postscale_factor: float = 1.0,
 ) -> Handle[torch.Tensor]:
     """Start reducing ``tensor``; the result is this member's slice (input not modified)."""
+    return start_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor)
+
+
+def start_reducescatter(
+    tensor: torch.Tensor, name: str | None, op: ReduceOperation | None,
+    process_set: ProcessSet, prescale_factor: float, postscale_factor: float,
+    blocking: bool = False,
+) -> Handle[torch.Tensor]:
+    """Negotiate, pad and start (or, ``blocking``, run) one reduce-scatter."""
     check_tensor(tensor, "reducescatter")
     reduce_op = resolve_op(op)
     if reduce_op is Product:
@@ -66,7 +76,7 @@ def reducescatter_async(
     divide_here, factor = reduction_plan(reduce_op, output, postscale_factor, size)
     name_op = scaledl_op(reduce_op, divide_here)
     assert name_op is not None
-    handle = launch_reduce_scatter(context, output, source, name_op) if block else None
+    handle = launch_reduce_scatter(context, output, source, name_op, blocking) if block else None
     _, mine = slice_rows(rows, size, context.rank)
 
     def finish() -> torch.Tensor:
