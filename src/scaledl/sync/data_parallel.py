@@ -8,7 +8,8 @@ otherwise a ``ValueError`` naming the first difference, on every rank) and takes
 parameters and buffers.  During backward, gradients are packed into buckets in reverse
 registration order and each full bucket is averaged with an asynchronous scaledl allreduce
 while backward goes on (:mod:`scaledl.sync.reducer`); the end of backward waits for the last
-ones.  ``no_sync()`` skips the reduction for gradient accumulation.
+ones.  ``no_sync()`` skips the reduction for gradient accumulation (decided at forward time, as
+in DDP).  A backward that raises is survived: the next one reduces normally.
 
 A parameter that gets no gradient in a step (a branch not taken, on one rank or all) does not
 hang the job: at the end of backward its slot contributes its accumulated ``.grad`` or zeros,
@@ -63,6 +64,8 @@ class DataParallel(nn.Module):
         named = list(module.named_parameters())
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
         self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline)
+        self.require_backward_grad_sync = True
+        """False inside :meth:`no_sync`; read by :meth:`forward`, as in DDP."""
 
     def _launch(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
         return collectives.allreduce(
@@ -71,7 +74,12 @@ class DataParallel(nn.Module):
         )
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the wrapped module (after taking rank 0's buffers, like DDP)."""
+        """Run the wrapped module (after taking rank 0's buffers, like DDP).
+
+        Whether the backward of this forward averages gradients is decided here, as DDP
+        decides it: by whether the forward ran inside :meth:`no_sync`.
+        """
+        self.reducer.enabled = self.require_backward_grad_sync
         if self.broadcast_buffers and self.world_size > 1:
             buffers = [b for b in self.module.buffers()]
             if buffers:
@@ -80,13 +88,14 @@ class DataParallel(nn.Module):
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Accumulate gradients locally; the next backward outside the block averages the sum."""
-        previous = self.reducer.enabled
-        self.reducer.enabled = False
+        """Accumulate gradients locally: the backward of a forward run inside the block does not
+        average (DDP's rule: the forward decides); the first one outside averages the sum."""
+        previous = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
         try:
             yield
         finally:
-            self.reducer.enabled = previous
+            self.require_backward_grad_sync = previous
 
     @property
     def stats(self) -> SyncStats:

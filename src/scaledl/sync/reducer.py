@@ -14,6 +14,14 @@ How one backward pass goes:
    contributes zero instead of hanging the others; then every collective is waited for and each
    parameter's ``.grad`` becomes a view of its slot, holding the reduced gradient.
 
+A backward that raises (an out-of-memory error, a bad batch) never reaches step 3: autograd
+drops the queued callback.  The reducer notices at the next backward, because its hooks then
+fire in another autograd graph task: it first finishes the abandoned step (launches the buckets
+not yet launched, whatever they hold, and waits for all of them, discarding the results), so
+every rank has issued the same sequence of collectives, then reduces the new backward as usual.
+``enabled`` is read when the hooks fire; :class:`~scaledl.sync.data_parallel.DataParallel`
+sets it at forward time, as DDP decides ``no_sync`` in its forward.
+
 The reduction itself (allreduce-average, or reduce to a root) is the ``launch`` callable, so the
 same machinery serves data parallelism and the reduce-broadcast strategy.  Time spent by the
 collectives (on the communicator's thread) and time the training thread was blocked waiting for
@@ -24,6 +32,7 @@ backward computation follows.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +45,8 @@ from scaledl.collectives import CollectiveHandle
 from scaledl.sync.bucketing import Bucket
 
 __all__ = ["GradientReducer", "SyncStats", "SpanRecorder", "Launch"]
+
+log = logging.getLogger(__name__)
 
 Launch = Callable[[Bucket, torch.Tensor], "CollectiveHandle | None"]
 """Start the collective of one bucket's flat buffer; return its handle (None if synchronous)."""
@@ -130,6 +141,8 @@ class GradientReducer:
         self._ready: set[str] = set()
         self._handles: list[CollectiveHandle | None] = []
         self._queued = False
+        self._task: int | None = None
+        """Autograd graph task whose end-of-backward callback is queued."""
 
     def _hook_for(self, name: str) -> Callable[[torch.Tensor], None]:
         def hook(param: torch.Tensor) -> None:
@@ -138,8 +151,11 @@ class GradientReducer:
         return hook
 
     def _mark_ready(self, name: str, param: torch.Tensor) -> None:
+        task = _graph_task()
+        if self._queued and task != self._task:
+            self._abandon()
         if not self._queued:
-            self._queued = True
+            self._queued, self._task = True, task
             torch.autograd.Variable._execution_engine.queue_callback(self.finish)
         if name in self._ready:
             return
@@ -168,6 +184,19 @@ class GradientReducer:
             elif param.grad.data_ptr() != view.data_ptr():
                 view.copy_(param.grad)
             self._ready.add(name)
+
+    def _abandon(self) -> None:
+        """Close a step whose backward raised: launch and wait for every bucket, then reset."""
+        log.warning("a backward pass raised before its gradients were reduced; closing that "
+                    "step (its gradients are discarded) before reducing this one")
+        try:
+            while len(self._handles) < len(self.buckets):
+                self._launch_next()
+            for handle in self._handles:
+                if handle is not None:
+                    handle.wait()
+        finally:
+            self._begin_step()
 
     def finish(self) -> None:
         """Launch what is left, wait for everything, expose the reduced gradients.
@@ -216,3 +245,8 @@ class GradientReducer:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+
+
+def _graph_task() -> int:
+    """Id of the autograd graph task running this hook (each backward call gets a new one)."""
+    return int(torch._C._current_graph_task_id())
