@@ -77,7 +77,15 @@ def _errors_worker(rank: int, world: int) -> int:
     model = nn.Linear(2, 1)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                          named_parameters=model.named_parameters())
-    model(torch.ones(1, 2)).sum().backward()
+    with pytest.raises(hvd.MismatchError, match="rank 0 called DistributedOptimizer gradient "
+                       "reduction but rank 1 called allreduce"):
+        if rank == 0:
+            model(torch.ones(1, 2)).sum().backward()
+        else:
+            hvd.allreduce(torch.zeros(1))
+    optimizer.zero_grad()
+    model(torch.full((1, 2), float(rank))).sum().backward()  # recovered: reduces again
+    assert model.weight.grad is not None and model.weight.grad.tolist() == [[0.5, 0.5]]
     with pytest.raises(RuntimeError, match="more than backward_passes_per_step=1"):
         model(torch.ones(1, 2)).sum().backward()
     optimizer.step()

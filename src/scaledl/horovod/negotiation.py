@@ -29,8 +29,8 @@ from scaledl.horovod.process_sets import SetContext
 from scaledl.horovod.reduce_ops import ReduceOperation
 from scaledl.horovod.tensors import MIXED, dtype_code, dtype_name
 
-__all__ = ["Kind", "Problem", "Request", "Row", "Agreement", "negotiate", "signature_of",
-           "MAX_DIMS"]
+__all__ = ["Kind", "Problem", "Request", "Row", "Agreement", "Pending", "negotiate",
+           "signature_of", "MAX_DIMS"]
 
 MAX_DIMS = 6
 _ALLGATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -227,21 +227,43 @@ class Agreement:
         return None
 
 
+class Pending:
+    """A negotiation round in flight (the DistributedOptimizer overlaps it with backward)."""
+
+    def __init__(self, context: SetContext, request: Request) -> None:
+        self._context = context
+        self._request = request
+        mine = torch.tensor(request.encode(), dtype=torch.int64)
+        self._everyone = torch.empty(context.size * _FIELDS, dtype=torch.int64)
+        self._work: dist.Work | None = None
+        try:
+            self._work = _ALLGATHER(self._everyone, mine, group=context.control, async_op=True)
+        except RuntimeError as error:
+            raise self._failure(error) from error
+
+    def _failure(self, error: BaseException) -> HorovodInternalError:
+        context, text = self._context, str(error).splitlines()
+        return HorovodInternalError(
+            f"{self._request.kind.label} on rank {context.ranks[context.rank]}: the ranks of "
+            f"process set {list(context.ranks)} did not all reach it (a rank died, timed out or "
+            f"issued fewer collectives): {text[0] if text else repr(error)}")
+
+    def result(self) -> Agreement:
+        """Wait for every member's row; raise ``MismatchError`` unless all calls match."""
+        try:
+            if self._work is not None:
+                self._work.wait()
+        except RuntimeError as error:
+            raise self._failure(error) from error
+        values = self._everyone.view(self._context.size, _FIELDS).tolist()
+        agreement = Agreement(tuple(Row.decode(v) for v in values), self._context.ranks)
+        if self._request.kind is not Kind.JOIN:
+            problem = agreement.verdict()
+            if problem is not None:
+                raise MismatchError(problem)
+        return agreement
+
+
 def negotiate(context: SetContext, request: Request) -> Agreement:
     """Exchange ``request`` with every member; raise ``MismatchError`` unless all calls match."""
-    mine = torch.tensor(request.encode(), dtype=torch.int64)
-    everyone = torch.empty(context.size * _FIELDS, dtype=torch.int64)
-    try:
-        _ALLGATHER(everyone, mine, group=context.control)
-    except RuntimeError as error:
-        raise HorovodInternalError(
-            f"{request.kind.label} on rank {context.ranks[context.rank]}: the ranks of process set "
-            f"{list(context.ranks)} did not all reach it (a rank died, timed out or issued fewer "
-            f"collectives): {str(error).splitlines()[0] if str(error) else error!r}") from error
-    values = everyone.view(context.size, _FIELDS).tolist()
-    agreement = Agreement(tuple(Row.decode(v) for v in values), context.ranks)
-    if request.kind is not Kind.JOIN:
-        problem = agreement.verdict()
-        if problem is not None:
-            raise MismatchError(problem)
-    return agreement
+    return Pending(context, request).result()

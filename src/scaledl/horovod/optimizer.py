@@ -13,8 +13,10 @@ have nothing left to wait for here, except to flush a partial accumulation).
 * ``compression=hvd.Compression.fp16``: each bucket travels as float16;
 * ``op`` (Average, Sum, Min, Max, Product) and ``gradient_predivide_factor`` ``f`` (gradients are
   scaled by ``1/f`` before the sum and by ``f/size`` after);
-* every backward pass that reduces first runs one negotiation round, which lets ranks inside
-  ``hvd.join()`` take part with zero gradients.
+* every backward pass that reduces starts one negotiation round at its first gradient and
+  checks it before the first bucket moves (so it overlaps with backward); it lets ranks inside
+  ``hvd.join()`` take part with zero gradients, and a rank calling something else raises
+  ``MismatchError`` instead of hanging.
 
 It is a ``torch.optim.Optimizer`` sharing ``param_groups`` and ``state`` with the optimizer it
 wraps (learning-rate schedulers and ``GradScaler`` work on it), not an instance of the wrapped
@@ -36,7 +38,7 @@ from scaledl.horovod.compression import Compression, Compressor
 from scaledl.horovod.errors import unsupported
 from scaledl.horovod.allreduce import reduction_plan
 from scaledl.horovod.handles import Handle
-from scaledl.horovod.negotiation import Kind, Request, negotiate, signature_of
+from scaledl.horovod.negotiation import Kind, Pending, Request, negotiate, signature_of
 from scaledl.horovod.paths import launch_allreduce
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.reduce_ops import Average, ReduceOperation, identity, resolve_op
@@ -149,6 +151,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._context: SetContext | None = None
         self._reducer: GradientReducer | None = None
+        self._pending: Pending | None = None
         self._hooks: list[Any] = []
         named = _named(optimizer, named_parameters)
         if process_set.included():
@@ -172,7 +175,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # registered before the reducer's hooks, so they run first on every parameter
         self._hooks = [p.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
             self._on_gradient) for _, p in named]
-        self._reducer = GradientReducer(self.buckets, dict(named), self._launch)
+        self._params = dict(named)
+        self._reducer = GradientReducer(self.buckets, self._params, self._launch)
         context.servers[self._signature] = self
 
     def _request(self) -> Request:
@@ -192,8 +196,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 f"gradients were computed more than backward_passes_per_step={k} times before "
                 "optimizer.step(); call step() after every "
                 f"{k} backward passes, or raise backward_passes_per_step")
-        if self._passes + 1 == k:
-            negotiate(self._context, self._request())
+        if self._passes + 1 == k:  # this pass reduces: tell the others, overlapped with backward
+            self._pending = Pending(self._context, self._request())
         self._passes += 1
         self._pass_open = True
         torch.autograd.Variable._execution_engine.queue_callback(self._close_pass)
@@ -202,8 +206,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _close_pass(self) -> None:
         self._pass_open = False
 
+    def _abandon_pass(self) -> None:
+        """After a failed negotiation inside backward: forget the pass, start a fresh reducer
+        (the aborted backward runs no end-of-backward callbacks)."""
+        assert self._reducer is not None
+        self._passes -= 1
+        self._pass_open = False
+        self._reducer.remove()
+        self._reducer = GradientReducer(self.buckets, self._params, self._launch)
+
     def _launch(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
         assert self._context is not None
+        if self._pending is not None:  # the first bucket: all ranks must agree before data moves
+            pending, self._pending = self._pending, None
+            try:
+                pending.result()
+            except BaseException:
+                self._abandon_pass()
+                raise
         sent, restore = self._compression.compress(buffer)
         scale_(sent, self._prescale)
         divide_here, factor = reduction_plan(self.op, sent, self._postscale, self._context.size)
