@@ -36,7 +36,7 @@ def test_header_round_trip(kind: int, sender: int, version: int, numel: int, off
 
 
 def test_decode_rejects_wrong_size_or_dtype() -> None:
-    with pytest.raises(ProtocolError, match="10 int64"):
+    with pytest.raises(ProtocolError, match=f"{HEADER_LEN} int64"):
         Header.decode(torch.zeros(7, dtype=torch.int64))
     with pytest.raises(ProtocolError, match="int64"):
         Header.decode(torch.zeros(HEADER_LEN, dtype=torch.float32))
@@ -207,7 +207,7 @@ def test_unexpected_error_in_a_serving_thread_drops_that_worker(
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("a bug")
 
-    monkeypatch.setattr(server_module, "recv", broken)
+    monkeypatch.setattr(server_module, "recv_header", broken)
     shard = ServerShard(SPEC, torch.zeros(5), "sgd")
     server = ShardServer(shard, 0, [1, 2], None, 1.0)  # type: ignore[arg-type]
     assert server.join(10.0)

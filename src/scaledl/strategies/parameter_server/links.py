@@ -19,10 +19,10 @@ import torch.distributed as dist
 
 from scaledl.strategies.parameter_server.protocol import (
     HEADER_TAG, PAYLOAD_TAG, REPLY_PAYLOAD_TAG, REPLY_TAG, Header, Kind, ProtocolError, ShardSpec,
-    check_reply, empty_header, expected_payload,
+    check_reply, expected_payload,
 )
 from scaledl.strategies.parameter_server.shard import ServerShard
-from scaledl.strategies.parameter_server.wire import PeerError, isend, recv, wait
+from scaledl.strategies.parameter_server.wire import PeerError, isend, recv, recv_header, wait
 
 __all__ = ["Link", "LocalLink", "RemoteLink", "ServerState", "ExchangeResult"]
 
@@ -240,12 +240,12 @@ class RemoteLink(Link):
 
     def _reply(self, kind: Kind, server: int, spec: ShardSpec,
                out: torch.Tensor | None) -> Header:
-        raw = empty_header()
         first = server not in self._replied
-        recv(raw, server, self.group, REPLY_TAG, self.idle_timeout_s if first else self.timeout_s,
-             f"waiting for the {kind.name} reply of parameter server")
+        frame = recv_header(server, self.group, REPLY_TAG,
+                            self.idle_timeout_s if first else self.timeout_s,
+                            f"waiting for the {kind.name} reply of parameter server")
         self._replied.add(server)
-        header = Header.decode(raw)
+        header = frame.require(f"parameter server rank {server}")
         check_reply(header, kind, server, spec)
         expected = expected_payload(header.kind, spec.numel, self.dtype, bool(header.aux))
         if (header.payload_bytes, header.dtype) != expected or (

@@ -1,8 +1,14 @@
-"""The parameter-server wire protocol: a fixed-size int64 header, then (maybe) one flat payload.
+"""The parameter-server wire protocol: a self-framing int64 header, then (maybe) one payload.
 
 Every message starts with a header tensor of :data:`HEADER_LEN` int64 values::
 
-    [MAGIC, kind, sender, version, numel, offset, aux, shard, payload_bytes, dtype]
+    [MAGIC, header_len, payload_bytes, kind, sender, version, numel, offset, aux, shard, dtype]
+
+The first :data:`FIXED_FIELDS` values are the preamble, laid out the same in every protocol
+version from 3 on: ``MAGIC`` (the family in the high bits, the version in the low 16),
+``header_len`` (how many int64 values this header message has, itself included) and
+``payload_bytes`` (how many bytes follow on the payload tag).  So a receiver can always tell how
+much a sender sent, even a sender of another version, before it trusts any other field.
 
 ``sender`` is the sender's global rank; ``version`` the number of updates the shard had applied
 when the sender read it (requests) or after this request was served (replies); ``numel`` and
@@ -14,12 +20,21 @@ values of the model's dtype (twice that for a STATE reply carrying momentum), or
 Headers and payloads travel on different tags, so a payload can never be mistaken for a header.
 Nothing is pickled.
 
-The server checks every header (:func:`check_request`) before it reads a payload.  A bad one is
-answered with an ERROR header and logged.  Gloo aborts the process when a message is larger than
-the buffer posted for it, so a rejected request's payload is never left in the stream: the server
-receives exactly the announced bytes into a scratch buffer and serves on when they fit in one
-shard; otherwise (or when the magic is wrong, so the header cannot be trusted) it answers ERROR
-and drops that worker without receiving from it again.
+Gloo matches a message with the buffer posted for it by size only loosely: a message larger than
+the buffer aborts the receiving process, a smaller one fills part of it and looks complete.  So
+the receiver never trusts a fixed-size buffer: it receives a header into a buffer of
+:data:`HEADER_CAPACITY` values and a payload into one with spare bytes, both pre-filled with a
+random canary, and checks that exactly the announced size arrived (:mod:`.wire`).  It judges
+the preamble first: a wrong magic family, or a version older than the preamble, means nothing
+else can be trusted; another version, or a header length that is not this version's, is
+rejected, but its announced payload can still be skipped exactly.
+
+The server checks every header (:func:`.wire.recv_header`, then :func:`check_request`) before it
+reads a payload.  A bad one is answered with an ERROR header and logged.  A rejected request's
+payload is never left in the stream: when the framing can be trusted and the announced payload
+fits in one shard, the server receives it and serves on; otherwise it answers ERROR and drops
+that worker without receiving from it again.  A payload whose size differs from its
+announcement is rejected too; the message was consumed whole, so the server serves on.
 """
 
 from __future__ import annotations
@@ -34,12 +49,25 @@ __all__ = [
     "MAGIC", "HEADER_LEN", "HEADER_TAG", "PAYLOAD_TAG", "REPLY_TAG", "REPLY_PAYLOAD_TAG",
     "Kind", "ErrorCode", "Header", "ShardSpec", "ProtocolError", "check_request", "check_reply",
     "REQUEST_KINDS", "REPLY_TO", "empty_header", "DTYPE_CODES", "dtype_code", "payload_size",
-    "expected_payload",
+    "expected_payload", "FIXED_FIELDS", "HEADER_CAPACITY", "LENGTH_INDEX", "PROTOCOL_VERSION",
+    "VERSION_BITS", "FIRST_FRAMED_VERSION",
 ]
 
-MAGIC = 0x5CA1ED1_0002
-"""Protocol identifier (the low 16 bits are the protocol version)."""
-HEADER_LEN = 10
+MAGIC = 0x5CA1ED1_0003
+"""Protocol identifier: the family ``0x5CA1ED1`` above the low 16 bits, the version in them."""
+VERSION_BITS = 16
+PROTOCOL_VERSION = MAGIC & ((1 << VERSION_BITS) - 1)
+"""This protocol's version (3: the self-framing header)."""
+FIRST_FRAMED_VERSION = 3
+"""The first version whose headers start with ``[magic, header_len, payload_bytes]``."""
+HEADER_LEN = 11
+"""int64 values in a header of this version."""
+FIXED_FIELDS = 3
+"""Length of the preamble every version >= 3 starts its header with."""
+LENGTH_INDEX = 1
+"""Where a header holds its own length (in int64 values)."""
+HEADER_CAPACITY = 64
+"""The longest header a receiver takes in (a longer message would abort it inside Gloo)."""
 DTYPE_CODES = {torch.float32: 1, torch.float64: 2, torch.float16: 3, torch.bfloat16: 4}
 """The ``dtype`` field of a header: which dtype the payload has (0: no payload)."""
 HEADER_TAG, PAYLOAD_TAG, REPLY_TAG, REPLY_PAYLOAD_TAG = 71, 72, 73, 74
@@ -78,6 +106,12 @@ class ErrorCode(enum.IntEnum):
     WRONG_RULE = 6
     SERVER_FAULT = 7
     BAD_PAYLOAD = 8
+    BAD_FRAME = 9
+    """The message's size is not the size it declares (or it has no valid preamble)."""
+    BAD_PROTOCOL = 10
+    """Another protocol version."""
+    BAD_HEADER = 11
+    """A header length that is not this version's."""
 
 
 REQUEST_KINDS = frozenset({Kind.PUSH, Kind.EXCHANGE, Kind.PULL, Kind.STATE, Kind.DONE})
@@ -118,10 +152,10 @@ class Header:
     magic: int = MAGIC
 
     def encode(self) -> torch.Tensor:
-        """The header as an int64 tensor of :data:`HEADER_LEN` values."""
-        return torch.tensor([self.magic, self.kind, self.sender, self.version, self.numel,
-                             self.offset, self.aux, self.shard, self.payload_bytes, self.dtype],
-                            dtype=torch.int64)
+        """The header as an int64 tensor of :data:`HEADER_LEN` values, preamble first."""
+        return torch.tensor([self.magic, HEADER_LEN, self.payload_bytes, self.kind, self.sender,
+                             self.version, self.numel, self.offset, self.aux, self.shard,
+                             self.dtype], dtype=torch.int64)
 
     def with_payload(self, payload: torch.Tensor | None) -> Header:
         """This header announcing ``payload`` (its byte count and dtype; nothing for None)."""
@@ -134,8 +168,10 @@ class Header:
         if tensor.dtype != torch.int64 or tensor.numel() != HEADER_LEN:
             raise ProtocolError(f"a header is {HEADER_LEN} int64 values, got {tensor.numel()} "
                                 f"{tensor.dtype} values")
-        magic, kind, sender, version, numel, offset, aux, shard, nbytes, dtype = (
+        magic, length, nbytes, kind, sender, version, numel, offset, aux, shard, dtype = (
             int(v) for v in tensor.tolist())
+        if length != HEADER_LEN:
+            raise ProtocolError(f"a header of {HEADER_LEN} values declares {length} values")
         return cls(kind, sender, version, numel, offset, aux, shard, nbytes, dtype, magic)
 
     @property

@@ -9,10 +9,12 @@ Failures stay local to one worker.  A worker may be quiet for a long time betwee
 (tau local steps, an evaluation, a checkpoint, a slower worker at a collective), so the wait for
 its next request header has its own deadline, ``idle_timeout_s`` (default: none; a worker that
 dies is still noticed at once, because its connection closes).  Once a header has arrived, its
-payload and the reply must move within ``timeout_s``.  A malformed request is answered with an
-ERROR header and logged; when its announced payload fits in one shard that payload is received
-into a scratch buffer and the thread goes on serving, otherwise (or with a wrong magic, when the
-header cannot be trusted) the worker is dropped: the thread never receives from it again, so a
+payload and the reply must move within ``timeout_s``.  Every header and payload is received
+with its exact size checked (:mod:`.wire`), so a longer or shorter message than announced is
+never served.  A malformed request is answered with an ERROR header and logged; when its
+framing can be trusted and its announced payload fits in one shard that payload is received and
+discarded and the thread goes on serving, otherwise (a wrong magic, a message whose size is not
+the size it declares) the worker is dropped: the thread never receives from it again, so a
 stray payload can never be matched with a later receive.  A worker that dies, hangs past a
 deadline, or breaks the protocol, and any unexpected error in its thread, drops that worker with
 a log line while the other threads keep serving.  :meth:`ShardServer.join` returns when every
@@ -29,11 +31,11 @@ import torch
 import torch.distributed as dist
 
 from scaledl.strategies.parameter_server.protocol import (
-    HEADER_TAG, MAGIC, PAYLOAD_TAG, REPLY_PAYLOAD_TAG, REPLY_TAG, REPLY_TO, ErrorCode, Header,
-    Kind, check_request, empty_header,
+    HEADER_TAG, PAYLOAD_TAG, REPLY_PAYLOAD_TAG, REPLY_TAG, REPLY_TO, ErrorCode, Header, Kind,
+    check_request,
 )
 from scaledl.strategies.parameter_server.shard import ServerShard
-from scaledl.strategies.parameter_server.wire import PeerError, recv, send
+from scaledl.strategies.parameter_server.wire import Frame, Inbox, PeerError, recv_header, send
 
 __all__ = ["ShardServer"]
 
@@ -48,10 +50,9 @@ class _Buffers:
     """One serving thread's reusable tensors: the request payload and the reply data."""
 
     def __init__(self, shard: ServerShard) -> None:
-        self.payload = torch.empty_like(shard.params)
+        self.inbox = Inbox(shard.params)
+        """Where request payloads arrive (and a rejected request's payload is discarded)."""
         self.reply = torch.empty_like(shard.params)
-        self.scratch = self.payload.view(torch.uint8)
-        """The payload's bytes: where a rejected request's payload is received and discarded."""
 
 
 class ShardServer:
@@ -134,28 +135,33 @@ class ShardServer:
 
     def _serve_one(self, worker: int, buffers: _Buffers) -> bool:
         """Serve one request from ``worker``; True when it was DONE."""
-        raw = empty_header()
-        recv(raw, worker, self.group, HEADER_TAG, self.idle_timeout_s,
-             "waiting for a request from")
-        header = Header.decode(raw)
-        problem = check_request(header, worker, self.shard.spec, self.shard.version,
-                                self.shard.allowed, self.shard.params.dtype)
-        if problem is not None:
-            self._skip_payload(worker, header, buffers)
-            self._reject(worker, header, *problem)
-            self._drop_if_untrusted(header, buffers)
+        frame = recv_header(worker, self.group, HEADER_TAG, self.idle_timeout_s,
+                            "waiting for a request from")
+        header = frame.header  # None exactly when frame.problem says why
+        problem = frame.problem if header is None else check_request(
+            header, worker, self.shard.spec, self.shard.version, self.shard.allowed,
+            self.shard.params.dtype)
+        if problem is not None or header is None:
+            assert problem is not None
+            self._skip_payload(worker, frame, buffers)
+            self._reject(worker, frame, *problem)
+            self._drop_if_untrusted(frame, buffers)
             return False
         kind = Kind(header.kind)
         payload = None
         if header.payload_bytes:
-            payload = buffers.payload
-            recv(payload, worker, self.group, PAYLOAD_TAG, self.timeout_s, "payload from")
+            if not buffers.inbox.receive(header.payload_bytes, worker, self.group, PAYLOAD_TAG,
+                                         self.timeout_s, "payload from"):
+                self._reject(worker, frame, ErrorCode.BAD_PAYLOAD, "the payload is not the "
+                             f"{header.payload_bytes} bytes its header announced")
+                return False
+            payload = buffers.inbox.tensor
         try:
             reply, data = self.answer(kind, header, payload, buffers.reply)
         except Exception as exc:  # noqa: BLE001 - answered as SERVER_FAULT, then serve on
             log.exception("parameter server rank %d failed to serve %s from rank %d",
                           self.rank, kind.name, worker)
-            self._reject(worker, header, ErrorCode.SERVER_FAULT, str(exc))
+            self._reject(worker, frame, ErrorCode.SERVER_FAULT, str(exc))
             return False
         send(reply.with_payload(data).encode(), worker, self.group, REPLY_TAG, self.timeout_s,
              "reply to")
@@ -164,29 +170,29 @@ class ShardServer:
         return kind == Kind.DONE
 
     @staticmethod
-    def _trusted(header: Header, buffers: _Buffers) -> bool:
-        """Whether ``header``'s announced payload can be received into the scratch buffer."""
-        return header.magic == MAGIC and 0 <= header.payload_bytes <= buffers.scratch.numel()
+    def _trusted(frame: Frame, buffers: _Buffers) -> bool:
+        """Whether ``frame``'s announced payload can be received into the inbox."""
+        return frame.trusted and 0 <= frame.payload_bytes <= buffers.inbox.capacity
 
-    def _skip_payload(self, worker: int, header: Header, buffers: _Buffers) -> None:
+    def _skip_payload(self, worker: int, frame: Frame, buffers: _Buffers) -> None:
         """Receive and discard a rejected request's announced payload, when that is safe."""
-        if self._trusted(header, buffers) and header.payload_bytes:
-            recv(buffers.scratch.narrow(0, 0, header.payload_bytes), worker, self.group,
-                 PAYLOAD_TAG, self.timeout_s, "payload of a rejected request from")
+        if self._trusted(frame, buffers) and frame.payload_bytes:
+            buffers.inbox.receive(frame.payload_bytes, worker, self.group, PAYLOAD_TAG,
+                                  self.timeout_s, "payload of a rejected request from")
 
-    def _drop_if_untrusted(self, header: Header, buffers: _Buffers) -> None:
-        if not self._trusted(header, buffers):
-            why = "wrong magic" if header.magic != MAGIC else (
-                f"announced payload of {header.payload_bytes} bytes exceeds the shard's "
-                f"{buffers.scratch.numel()}")
-            raise _Drop(f"its {header.kind_name} request cannot be skipped safely ({why}); no "
+    def _drop_if_untrusted(self, frame: Frame, buffers: _Buffers) -> None:
+        if not self._trusted(frame, buffers):
+            why = frame.problem[1] if not frame.trusted and frame.problem else (
+                f"announced payload of {frame.payload_bytes} bytes exceeds the shard's "
+                f"{buffers.inbox.capacity}")
+            raise _Drop(f"its {frame.kind_name} request cannot be skipped safely ({why}); no "
                         "further receives from it")
 
-    def _reject(self, worker: int, header: Header, code: ErrorCode, reason: str) -> None:
+    def _reject(self, worker: int, frame: Frame, code: ErrorCode, reason: str) -> None:
         with self._record:
             self.rejected += 1
         log.error("parameter server rank %d rejected a request from rank %d (%s): %s; "
-                  "answering ERROR", self.rank, worker, header.kind_name, reason)
+                  "answering ERROR", self.rank, worker, frame.kind_name, reason)
         error = Header(Kind.ERROR, self.rank, self.shard.version, 0, 0, int(code),
                        self.shard.spec.index)
         send(error.encode(), worker, self.group, REPLY_TAG, self.timeout_s, "error reply to")
