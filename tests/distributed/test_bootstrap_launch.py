@@ -142,5 +142,6 @@ def test_missing_rank_fails_within_the_timeout() -> None:
     )
     assert proc.returncode != 0
     last_line = proc.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("RuntimeError: rank 0 of 2 (torchrun) could not join the process "
+    assert last_line.startswith("scaledl.bootstrap.RendezvousError: rank 0 of 2 (torchrun) could "
+                                "not join the process "
                                 f"group at tcp://127.0.0.1:{env['MASTER_PORT']} within 2 s")
