@@ -77,21 +77,23 @@ def _errors_worker(rank: int, world: int) -> int:
     model = nn.Linear(2, 1)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                          named_parameters=model.named_parameters())
-    with pytest.raises(hvd.MismatchError, match="rank 0 called DistributedOptimizer gradient "
-                       "reduction but rank 1 called allreduce"):
-        if rank == 0:
-            model(torch.ones(1, 2)).sum().backward()
-        else:
-            hvd.allreduce(torch.zeros(1))
-    optimizer.zero_grad()
-    model(torch.full((1, 2), float(rank))).sum().backward()  # recovered: reduces again
+    model(torch.full((1, 2), float(rank))).sum().backward()
     assert model.weight.grad is not None and model.weight.grad.tolist() == [[0.5, 0.5]]
     with pytest.raises(RuntimeError, match="more than backward_passes_per_step=1"):
         model(torch.ones(1, 2)).sum().backward()
     optimizer.step()
     with pytest.raises(ValueError, match="before wrapping"):
         optimizer.add_param_group({"params": [torch.zeros(1, requires_grad=True)]})
-    hvd.shutdown()
+    # last: a rank calling something else during a DistributedOptimizer step
+    optimizer.zero_grad()
+    with pytest.raises(hvd.MismatchError, match="rank 0 called DistributedOptimizer gradient "
+                       "reduction but rank 1 called allreduce"):
+        if rank == 0:
+            model(torch.ones(1, 2)).sum().backward()
+        else:
+            hvd.allreduce(torch.zeros(1))
+    with pytest.raises(hvd.HorovodInternalError, match="unusable since an earlier mismatch"):
+        hvd.barrier()
     return checked
 
 

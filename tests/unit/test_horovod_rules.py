@@ -11,7 +11,7 @@ from scaledl.horovod.errors import UnsupportedError
 from scaledl.horovod.negotiation import Agreement, Kind, Problem, Request, Row
 from scaledl.horovod.reduce_ops import Adasum, Average, Max, Min, Sum, identity, resolve_op
 from scaledl.horovod.reducescatter import slice_rows
-from scaledl.horovod.runtime import Algorithms
+from scaledl.horovod.runtime import STEP_NEGOTIATION_ENV, Algorithms, step_negotiation
 
 
 def test_one_algorithm_applies_where_it_exists_and_pairs_name_each_collective() -> None:
@@ -89,3 +89,13 @@ def test_host_lists() -> None:
         parse_hosts("a:0")
     with pytest.raises(ValueError, match="'gpu9' is not this machine"):
         local_slots([("gpu9", 4)])
+
+
+def test_step_negotiation_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STEP_NEGOTIATION_ENV, raising=False)
+    assert step_negotiation()
+    monkeypatch.setenv(STEP_NEGOTIATION_ENV, "0")
+    assert not step_negotiation()
+    monkeypatch.setenv(STEP_NEGOTIATION_ENV, "off")
+    with pytest.raises(ValueError, match="must be 1 .default. or 0"):
+        step_negotiation()

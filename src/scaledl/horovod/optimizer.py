@@ -13,10 +13,14 @@ have nothing left to wait for here, except to flush a partial accumulation).
 * ``compression=hvd.Compression.fp16``: each bucket travels as float16;
 * ``op`` (Average, Sum, Min, Max, Product) and ``gradient_predivide_factor`` ``f`` (gradients are
   scaled by ``1/f`` before the sum and by ``f/size`` after);
-* every backward pass that reduces starts one negotiation round at its first gradient and
-  checks it before the first bucket moves (so it overlaps with backward); it lets ranks inside
-  ``hvd.join()`` take part with zero gradients, and a rank calling something else raises
-  ``MismatchError`` instead of hanging.
+* every backward pass that reduces starts one negotiation round at its first gradient, without
+  waiting, and checks it at the end of backward: it lets ranks inside ``hvd.join()`` take part
+  with zero gradients, and when another rank called something else every rank raises
+  ``MismatchError`` instead of hanging.  The buckets may already be on their way by then, so
+  after such a mismatch the process set refuses further calls (restart the job).
+  ``SCALEDL_HOROVOD_STEP_NEGOTIATION=0`` skips this round (it costs one small Gloo allgather per
+  step, noticeable only on steps of a few milliseconds); ``join`` then cannot be used while
+  others train.
 
 It is a ``torch.optim.Optimizer`` sharing ``param_groups`` and ``state`` with the optimizer it
 wraps (learning-rate schedulers and ``GradScaler`` work on it), not an instance of the wrapped
@@ -34,6 +38,7 @@ import torch
 from torch import nn
 
 from scaledl.collectives import CollectiveHandle
+from scaledl.horovod import runtime
 from scaledl.horovod.compression import Compression, Compressor
 from scaledl.horovod.errors import unsupported
 from scaledl.horovod.allreduce import reduction_plan
@@ -152,6 +157,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._context: SetContext | None = None
         self._reducer: GradientReducer | None = None
         self._pending: Pending | None = None
+        self._negotiate = True
         self._hooks: list[Any] = []
         named = _named(optimizer, named_parameters)
         if process_set.included():
@@ -163,20 +169,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _attach(self, context: SetContext, named: list[tuple[str, nn.Parameter]],
                 bucket_bytes: int) -> None:
         self._context = context
+        self._negotiate = runtime.step_negotiation()
         self.buckets: list[Bucket] = plan_buckets(named, bucket_bytes)
         self._sent_dtypes = [self._compression.compress(torch.empty(0, dtype=b.dtype))[0].dtype
                              for b in self.buckets]
         layout = ";".join(f"{b.names}{b.numels}{b.dtype}->{d}"
                           for b, d in zip(self.buckets, self._sent_dtypes))
-        self._signature = signature_of(f"{layout} op={int(self.op)} pre={self._prescale}")
+        self._signature = signature_of(
+            f"{layout} op={int(self.op)} pre={self._prescale} negotiate={self._negotiate}")
         total = sum(b.numel for b in self.buckets)
         negotiate(context, Request(Kind.SETUP, None, None, (total,), op=int(self.op),
                                    count=len(self.buckets), signature=self._signature))
         # registered before the reducer's hooks, so they run first on every parameter
         self._hooks = [p.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
             self._on_gradient) for _, p in named]
-        self._params = dict(named)
-        self._reducer = GradientReducer(self.buckets, self._params, self._launch)
+        self._reducer = GradientReducer(self.buckets, dict(named), self._launch)
         context.servers[self._signature] = self
 
     def _request(self) -> Request:
@@ -196,7 +203,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 f"gradients were computed more than backward_passes_per_step={k} times before "
                 "optimizer.step(); call step() after every "
                 f"{k} backward passes, or raise backward_passes_per_step")
-        if self._passes + 1 == k:  # this pass reduces: tell the others, overlapped with backward
+        if self._passes + 1 == k and self._negotiate:  # this pass reduces: tell the others
             self._pending = Pending(self._context, self._request())
         self._passes += 1
         self._pass_open = True
@@ -204,26 +211,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._reducer.enabled = self._passes == k
 
     def _close_pass(self) -> None:
+        """End of backward (before the reducer waits for its buckets): check the negotiation."""
         self._pass_open = False
-
-    def _abandon_pass(self) -> None:
-        """After a failed negotiation inside backward: forget the pass, start a fresh reducer
-        (the aborted backward runs no end-of-backward callbacks)."""
-        assert self._reducer is not None
-        self._passes -= 1
-        self._pass_open = False
-        self._reducer.remove()
-        self._reducer = GradientReducer(self.buckets, self._params, self._launch)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def _launch(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
         assert self._context is not None
-        if self._pending is not None:  # the first bucket: all ranks must agree before data moves
-            pending, self._pending = self._pending, None
-            try:
-                pending.result()
-            except BaseException:
-                self._abandon_pass()
-                raise
         sent, restore = self._compression.compress(buffer)
         scale_(sent, self._prescale)
         divide_here, factor = reduction_plan(self.op, sent, self._postscale, self._context.size)

@@ -25,11 +25,14 @@ from scaledl.topology import Topology
 if TYPE_CHECKING:
     from scaledl.horovod.process_sets import ProcessSet
 
-__all__ = ["ALGORITHM_ENV", "AUTO", "Algorithms", "Runtime", "current", "peek", "install",
-           "group_timeout"]
+__all__ = ["ALGORITHM_ENV", "STEP_NEGOTIATION_ENV", "AUTO", "Algorithms", "Runtime", "current",
+           "peek", "install", "group_timeout", "step_negotiation"]
 
 ALGORITHM_ENV = "SCALEDL_HOROVOD_ALGORITHM"
 """Environment variable choosing the collective algorithm(s) when ``hvd.init`` is given none."""
+STEP_NEGOTIATION_ENV = "SCALEDL_HOROVOD_STEP_NEGOTIATION"
+"""Set to 0 to skip the DistributedOptimizer's per-step negotiation round (faster small steps;
+``hvd.join()`` during training and the mismatch check of optimizer steps are then lost)."""
 AUTO = "auto"
 _ALIASES = {"reducescatter": "reduce_scatter", "reduce-scatter": "reduce_scatter"}
 
@@ -131,6 +134,14 @@ def install(runtime: Runtime | None) -> None:
     """Make ``runtime`` the current one (``None``: not initialized)."""
     global _RUNTIME
     _RUNTIME = runtime
+
+
+def step_negotiation() -> bool:
+    """Whether DistributedOptimizer steps negotiate (``SCALEDL_HOROVOD_STEP_NEGOTIATION``)."""
+    value = os.environ.get(STEP_NEGOTIATION_ENV, "1").strip()
+    if value not in ("0", "1", ""):
+        raise ValueError(f"{STEP_NEGOTIATION_ENV}={value!r} must be 1 (default) or 0")
+    return value != "0"
 
 
 def group_timeout(timeout: float | None) -> timedelta:
