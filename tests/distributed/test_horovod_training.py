@@ -3,13 +3,16 @@
 After several steps of SGD with momentum, parameters trained with ``hvd.DistributedOptimizer``
 equal those trained with DDP on the same per-rank batches: plain, with gradient accumulation
 (``backward_passes_per_step=2`` against DDP's ``no_sync``), with a gradient pre-divide factor,
-with ``op=hvd.Sum`` (against DDP with the learning rate times the world size), with the
-synchronize / clip / skip_synchronize pattern, and, within float16's precision, with
+with ``op=hvd.Sum`` (against DDP with the learning rate times the world size), without the
+per-step negotiation, with the synchronize / clip / skip_synchronize pattern, and, within
+float16's precision, with
 ``Compression.fp16``.  The join test checks the parameters of ranks with uneven numbers of
 batches against a single-process replay of the same steps.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -86,6 +89,7 @@ VARIANTS: list[tuple[str, int, bool, dict[str, object], float]] = [
     ("clip", 1, True, {}, 1e-6),
     ("fp16", 1, False, {"compression": "fp16"}, 2e-3),
     ("sum", 1, False, {"op": "sum"}, 1e-5),
+    ("unnegotiated", 1, False, {"negotiate": "0"}, 1e-6),
 ]
 
 
@@ -102,6 +106,7 @@ def _optimizer_worker(rank: int, world: int) -> list[str]:
             resolved["compression"] = hvd.Compression.fp16
         if resolved.get("op") == "sum":
             resolved["op"] = hvd.Sum
+        os.environ["SCALEDL_HOROVOD_STEP_NEGOTIATION"] = str(resolved.pop("negotiate", "1"))
         got = _train_hvd(rank, passes, clip, **resolved)
         for mine, reference in zip(got, expected):
             torch.testing.assert_close(mine, reference, atol=tolerance, rtol=tolerance,
