@@ -11,6 +11,7 @@ from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compiled import compile_schedules
 from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.iteration import round_robin_schedules, simulate_iteration
+from scaledl.sim.losses import Cycle, Losses, Stack
 from scaledl.sim.network import LinkClass, Network
 from scaledl.sim.profile import Layer, ModelProfile, profile_model
 from scaledl.topology import Topology
@@ -42,17 +43,22 @@ def _network(alpha: float, gbps: float, overhead: float) -> Network:
                               "easgd"]),
     alpha=st.floats(0, 1e-3), gbps=st.floats(0.01, 100), overhead=st.floats(0, 1e-4),
     batch=st.integers(1, 64), tau=st.integers(1, 8), overlap=st.booleans(),
+    kappa=st.floats(0, 2), cv=st.floats(0, 0.2), call=st.floats(0, 1e-3),
+    cycle=st.sampled_from([None, 0.0, 1e-3, 5e-3]),
 )
 def test_never_more_than_linear_speedup(
     sizes: list[int], flops: float, axes: tuple[int, ...], algorithm: str, strategy: str,
     alpha: float, gbps: float, overhead: float, batch: int, tau: int, overlap: bool,
+    kappa: float, cv: float, call: float, cycle: float | None,
 ) -> None:
     if strategy == "reduce-broadcast" and algorithm in ("ring", "halving_doubling"):
         algorithm = "tree"
     profile = _profile(sizes, [flops] * len(sizes), 2)
     sim = CollectiveSimulator(Topology(axes, explicit=True), _network(alpha, gbps, overhead))
+    stack = Stack("random", call, call / 2, None if cycle is None else Cycle(cycle, 4096))
+    losses = Losses(kappa, cv, stack)
     result = simulate_iteration(profile, sim, batch, strategy, algorithm, flops=1e12,
-                                update_s=1e-4, tau=tau, overlap=overlap)
+                                update_s=1e-4, tau=tau, overlap=overlap, losses=losses)
     assert 0 < result.efficiency <= 1.0
     assert result.iteration_s >= result.compute_s + result.update_s
     assert 0 <= result.communication_share < 1

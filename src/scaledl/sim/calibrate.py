@@ -15,7 +15,10 @@ link; a class nothing measured keeps its prior ``alpha`` plus the prior ``overhe
 paying the per-round cost the fitted classes fold in).  An unmeasured rack uplink (no explicit
 ``uplink`` in the prior) is derived from the fitted inter-host link plus ``rack_latency``, so that
 crossing racks never costs less than crossing hosts.  The reduction cost ``gamma`` and the chunk
-size are kept from the prior (the caller picks ``gamma``: see :mod:`scaledl.sim.report`).
+size are kept from the prior (the caller picks ``gamma``: see :mod:`scaledl.cli.simulate_report`).
+With ``cores`` (the measurements' ranks shared that many cores: the emulated cluster), each
+point is replayed with its host CPU model: the prior's ``cpu_beta`` (TCP's cost per byte) and a
+contention of ``ranks / cores``, which is not fitted.
 ``native``'s per-round cost and bandwidth factor are fitted by :mod:`scaledl.sim.native`.
 """
 
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares, nnls
+from scipy.optimize import least_squares, nnls  # type: ignore[import-untyped]
 
 from scaledl.collectives.registry import ALGORITHMS, plan_numel
 from scaledl.collectives.schedule import Collective
@@ -40,6 +43,7 @@ from scaledl.topology import Topology
 
 __all__ = [
     "Point", "load_points", "plan_numel", "fit_network", "validate", "FitResult", "ITEMSIZES",
+    "predict", "on_host",
 ]
 
 ITEMSIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
@@ -118,9 +122,17 @@ def _rows_of(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any], int, dic
     return rows
 
 
-def predict(point: Point, network: Network, merge_equal: bool = True) -> float:
+def on_host(network: Network, point: Point, cores: int | None) -> Network:
+    """``network`` with the CPU contention of ``point``'s ranks on ``cores`` cores."""
+    if cores is None:
+        return network
+    return replace(network, cpu_contention=max(1.0, point.topology.world_size / cores))
+
+
+def predict(point: Point, network: Network, merge_equal: bool = True,
+            cores: int | None = None) -> float:
     """Replayed seconds of ``point``'s collective on ``network``."""
-    costs = cost(point.compiled, point.topology, network, merge_equal)
+    costs = cost(point.compiled, point.topology, on_host(network, point, cores), merge_equal)
     return float(evaluate(point.compiled, costs).max())
 
 
@@ -152,24 +164,26 @@ class FitResult:
         return "\n".join(lines)
 
 
-def _rows(points: Sequence[Point], network: Network) -> tuple[np.ndarray, np.ndarray]:
+def _rows(points: Sequence[Point], network: Network, cores: int | None
+          ) -> tuple[np.ndarray, np.ndarray]:
     rows, known = [], []
     for point in points:
-        costs = cost(point.compiled, point.topology, network, merge_equal=False)
+        costs = cost(point.compiled, point.topology, on_host(network, point, cores),
+                     merge_equal=False)
         path = critical_path(point.compiled, costs)
         rows.append([*path.alpha_counts, *path.byte_counts])
         known.append(path.known)
     return np.array(rows, dtype=np.float64), np.array(known, dtype=np.float64)
 
 
-def _path_fit(points: Sequence[Point], network: Network, max_iterations: int
-              ) -> tuple[Network, np.ndarray, int]:
+def _path_fit(points: Sequence[Point], network: Network, max_iterations: int,
+              cores: int | None = None) -> tuple[Network, np.ndarray, int]:
     """Fixpoint of: replay, take each critical path, non-negative least squares on them."""
     measured = np.array([p.measured_s for p in points])
     fitted = np.zeros(6, dtype=bool)
     iterations = 0
     for iterations in range(1, max_iterations + 1):  # noqa: B007 (the count is returned)
-        rows, known = _rows(points, network)
+        rows, known = _rows(points, network, cores)
         used = rows.any(axis=0)
         fitted |= used
         weights = 1.0 / measured
@@ -188,11 +202,13 @@ def _params(network: Network) -> np.ndarray:
                      *(link.beta for link in network.classes)])
 
 
-def _relative_errors(points: Sequence[Point], network: Network) -> np.ndarray:
-    return np.array([predict(p, network, merge_equal=False) / p.measured_s - 1 for p in points])
+def _relative_errors(points: Sequence[Point], network: Network, cores: int | None = None
+                     ) -> np.ndarray:
+    return np.array([predict(p, network, False, cores) / p.measured_s - 1 for p in points])
 
 
-def _refine(points: Sequence[Point], network: Network, fitted: np.ndarray) -> Network:
+def _refine(points: Sequence[Point], network: Network, fitted: np.ndarray,
+            cores: int | None = None) -> Network:
     """Least squares on the replayed (max-plus) times themselves, in log parameters."""
     start = _params(network)
     floor = np.array([1e-9] * 3 + [1e-15] * 3)
@@ -203,12 +219,14 @@ def _refine(points: Sequence[Point], network: Network, fitted: np.ndarray) -> Ne
         return network.with_classes(tuple(params[:3]), tuple(params[3:]))
 
     x0 = np.log(np.maximum(start[fitted], floor[fitted]))
-    result = least_squares(lambda x: _relative_errors(points, build(x)), x0, diff_step=1e-4,
+    result = least_squares(lambda x: _relative_errors(points, build(x), cores), x0,
+                           diff_step=1e-4,
                            xtol=1e-12, ftol=1e-12, max_nfev=400)
     return build(result.x)
 
 
-def fit_network(points: Sequence[Point], prior: Network, max_iterations: int = 12) -> FitResult:
+def fit_network(points: Sequence[Point], prior: Network, max_iterations: int = 12,
+                cores: int | None = None) -> FitResult:
     """Fit alpha and beta per link class to ``points`` (see the module docstring)."""
     if len(points) < 2:
         raise ValueError(f"calibration needs at least two measurements, got {len(points)}")
@@ -220,11 +238,11 @@ def fit_network(points: Sequence[Point], prior: Network, max_iterations: int = 1
         alphas = tuple(link.alpha * (slow if c else 1.0) for c, link in enumerate(base.classes))
         betas = tuple(link.beta * (slow if c else 1.0) for c, link in enumerate(base.classes))
         network, used, steps = _path_fit(points, base.with_classes(alphas, betas),
-                                         max_iterations)
+                                         max_iterations, cores)
         iterations = max(iterations, steps)
         fitted |= used
-        network = _refine(points, network, used)
-        rms = float(np.sqrt(np.mean(_relative_errors(points, network) ** 2)))
+        network = _refine(points, network, used, cores)
+        rms = float(np.sqrt(np.mean(_relative_errors(points, network, cores) ** 2)))
         if best is None or rms < best[0]:
             best = (rms, network)
     assert best is not None
@@ -253,14 +271,15 @@ def _derive_uplink(prior: Network, params: np.ndarray, fitted: np.ndarray) -> np
 
 
 def validate(
-    points: Sequence[Point], network: Network, min_bytes: int = 1 << 20
+    points: Sequence[Point], network: Network, min_bytes: int = 1 << 20,
+    cores: int | None = None,
 ) -> list[dict[str, Any]]:
     """Predicted vs measured for every point of at least ``min_bytes``."""
     rows = []
     for point in points:
         if point.nbytes < min_bytes:
             continue
-        predicted = predict(point, network)
+        predicted = predict(point, network, cores=cores)
         rows.append({
             "collective": point.collective, "algorithm": point.algorithm,
             "nbytes": point.nbytes, "topology": point.topology.spec

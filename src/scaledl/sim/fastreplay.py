@@ -14,7 +14,9 @@ takes a fraction of a second.  A cycle (a deadlock) raises
 :class:`~scaledl.collectives.schedule.ScheduleError`.  Tests check it against the full replay.
 
 On top of the replay's host-interface sharing, :class:`~scaledl.sim.network.Network` adds
-oversubscribed rack uplinks; see that module.
+oversubscribed rack uplinks and, where bytes pass through host CPUs, a round's CPU time
+(``own`` is at least its sent and received bytes at ``cpu_beta`` plus its reduction, both
+stretched by ``cpu_contention``); see that module.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def _classes(compiled: Compiled, coords: Arr) -> Arr:
     differ = coords[compiled.send_rank] != coords[compiled.send_peer]
     depth = coords.shape[1]
     axis = depth - 1 - np.argmax(differ[:, ::-1], axis=1)
-    return np.minimum(axis, UPLINK)
+    klass: Arr = np.minimum(axis, UPLINK)
+    return klass
 
 
 def _sharers(group: Arr, rnd: Arr, node: Arr, mask: Arr, max_rounds: int) -> Arr:
@@ -114,12 +117,20 @@ def cost(
     link_time = np.where(used, alphas[None, :] + out * betas[None, :], 0.0).max(axis=1)
     reduced = np.zeros(n, dtype=np.float64)
     np.add.at(reduced, compiled.recv_node, compiled.recv_bytes * compiled.recv_reduce)
-    own = np.maximum(link_time, reduced * network.gamma)
-    post = np.minimum(reduced, network.chunk_bytes) * network.gamma + network.overhead
+    gamma = network.gamma * network.cpu_contention
+    own = np.maximum(link_time, reduced * gamma)
+    if network.cpu_beta > 0:  # bytes through the host CPU (TCP): sent + received, + reduction
+        moved = np.zeros(n, dtype=np.float64)
+        np.add.at(moved, node, compiled.send_bytes.astype(np.float64))
+        np.add.at(moved, compiled.recv_node, compiled.recv_bytes.astype(np.float64))
+        own = np.maximum(own, moved * network.cpu_beta * network.cpu_contention + reduced * gamma)
+    post = np.minimum(reduced, network.chunk_bytes) * gamma + network.overhead
     matched = compiled.match
     e_class = klass[matched]
     edge = alphas[e_class] + out[node[matched], e_class] * betas[e_class]
-    return Costs(own, post, edge, klass, out, tuple(alphas), tuple(betas))  # type: ignore[arg-type]
+    a0, a1, a2 = (float(a) for a in alphas)
+    b0, b1, b2 = (float(b) for b in betas)
+    return Costs(own, post, edge, klass, out, (a0, a1, a2), (b0, b1, b2))
 
 
 def _send_pred(compiled: Compiled) -> Arr:

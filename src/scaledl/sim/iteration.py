@@ -19,9 +19,18 @@ plans) and a strategy:
   ``max(tau x step + e, (P - 1) x e)`` with ``e`` one master<->worker exchange (the mean over
   workers).
 
+What real clusters lose (:mod:`scaledl.sim.losses`): every collective call pays the stack's
+per-call overhead; compute that runs beside a collective is slowed by the interference
+``kappa`` (:mod:`scaledl.sim.overlap`); a synchronous step waits for the slowest rank, so
+compute is stretched by ``1 + cv e_P`` (``cv / sqrt(tau)`` for sync-easgd, whose ranks meet
+every ``tau`` steps; round-robin easgd has no global barrier); a Horovod stack replaces the
+buckets by its negotiation cycle and fused buffers.  With :data:`~scaledl.sim.losses.IDEAL`
+(``--ideal``) none of this applies: the model of earlier releases.
+
 Weak scaling: the per-GPU batch is fixed, so scaling efficiency is the one-GPU iteration time
 over the ``P``-GPU one (throughput per GPU at ``P`` over that at 1).  Every strategy's step is at
-least its compute plus update (communication only adds time), so efficiency never exceeds 1;
+least its compute plus update (communication, stragglers and interference only add time), so
+efficiency never exceeds 1;
 nothing clamps it, and a unit test checks it on random inputs.  Collectives on 64 ranks or more
 are simulated on ``numel`` rounded up to a multiple of ``P`` (at most ``P - 1`` extra
 elements), which makes ring-like plans rotations of one another (see :mod:`scaledl.sim.collective`).
@@ -29,13 +38,17 @@ elements), which makes ring-like plans rotations of one another (see :mod:`scale
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from scaledl.collectives.schedule import Action, Collective, Round, Schedule, Transfer
-from scaledl.sim.collective import ROTATION_MIN_RANKS, CollectiveSimulator
+from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compiled import compile_schedules
+from scaledl.sim.compute import Times
 from scaledl.sim.fastreplay import cost, makespan
+from scaledl.sim.losses import IDEAL, Losses, advance, straggler_factor
+from scaledl.sim.overlap import bucketed_allreduce, call_time, cycled_allreduce, reduce_broadcast
 from scaledl.sim.profile import ModelProfile
 
 __all__ = ["STRATEGIES", "IterationResult", "simulate_iteration", "round_robin_schedules"]
@@ -58,13 +71,22 @@ class IterationResult:
     communication_s: float
     """Time collectives are busy per iteration (overlapped or not)."""
     exposed_s: float
-    """Iteration time beyond compute and update: communication not hidden."""
+    """Iteration time beyond one GPU's compute and update: communication not hidden,
+    stragglers, interference."""
     single_gpu_s: float
+    straggler_s: float = 0.0
+    """Expected wait for the slowest rank's compute per iteration (inside ``exposed_s``)."""
+    software_s: float = 0.0
+    """The stack's per-gradient-tensor work during backward (inside ``exposed_s``)."""
+    interference_s: float = 0.0
+    """Compute time lost to overlapped collectives per iteration (inside ``exposed_s``)."""
 
     @property
     def communication_share(self) -> float:
-        """Fraction of the iteration spent waiting for communication."""
-        return self.exposed_s / self.iteration_s if self.iteration_s > 0 else 0.0
+        """Fraction of the iteration spent waiting for communication (not for stragglers,
+        per-tensor software or interference)."""
+        waiting = self.exposed_s - self.straggler_s - self.software_s - self.interference_s
+        return max(waiting, 0.0) / self.iteration_s if self.iteration_s > 0 else 0.0
 
     @property
     def efficiency(self) -> float:
@@ -84,57 +106,6 @@ class IterationResult:
         return data
 
 
-def _numel(sim: CollectiveSimulator, numel: int) -> int:
-    p = sim.topology.world_size
-    if p >= ROTATION_MIN_RANKS and numel % p:
-        return numel + p - numel % p
-    return numel
-
-
-def _allreduce(
-    profile: ModelProfile, sim: CollectiveSimulator, algorithm: str, forward: list[float],
-    backward: list[float], overlap: bool,
-) -> tuple[float, float]:
-    """(end of the step before the update, busy communication time)."""
-    t_forward = sum(forward)
-    ready = [0.0] * len(forward)
-    clock = t_forward
-    for i in reversed(range(len(forward))):
-        clock += backward[i]
-        ready[i] = clock
-    compute_end = clock
-    comm_end, busy = 0.0, 0.0
-    for numel, owners in profile.buckets:
-        duration = sim.time(algorithm, Collective.ALLREDUCE, _numel(sim, numel))
-        start = max(max(ready[i] for i in owners) if overlap else compute_end, comm_end)
-        comm_end = start + duration
-        busy += duration
-    return max(compute_end, comm_end), busy
-
-
-def _reduce_broadcast(
-    profile: ModelProfile, sim: CollectiveSimulator, algorithm: str, forward: list[float],
-    backward: list[float],
-) -> tuple[float, float]:
-    """(end of the last reduction and of backward, busy communication time)."""
-    busy = 0.0
-    link_end, clock = 0.0, 0.0
-    for layer, f in zip(profile.layers, forward):
-        duration = sim.time(algorithm, Collective.BROADCAST,
-                            _numel(sim, layer.parameter_bytes // profile.itemsize))
-        link_end += duration
-        busy += duration
-        clock = max(clock, link_end) + f
-    reduce_end = 0.0
-    for i in reversed(range(len(profile.layers))):
-        clock += backward[i]
-        duration = sim.time(algorithm, Collective.REDUCE,
-                            _numel(sim, profile.layers[i].parameter_bytes // profile.itemsize))
-        reduce_end = max(reduce_end, clock) + duration
-        busy += duration
-    return max(reduce_end, clock), busy
-
-
 def round_robin_schedules(world_size: int, numel: int) -> list[Schedule]:
     """Original EASGD's exchange as schedules: rank 0 (the master) sends the center to worker
     ``w`` and receives its weights, for ``w = 1 .. P-1`` in order; a worker waits its turn."""
@@ -152,7 +123,8 @@ def round_robin_schedules(world_size: int, numel: int) -> list[Schedule]:
 
 
 def _easgd_exchange(
-    profile: ModelProfile, sim: CollectiveSimulator, strategy: str, algorithm: str
+    profile: ModelProfile, sim: CollectiveSimulator, strategy: str, algorithm: str,
+    losses: Losses,
 ) -> float:
     numel = profile.parameter_bytes // profile.itemsize
     p = sim.topology.world_size
@@ -160,14 +132,14 @@ def _easgd_exchange(
         return 0.0
     if strategy == "easgd":
         compiled = compile_schedules(round_robin_schedules(p, numel), p, profile.itemsize)
-        return makespan(compiled, cost(compiled, sim.topology, sim.network))
-    numel = _numel(sim, numel)
+        calls = 2 * (p - 1) * losses.call_overhead_s  # the master's sends and receives
+        return makespan(compiled, cost(compiled, sim.topology, sim.network)) + calls
     from scaledl.collectives.registry import ALGORITHMS
 
     if Collective.REDUCE in ALGORITHMS[algorithm].supports:
-        return (sim.time(algorithm, Collective.REDUCE, numel)
-                + sim.time(algorithm, Collective.BROADCAST, numel))
-    return sim.time(algorithm, Collective.ALLREDUCE, numel)
+        return (call_time(sim, algorithm, Collective.REDUCE, numel, losses)
+                + call_time(sim, algorithm, Collective.BROADCAST, numel, losses))
+    return call_time(sim, algorithm, Collective.ALLREDUCE, numel, losses)
 
 
 def _round_robin_iteration(
@@ -190,32 +162,62 @@ def _round_robin_iteration(
 def simulate_iteration(
     profile: ModelProfile, sim: CollectiveSimulator, batch: int, strategy: str = "allreduce",
     algorithm: str = "ring", flops: float | None = None, compute_time: float | None = None,
-    update_s: float = 0.0, tau: int = 1, overlap: bool = True,
+    update_s: float = 0.0, tau: int = 1, overlap: bool = True, times: Times | None = None,
+    losses: Losses = IDEAL,
 ) -> IterationResult:
-    """Predict one iteration of ``strategy`` (see the module docstring)."""
+    """Predict one iteration of ``strategy`` (see the module docstring).
+
+    Per-layer compute comes from ``times`` (a :mod:`~scaledl.sim.compute` model's output) or,
+    without it, from the ideal rule on ``flops`` or ``compute_time``; ``losses`` adds per-call
+    overheads, interference, stragglers and Horovod's cycle (:data:`IDEAL`: none).
+    """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
     if tau < 1:
         raise ValueError(f"tau {tau} must be >= 1 (exchange every tau steps)")
     if update_s < 0:
         raise ValueError(f"update time {update_s} s must be >= 0")
-    forward, backward = profile.compute_times(batch, flops, compute_time)
+    forward, backward = times if times is not None else profile.compute_times(
+        batch, flops, compute_time)
     compute = sum(forward)
     for seconds in reversed(backward):  # summed in the timelines' order: no rounding gap
         compute += seconds
+    p = sim.topology.world_size
+    jitter = losses.jitter_cv / (math.sqrt(tau) if strategy == "sync-easgd" else 1.0)
+    stretch = straggler_factor(jitter, p) if strategy != "easgd" else 1.0
+    if stretch != 1.0:
+        forward, backward = [f * stretch for f in forward], [b * stretch for b in backward]
+    software = 0.0
+    if p > 1 and losses.tensor_overhead_s and strategy in ("allreduce", "reduce-broadcast"):
+        backward = [b + layer.tensors * losses.tensor_overhead_s
+                    for b, layer in zip(backward, profile.layers)]
+        software = sum(layer.tensors for layer in profile.layers) * losses.tensor_overhead_s
+    compute_end = compute * stretch
     if strategy == "allreduce":
-        end, busy = _allreduce(profile, sim, algorithm, forward, backward, overlap)
+        if losses.cycle is not None and overlap:
+            end, busy, compute_end = cycled_allreduce(profile, sim, algorithm, forward, backward,
+                                                      losses, losses.cycle)
+        else:
+            end, busy, compute_end = bucketed_allreduce(profile, sim, algorithm, forward,
+                                                        backward, overlap, losses)
         iteration = end + update_s
     elif strategy == "reduce-broadcast":
-        end, busy = _reduce_broadcast(profile, sim, algorithm, forward, backward)
+        end, busy, compute_end = reduce_broadcast(profile, sim, algorithm, forward, backward,
+                                                  losses)
         iteration = end + update_s
     elif strategy == "easgd":
         iteration, busy = _round_robin_iteration(
-            _easgd_exchange(profile, sim, strategy, algorithm), sim.topology.world_size,
-            compute + update_s, tau)
+            _easgd_exchange(profile, sim, strategy, algorithm, losses), p, compute + update_s,
+            tau)
     else:
-        busy = _easgd_exchange(profile, sim, strategy, algorithm) / tau
-        iteration = (max(compute, busy) if overlap else compute + busy) + update_s
+        busy = _easgd_exchange(profile, sim, strategy, algorithm, losses) / tau
+        if overlap:
+            compute_end = advance(0.0, compute * stretch, [(0.0, busy)], losses.interference)
+            iteration = max(compute_end, busy) + update_s
+        else:
+            iteration = compute * stretch + busy + update_s
     single = compute + update_s
-    return IterationResult(strategy, algorithm, sim.topology.world_size, batch, iteration,
-                           compute, update_s, busy, iteration - single, single)
+    return IterationResult(strategy, algorithm, p, batch, iteration, compute,
+                           update_s, busy, iteration - single, single,
+                           straggler_s=compute * (stretch - 1), software_s=software,
+                           interference_s=max(compute_end - compute * stretch - software, 0.0))

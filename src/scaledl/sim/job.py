@@ -10,10 +10,13 @@ from scaledl.collectives.auto import CostModel
 from scaledl.collectives.registry import ALGORITHMS
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import CollectiveSimulator
+from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
 from scaledl.sim.iteration import STRATEGIES, IterationResult, simulate_iteration
+from scaledl.sim.losses import IDEAL, Losses, stack
 from scaledl.sim.network import LinkClass, Network
-from scaledl.sim.presets import build_network, device
+from scaledl.sim.presets import Device, build_network, device
 from scaledl.sim.profile import ModelProfile, profile_model
+from scaledl.sim.profile_file import MeasuredProfile, load_profile
 from scaledl.topology import Topology
 
 __all__ = ["Job", "default_topology", "simulated_algorithms", "UPDATE_PASSES"]
@@ -21,6 +24,21 @@ __all__ = ["Job", "default_topology", "simulated_algorithms", "UPDATE_PASSES"]
 UPDATE_PASSES = 5
 """Memory passes over the parameters per optimizer step (SGD with momentum: read weight,
 gradient, momentum; write weight, momentum)."""
+
+
+_PROFILES: dict[tuple[Path, int, int], MeasuredProfile] = {}
+
+
+def _load_cached(path: Path) -> MeasuredProfile:
+    """The profile at ``path``, parsed once per file version (path, size, mtime)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return load_profile(path)  # raises the one-line error
+    key = (path.resolve(), stat.st_size, stat.st_mtime_ns)
+    if key not in _PROFILES:
+        _PROFILES[key] = load_profile(path)
+    return _PROFILES[key]
 
 
 def default_topology(gpus: int) -> str:
@@ -83,6 +101,14 @@ class Job:
     intra_latency_us: float | None = None
     intra_gbps: float | None = None
     calibration: Path | None = None
+    ideal: bool = False
+    """The optimistic model of earlier releases: constant device efficiency, no losses."""
+    stack: str | None = None
+    """Software stack preset (default: ``scaledl`` on the cpu device, ``nccl`` on GPUs)."""
+    profile_path: Path | None = None
+    """A ``scaledl simulate profile`` file: measured per-layer times instead of FLOPs."""
+    cores: int | None = None
+    """CPU cores shared by every rank (one machine emulating the cluster); None: dedicated."""
 
     def topology_value(self) -> Topology:
         """The topology, checked against ``gpus``."""
@@ -111,6 +137,10 @@ class Job:
             raise ValueError(f"--device-efficiency {self.efficiency} must be in (0, 1]")
         if self.bucket_mb <= 0:
             raise ValueError(f"--bucket-mb {self.bucket_mb} must be > 0")
+        if self.cores is not None and self.cores < 1:
+            raise ValueError(f"--cores {self.cores} must be >= 1")
+        if self.stack is not None:
+            stack(self.stack)
 
     def network_value(self) -> Network:
         """Preset or calibrated links with any overrides applied."""
@@ -130,11 +160,72 @@ class Job:
         uplink = net.uplink
         if uplink is not None and (self.inter_latency_us is not None or self.inter_gbps):
             uplink = _override(uplink, self.inter_latency_us, self.inter_gbps)
-        return replace(net, inter=inter, intra=intra, uplink=uplink)
+        net = replace(net, inter=inter, intra=intra, uplink=uplink)
+        if not self.ideal:
+            measured = self.measured()
+            tcp = measured.tcp_beta if measured is not None else dev.tcp_beta
+            net = replace(net, cpu_beta=tcp)
+        return net
+
+    def measured(self) -> MeasuredProfile | None:
+        """The measured profile, if ``profile_path`` names one (read once per job)."""
+        if self.profile_path is None:
+            return None
+        return _load_cached(Path(self.profile_path))
+
+    def contention(self, world_size: int) -> float:
+        """Ranks per core when ``cores`` is given and the ranks outnumber them, else 1."""
+        if self.cores is None or self.ideal:
+            return 1.0
+        return max(1.0, world_size / self.cores)
+
+    def device_value(self) -> Device:
+        """The device preset, its compute efficiency overridden by ``--device-efficiency``."""
+        dev = device(self.device)
+        if self.efficiency is not None:
+            dev = replace(dev, compute_efficiency=self.efficiency)
+        return dev
+
+    def losses(self) -> Losses:
+        """The loss terms: the device's (or the profile's measured) interference and jitter, and
+        the stack's per-call overhead and cycle; none with ``ideal``."""
+        if self.ideal:
+            return IDEAL
+        dev, measured = device(self.device), self.measured()
+        name = self.stack or ("scaledl" if dev.name == "cpu" else "nccl")
+        if measured is not None:
+            return Losses(measured.interference, measured.jitter_cv, stack(name))
+        return Losses(dev.interference, dev.jitter_cv, stack(name))
+
+    def compute_model(self, profile: ModelProfile) -> ComputeModel:
+        """FLOPs at a constant rate (``ideal``), the measured profile, or the roofline."""
+        if self.ideal:
+            dev = device(self.device)
+            return FlopsCompute(dev.peak_tflops * 1e12 * (self.efficiency or dev.efficiency))
+        measured = self.measured()
+        if measured is not None:
+            return measured.compute_for(profile)
+        return RooflineCompute(self.device_value())
+
+    def layer_times(self, profile: ModelProfile, world_size: int = 1) -> Times:
+        """Per-layer forward and backward seconds on one device of this job, stretched by CPU
+        contention when ``cores`` is given."""
+        times = self.compute_model(profile).layer_times(profile, self.batch)
+        if self.compute_time is not None:
+            times = scaled(times, self.compute_time)
+        factor = self.contention(world_size)
+        if factor != 1.0:
+            times = ([f * factor for f in times[0]], [b * factor for b in times[1]])
+        return times
 
     def profile(self) -> ModelProfile:
-        """The model profile with this job's bucketing."""
+        """The model profile with this job's bucketing (the measured profile's model and input
+        shape when one is given)."""
         by_layer = self.strategy == "reduce-broadcast"
+        measured = self.measured()
+        if measured is not None:
+            return profile_model(measured.model, int(self.bucket_mb * (1 << 20)),
+                                 measured.input_shape, measured.num_classes, by_layer=by_layer)
         return profile_model(self.model, int(self.bucket_mb * (1 << 20)), self.input_shape,
                              by_layer=by_layer)
 
@@ -144,6 +235,9 @@ class Job:
             if self.update_time < 0:
                 raise ValueError(f"--update-time {self.update_time} must be >= 0")
             return self.update_time
+        measured = self.measured()
+        if measured is not None and not self.ideal:
+            return measured.update_seconds
         dev = device(self.device)
         return UPDATE_PASSES * profile.parameter_bytes / (dev.memory_gbps * 1e9)
 
@@ -156,11 +250,10 @@ class Job:
         topo = topology if topology is not None else self.topology_value()
         prof = profile if profile is not None else self.profile()
         net = network if network is not None else self.network_value()
-        dev = device(self.device)
-        flops = dev.peak_tflops * 1e12 * (self.efficiency or dev.efficiency)
+        net = replace(net, cpu_contention=self.contention(topo.world_size))
         sim = CollectiveSimulator(topo, net, prof.itemsize)
         return simulate_iteration(
-            prof, sim, self.batch, self.strategy, self.algorithm, flops=flops,
-            compute_time=self.compute_time, update_s=self.update_seconds(prof), tau=self.tau,
-            overlap=self.overlap,
+            prof, sim, self.batch, self.strategy, self.algorithm,
+            update_s=self.update_seconds(prof), tau=self.tau, overlap=self.overlap,
+            times=self.layer_times(prof, topo.world_size), losses=self.losses(),
         )

@@ -23,6 +23,10 @@ round are the ones in flight together):
 
 Receives do not compete with sends (full-duplex links).  ``overhead`` is a per-round software
 cost and ``gamma`` the reduction cost per byte, as in :class:`scaledl.collectives.auto.CostModel`.
+Where bytes pass through the host CPU (TCP), ``cpu_beta`` is the CPU time per byte at each end
+and ``cpu_contention`` the ranks per core when they outnumber the cores: a round then lasts at
+least ``(sent + received) x cpu_beta x contention + reduced x gamma x contention``, which is
+what bounds the emulated cluster at 10 Gbit/s.
 """
 
 from __future__ import annotations
@@ -94,6 +98,13 @@ class Network:
     """Pipelining chunk of the executor: the reduction of one chunk is not hidden."""
     share_host_interface: bool = True
     """False: every rank has a network interface of its own (a uniform network)."""
+    cpu_beta: float = 0.0
+    """Host CPU seconds per byte a rank spends at each end of a transfer (TCP's copies and
+    checksums; 0 for RDMA and NVLink): a round's sent plus received bytes cost this on the
+    rank's CPU, with its reduction, and the round cannot end sooner."""
+    cpu_contention: float = 1.0
+    """Ranks per CPU core when the ranks outnumber the cores (the emulated cluster: every host
+    on one machine): CPU work (transfers and reductions) takes this much longer."""
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.oversubscription) or self.oversubscription < 1:
@@ -101,9 +112,11 @@ class Network:
                 f"oversubscription {self.oversubscription} must be >= 1 (1 = non-blocking)"
             )
         for what, value in (("overhead", self.overhead), ("gamma", self.gamma),
-                            ("rack latency", self.rack_latency)):
+                            ("rack latency", self.rack_latency), ("CPU cost", self.cpu_beta)):
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"network {what} {value} must be finite and >= 0")
+        if not (math.isfinite(self.cpu_contention) and self.cpu_contention >= 1):
+            raise ValueError(f"CPU contention {self.cpu_contention} must be >= 1")
         if self.chunk_bytes < 1:
             raise ValueError(f"chunk_bytes {self.chunk_bytes} must be >= 1")
 

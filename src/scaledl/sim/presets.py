@@ -16,21 +16,38 @@ from scaledl.sim.network import LinkClass, Network
 
 __all__ = ["Device", "DEVICES", "LINKS", "device", "link", "build_network", "DEFAULT_INTRA"]
 
+CPU_INTERFERENCE = 0.5
+"""Placeholder until measured (see sim/measure.py)."""
+CPU_JITTER = 0.02
+CPU_TCP_BETA = 0.65e-9
+
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator as the simulator sees it."""
+    """One accelerator as the simulator sees it (sources: docs/simulation.md, "Presets")."""
 
     name: str
     peak_tflops: float
     """Vendor peak at the precision used for training, TFLOP/s."""
     efficiency: float
-    """Assumed fraction of the peak that training sustains."""
+    """The ideal model's constant fraction of peak at every batch (``--ideal``)."""
     memory_gbps: float
     """Memory bandwidth, GB/s: a reduction reads two operands and writes one."""
     intra: str
     """Default intra-host link preset."""
     source: str
+    compute_efficiency: float = 0.5
+    """Fraction of peak that compute-bound kernels sustain (the roofline's flat part)."""
+    fill_threads: int = 1
+    """Threads in flight that use every core: SMs x resident threads per SM."""
+    launch_s: float = 0.0
+    """Fixed seconds per layer per forward pass (kernel launches, framework dispatch)."""
+    interference: float = 0.0
+    """kappa: compute slows to 1 / (1 + kappa) while a collective runs beside it."""
+    jitter_cv: float = 0.0
+    """Coefficient of variation of one rank's compute time per iteration."""
+    tcp_beta: float = 0.0
+    """CPU seconds per byte a rank spends at each end of a TCP transfer (0: RDMA, no CPU)."""
 
     def __post_init__(self) -> None:
         if self.peak_tflops <= 0 or not 0 < self.efficiency <= 1 or self.memory_gbps <= 0:
@@ -38,10 +55,17 @@ class Device:
                 f"device {self.name!r} needs peak > 0, efficiency in (0, 1] and memory bandwidth "
                 f"> 0; got {self.peak_tflops}, {self.efficiency}, {self.memory_gbps}"
             )
+        if not 0 < self.compute_efficiency <= 1 or self.fill_threads < 1 or min(
+                self.launch_s, self.interference, self.jitter_cv, self.tcp_beta) < 0:
+            raise ValueError(
+                f"device {self.name!r} needs compute efficiency in (0, 1], fill threads >= 1 "
+                f"and launch, interference, jitter and TCP costs >= 0; got "
+                f"{self.compute_efficiency}, {self.fill_threads}, {self.launch_s}, "
+                f"{self.interference}, {self.jitter_cv}, {self.tcp_beta}")
 
     @property
     def flops(self) -> float:
-        """Effective training FLOP/s."""
+        """Effective training FLOP/s of the ideal model."""
         return self.peak_tflops * 1e12 * self.efficiency
 
     @property
@@ -50,50 +74,105 @@ class Device:
         return 3.0 / (self.memory_gbps * 1e9)
 
 
+GPU_INTERFERENCE = 0.189
+"""Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed
+Deep Learning", arXiv 2507.03114 (2025): overlapped collectives slow compute by 18.9% on
+average (A100, H100, MI250, MI210); assumed for every GPU preset."""
+
+GPU_JITTER = 0.005
+"""PyTorch's DDP benchmark (pytorch/pytorch benchmarks/distributed/ddp/README.md, 8 DGX-1 V100
+machines): ResNet-50 p50 iteration 0.103 s at 2 GPUs and 0.104 s at 8 and 16; a per-rank
+spread of 1% would add 1.2 ms from 2 to 16 GPUs (1 + cv e_N), so cv is about 0.5%."""
+
+TF_BENCHMARKS = "tensorflow/docs_src/performance/benchmarks.md (May 2017, synthetic data)"
+
+P100_LAUNCH, P100_EFFICIENCY = 109.05e-6, 0.5058
+"""The roofline's fixed cost per layer and pass and its compute efficiency, both fixed by
+TensorFlow's two published ResNet-50 rates on one P100: 195 images/s at batch 32 and 219 at
+batch 64 (TF_BENCHMARKS, DGX-1 table), with the update's 5 memory passes."""
+
+K80_LAUNCH, K80_EFFICIENCY = 179.6e-6, 0.2594
+"""The same from ResNet-50 on one K80 (GK210): 49.5 images/s at batch 32 and 51.9 at 64
+(TF_BENCHMARKS, Google Compute Engine table)."""
+
+V100_LAUNCH, V100_EFFICIENCY = 20e-6, 0.4939
+"""PyTorch 1.4 on one V100: 329 images/s for ResNet-50 at batch 32 without DDP (pytorch/pytorch
+benchmarks/distributed/ddp/README.md); one rate fixes one parameter, so the launch cost is
+assumed (an eager framework's 2-3 kernel launches per layer) and the efficiency follows."""
+
+MODERN_LAUNCH = 20e-6
+"""Assumed for the A100 and H100 presets (as for the V100); their efficiencies are
+assumptions, not derived from a published rate."""
+
+
 DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("k80", 4.37, 0.30, 240.0, "pcie3",
            "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s FP32 with boost per board of two GK210 GPUs, "
-           "480 GB/s per board; one GPU = half a board"),
+           "480 GB/s per board; one GPU = half a board; 13 SMX x 2048 threads",
+           compute_efficiency=K80_EFFICIENCY, fill_threads=13 * 2048, launch_s=K80_LAUNCH,
+           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
     Device("p100", 10.6, 0.45, 732.0, "nvlink1",
-           "NVIDIA Tesla P100 SXM2 (NVLink) datasheet: 10.6 TFLOP/s FP32, 732 GB/s HBM2"),
+           "NVIDIA Tesla P100 SXM2 (NVLink) datasheet: 10.6 TFLOP/s FP32, 732 GB/s HBM2; "
+           "56 SMs x 2048 threads",
+           compute_efficiency=P100_EFFICIENCY, fill_threads=56 * 2048, launch_s=P100_LAUNCH,
+           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
     Device("v100", 15.7, 0.50, 900.0, "nvlink2",
-           "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 900 GB/s HBM2"),
+           "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 900 GB/s HBM2; 80 SMs x 2048",
+           compute_efficiency=V100_EFFICIENCY, fill_threads=80 * 2048, launch_s=V100_LAUNCH,
+           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
     Device("a100", 156.0, 0.20, 1555.0, "nvlink3",
-           "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 1555 GB/s HBM2"),
+           "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 1555 GB/s HBM2; "
+           "108 SMs x 2048",
+           compute_efficiency=0.20, fill_threads=108 * 2048, launch_s=MODERN_LAUNCH,
+           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
     Device("h100", 989.0, 0.25, 3350.0, "nvlink4",
-           "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s BF16 tensor (dense), 3.35 TB/s HBM3"),
+           "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s BF16 tensor (dense), 3.35 TB/s HBM3; "
+           "132 SMs x 2048",
+           compute_efficiency=0.25, fill_threads=132 * 2048, launch_s=MODERN_LAUNCH,
+           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
     Device("knl", 6.09, 0.30, 400.0, "loopback",
            "Intel Xeon Phi 7250: 68 cores x 1.4 GHz x 2 AVX-512 units x 16 FP32 lanes x 2 (FMA) "
-           "= 6.09 TFLOP/s; MCDRAM about 400 GB/s"),
+           "= 6.09 TFLOP/s; MCDRAM about 400 GB/s; 68 cores x 4 threads x 16 lanes",
+           compute_efficiency=0.30, fill_threads=68 * 4 * 16, launch_s=MODERN_LAUNCH,
+           jitter_cv=GPU_JITTER),
     Device("cpu", 0.1, 0.5, 43.0, "loopback",
-           "this project's 2-core VM: FLOP/s an order of magnitude (use --compute-time with a "
-           "measured iteration time instead); memory 43 GB/s measured (torch.add of 64 MiB "
-           "float32 tensors in 4.70 ms counting two reads and a write)"),
+           "this project's 2-core VM: FLOP/s an order of magnitude (use --profile or "
+           "--compute-time with a measured iteration instead); memory 43 GB/s measured "
+           "(torch.add of 64 MiB float32 tensors in 4.70 ms counting two reads and a write); "
+           "interference, jitter and TCP cost measured by `scaledl simulate profile`",
+           compute_efficiency=0.5, fill_threads=2 * 8, launch_s=10e-6,
+           interference=CPU_INTERFERENCE, jitter_cv=CPU_JITTER, tcp_beta=CPU_TCP_BETA),
 )}
 
 LINKS: dict[str, LinkClass] = {
     "ib-fdr": LinkClass.from_bandwidth("ib-fdr", 1.0e-6, 54.5 / 8),
     "ib-edr": LinkClass.from_bandwidth("ib-edr", 1.0e-6, 100.0 / 8),
+    "ib-edr-x4": LinkClass.from_bandwidth("ib-edr-x4", 1.0e-6, 4 * 100.0 / 8),
     "ib-hdr": LinkClass.from_bandwidth("ib-hdr", 1.0e-6, 200.0 / 8),
     "10gbe": LinkClass.from_bandwidth("10gbe", 10e-6, 10.0 / 8),
     "25gbe": LinkClass.from_bandwidth("25gbe", 10e-6, 25.0 / 8),
+    "50gbe": LinkClass.from_bandwidth("50gbe", 10e-6, 50.0 / 8),
     "100gbe": LinkClass.from_bandwidth("100gbe", 10e-6, 100.0 / 8),
     "pcie3": LinkClass.from_bandwidth("pcie3", 5e-6, 15.75),
     "nvlink1": LinkClass.from_bandwidth("nvlink1", 3e-6, 40.0),
+    "nvlink1-dgx1": LinkClass.from_bandwidth("nvlink1-dgx1", 3e-6, 20.0),
     "nvlink2": LinkClass.from_bandwidth("nvlink2", 3e-6, 50.0),
     "nvlink3": LinkClass.from_bandwidth("nvlink3", 3e-6, 300.0),
     "nvlink4": LinkClass.from_bandwidth("nvlink4", 3e-6, 450.0),
     "loopback": LinkClass.from_bandwidth("loopback", 40e-6, 3.0),
     "emulated-1gbit": LinkClass.from_bandwidth("emulated-1gbit", 60e-6, 1.0 / 8),
     "emulated-10gbit": LinkClass.from_bandwidth("emulated-10gbit", 60e-6, 10.0 / 8),
+    "emulated-100mbit": LinkClass.from_bandwidth("emulated-100mbit", 60e-6, 0.1 / 8),
 }
 """Link presets (latency s, one-way GB/s).  ``nvlink`` is also accepted for ``nvlink1``."""
 
-ALIASES = {"nvlink": "nvlink1", "1gbit": "emulated-1gbit", "10gbit": "emulated-10gbit"}
+ALIASES = {"nvlink": "nvlink1", "1gbit": "emulated-1gbit", "10gbit": "emulated-10gbit",
+           "100mbit": "emulated-100mbit"}
 
 DEFAULT_INTRA = "nvlink1"
 
-EXECUTOR_OVERHEAD = {"emulated-1gbit": 40e-6, "emulated-10gbit": 40e-6, "loopback": 40e-6}
+EXECUTOR_OVERHEAD = {"emulated-1gbit": 40e-6, "emulated-10gbit": 40e-6,
+                     "emulated-100mbit": 40e-6, "loopback": 40e-6}
 """Per-round software cost on the emulated cluster (scaledl's executor over Gloo on this VM;
 ``auto``'s default); GPU presets assume 5 us (an MPI/NCCL step)."""
 

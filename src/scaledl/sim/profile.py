@@ -1,15 +1,19 @@
-"""Model profiles for the iteration model: per-layer gradient bytes, compute time and buckets.
+"""Model profiles for the iteration model: per-layer gradient bytes, FLOPs, outputs and buckets.
 
 A :class:`ModelProfile` comes from scaledl's own model definitions: the model is built on the
 ``meta`` device (no memory, no arithmetic), :func:`scaledl.models.profile.layer_profile` gives
-each layer's parameter bytes and forward FLOPs, and :func:`scaledl.sync.bucketing.plan_buckets`
-groups the gradients exactly as ``DataParallel`` does.  Compute time per layer is
-``batch x FLOPs / device FLOP/s`` forward and twice that backward (the usual 1:2 split), or a
-measured per-iteration compute time spread over the layers by their FLOPs.
+each layer's parameter bytes, forward FLOPs and output size, and
+:func:`scaledl.sync.bucketing.plan_buckets` groups the gradients exactly as ``DataParallel``
+does.  How long each layer takes is the job of :mod:`scaledl.sim.compute` (FLOPs at a constant
+efficiency in the ideal model, a roofline per device preset, or a measured profile);
+:meth:`ModelProfile.compute_times` keeps the ideal rule: ``batch x FLOPs / device FLOP/s``
+forward and twice that backward (the usual 1:2 split), or a measured per-iteration compute time
+spread over the layers by their FLOPs.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +37,13 @@ class Layer:
     parameter_bytes: int
     forward_flops: float
     """Forward FLOPs for one sample."""
+    output_elements: int = 0
+    """Elements of the layer's output for one sample (0: unknown)."""
+    tensors: int = 1
+    """Parameter tensors the module owns (a gradient each: weight and bias are two)."""
+    winograd: bool = False
+    """A 3x3 stride-1 convolution, which cuDNN runs with Winograd's F(2x2, 3x3): 16 instead of
+    36 multiplies per output tile element (Lavin and Gray, CVPR 2016), 2.25x fewer."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,16 @@ def default_input(model: str) -> tuple[tuple[int, ...], int]:
     return (3, 32, 32), 10
 
 
+def _tensors(module: torch.nn.Module) -> int:
+    return sum(1 for _ in module.parameters(recurse=False))
+
+
+def _winograd(module: torch.nn.Module) -> bool:
+    return (isinstance(module, torch.nn.Conv2d) and tuple(module.kernel_size) == (3, 3)
+            and tuple(module.stride) == (1, 1) and module.groups == 1
+            and tuple(module.dilation) == (1, 1))
+
+
 def profile_model(
     model: str, bucket_bytes: int = 25 << 20, input_shape: tuple[int, ...] | None = None,
     num_classes: int | None = None, by_layer: bool = False,
@@ -96,7 +117,11 @@ def profile_model(
     with torch.device("meta"):
         net = build_model(model, shape, classes)
     profiles = layer_profile(net, shape)
-    layers = tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops)) for p in profiles)
+    modules = dict(net.named_modules())
+    layers = tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops),
+                         math.prod(p.output_shape) if p.output_shape else 0,
+                         _tensors(modules[p.name]), _winograd(modules[p.name]))
+                   for p in profiles)
     index = {layer.name: i for i, layer in enumerate(layers)}
     buckets = []
     for bucket in plan_buckets(list(net.named_parameters()), bucket_bytes, by_layer=by_layer):

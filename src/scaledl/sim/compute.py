@@ -1,0 +1,142 @@
+"""Compute time per layer on one device: the ideal FLOP rule, a roofline per device preset, or
+a measured profile (docs/simulation.md, "Device efficiency").
+
+- :class:`FlopsCompute` (``--ideal``): ``batch x FLOPs / (peak x efficiency)`` forward, twice
+  that backward: a constant efficiency at every batch size.
+- :class:`RooflineCompute`: each layer is bound by arithmetic or by memory, whichever is slower,
+  plus a fixed cost per pass (kernel launches, framework dispatch):
+
+      forward = max(batch F / (peak e util), (W + 2 batch O s) / memory bandwidth) + launch
+      util    = min(1, batch O / fill)
+
+  with ``F`` the layer's forward FLOPs (over 2.25 for 3x3 stride-1 convolutions, which cuDNN
+  runs with Winograd's F(2x2, 3x3)) and ``O`` its output elements per sample, ``W`` its
+  parameter bytes, ``s`` the element size, ``e`` the fraction of peak that compute-bound
+  kernels sustain and ``fill`` the threads the device needs in flight to use every core (SMs x
+  resident threads per SM).  Backward is twice forward (gradients of inputs and of weights).
+  Per-sample time never grows with the batch, so the efficiency
+  ``batch x total FLOPs / (peak x time)`` never falls as the batch grows and never exceeds
+  ``e <= 1`` (a unit test checks both).
+- :class:`MeasuredCompute` (``--profile FILE``): per-layer times measured by ``scaledl simulate
+  profile``, each layer's time an affine function of the batch through the measured points.
+- :func:`scaled`: any of these rescaled to a measured whole compute time (``--compute-time``),
+  keeping the split between layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from scaledl.sim.presets import Device
+from scaledl.sim.profile import BACKWARD_FACTOR, ModelProfile
+
+__all__ = ["ComputeModel", "FlopsCompute", "RooflineCompute", "MeasuredCompute", "scaled",
+           "efficiency"]
+
+Times = tuple[list[float], list[float]]
+
+WINOGRAD = 2.25
+"""Multiplies saved by Winograd's F(2x2, 3x3) on 3x3 stride-1 convolutions (36 / 16)."""
+
+
+class ComputeModel(Protocol):
+    """Per-layer forward and backward seconds for a batch on one device."""
+
+    def layer_times(self, profile: ModelProfile, batch: int) -> Times:
+        """``(forward, backward)`` seconds per layer of ``profile``, in forward order."""
+
+
+def _check_batch(batch: int) -> None:
+    if batch < 1:
+        raise ValueError(f"batch {batch} per GPU must be >= 1")
+
+
+@dataclass(frozen=True)
+class FlopsCompute:
+    """The ideal rule: FLOPs at a constant rate, whatever the batch."""
+
+    flops: float
+    """Effective FLOP/s."""
+
+    def layer_times(self, profile: ModelProfile, batch: int) -> Times:
+        """Forward ``batch x FLOPs / flops``, backward twice that."""
+        _check_batch(batch)
+        if not self.flops > 0:
+            raise ValueError(f"device FLOP/s {self.flops} must be > 0")
+        forward = [layer.forward_flops * batch / self.flops for layer in profile.layers]
+        return forward, [f * BACKWARD_FACTOR for f in forward]
+
+
+@dataclass(frozen=True)
+class RooflineCompute:
+    """A roofline per layer with an occupancy limit and a fixed cost per pass."""
+
+    device: Device
+
+    def layer_times(self, profile: ModelProfile, batch: int) -> Times:
+        """Forward and backward seconds per layer (see the module docstring)."""
+        _check_batch(batch)
+        dev = self.device
+        rate = dev.peak_tflops * 1e12 * dev.compute_efficiency
+        bandwidth = dev.memory_gbps * 1e9
+        forward = []
+        for layer in profile.layers:
+            work = batch * layer.output_elements
+            util = min(1.0, work / dev.fill_threads) if work else 1.0
+            flops = layer.forward_flops / (WINOGRAD if layer.winograd else 1.0)
+            arithmetic = batch * flops / (rate * util)
+            memory = (layer.parameter_bytes + 2 * work * profile.itemsize) / bandwidth
+            forward.append(max(arithmetic, memory) + dev.launch_s)
+        return forward, [f * BACKWARD_FACTOR for f in forward]
+
+
+@dataclass(frozen=True)
+class MeasuredCompute:
+    """Measured seconds per layer at some batch sizes; affine in the batch between them."""
+
+    batches: tuple[int, ...]
+    """Measured batch sizes, increasing."""
+    forward: tuple[tuple[float, ...], ...]
+    """Per layer (in the profile's layer order), forward seconds at each measured batch."""
+    backward: tuple[tuple[float, ...], ...]
+
+    def layer_times(self, profile: ModelProfile, batch: int) -> Times:
+        """Each layer's time through its measured points (the nearest two, extended linearly
+        beyond them, never below zero); one measured batch scales proportionally."""
+        _check_batch(batch)
+        if len(self.forward) != len(profile.layers):
+            raise ValueError(f"the measured profile has {len(self.forward)} layers but the model "
+                             f"{len(profile.layers)}; profile the same model and input shape")
+        return ([_at(self.batches, times, batch) for times in self.forward],
+                [_at(self.batches, times, batch) for times in self.backward])
+
+
+def _at(batches: Sequence[int], times: Sequence[float], batch: int) -> float:
+    if len(batches) == 1:
+        return times[0] * batch / batches[0]
+    k = 1
+    while k < len(batches) - 1 and batches[k] < batch:
+        k += 1
+    (b0, t0), (b1, t1) = (batches[k - 1], times[k - 1]), (batches[k], times[k])
+    slope = (t1 - t0) / (b1 - b0)
+    return max(t0 + slope * (batch - b0), 0.0)
+
+
+def scaled(times: Times, total: float) -> Times:
+    """``times`` rescaled so that forward plus backward sums to ``total`` seconds."""
+    if not 0 < total < float("inf"):
+        raise ValueError(f"compute time {total} s must be a finite number > 0")
+    forward, backward = times
+    whole = sum(forward) + sum(backward)
+    factor = total / whole if whole > 0 else 0.0
+    return [f * factor for f in forward], [b * factor for b in backward]
+
+
+def efficiency(model: ComputeModel, profile: ModelProfile, batch: int, device: Device) -> float:
+    """Fraction of the device's peak that ``model`` achieves on ``profile`` at ``batch``."""
+    forward, backward = model.layer_times(profile, batch)
+    seconds = sum(forward) + sum(backward)
+    flops = batch * profile.forward_flops * (1 + BACKWARD_FACTOR)
+    return flops / (device.peak_tflops * 1e12 * seconds) if seconds > 0 else 0.0
