@@ -2,10 +2,13 @@
 
 ``scaledl simulate --model resnet50 --gpus 256 --topology 4x16x4 --algorithm torus --device p100
 --network ib-edr`` prints the iteration time, the communication share and the scaling
-efficiency; ``--sweep`` runs 1, 2, 4, ... GPUs and writes a JSON and a PNG.
-``scaledl simulate calibrate BENCH.json ...`` fits the link classes to ``scaledl bench
-collectives --json`` output; ``scaledl simulate validate BENCH.json --calibration FILE`` prints
-predicted against measured times.
+efficiency; ``--sweep`` runs 1, 2, 4, ... GPUs and writes a JSON and a PNG; ``--ideal`` drops
+every loss term (the optimistic model of earlier releases); ``--profile FILE`` uses per-layer
+times measured by ``scaledl simulate profile``.  ``scaledl simulate calibrate BENCH.json ...``
+fits the link classes to ``scaledl bench collectives --json`` output; ``scaledl simulate
+validate BENCH.json --calibration FILE`` prints predicted against measured times;
+``scaledl simulate reproduce`` prints the published results beside the predictions.  What is
+printed is in :mod:`scaledl.cli.simulate_report`.
 """
 
 from __future__ import annotations
@@ -21,15 +24,16 @@ from scaledl.cli.bench import parse_bytes
 from scaledl.collectives.registry import ALGORITHMS
 from scaledl.models.registry import available_models
 from scaledl.collectives.auto import CostModel
+from scaledl.sim.iteration import STRATEGIES
 from scaledl.sim.job import Job
-from scaledl.topology import Topology
+from scaledl.sim.losses import STACKS
 from scaledl.sim.presets import ALIASES, DEVICES, LINKS
-from scaledl.sim.iteration import STRATEGIES, IterationResult
+from scaledl.topology import Topology
 
 if TYPE_CHECKING:
     from scaledl.sim.native import Native  # scipy: loaded only by `simulate calibrate`
 
-__all__ = ["add_parser", "run", "job_from_args", "format_result"]
+__all__ = ["add_parser", "run", "job_from_args", "check_outputs"]
 
 
 def _job_options(p: argparse.ArgumentParser) -> None:
@@ -67,9 +71,22 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--intra-bandwidth", type=float, default=None, help="override, GB/s")
     p.add_argument("--calibration", type=Path, default=None,
                    help="links from `scaledl simulate calibrate` instead of presets")
+    p.add_argument("--profile", type=Path, default=None, dest="profile_file",
+                   help="per-layer times measured by `scaledl simulate profile` (instead of "
+                        "FLOPs; its model and input shape win)")
+    p.add_argument("--stack", default=None, choices=list(STACKS),
+                   help="software stack: per-call and per-tensor costs, Horovod's cycle "
+                        "(default: scaledl on --device cpu, nccl on GPUs)")
+    p.add_argument("--cores", type=int, default=None,
+                   help="CPU cores every rank shares (one machine emulating the cluster, "
+                        "`scaledl cluster`): compute and TCP slow down by ranks / cores")
+    p.add_argument("--ideal", action="store_true",
+                   help="the optimistic model: constant device efficiency, no stragglers, "
+                        "interference, software costs or host CPU limits")
     p.add_argument("--sweep", action="store_true", help="simulate 1, 2, 4, ... GPUs up to --gpus")
-    p.add_argument("--json", type=Path, default=None, help="write results as JSON")
-    p.add_argument("--plot", type=Path, default=None, help="sweep plot (PNG)")
+    p.add_argument("--json", type=Path, default=None, help="write results as JSON (a file)")
+    p.add_argument("--plot", type=Path, default=None,
+                   help="with --sweep: the plot's PNG file (default: beside the JSON)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -93,8 +110,33 @@ def add_parser(subparsers: Any) -> None:
     val.add_argument("--placement", choices=("block", "cyclic"), default="block")
     val.add_argument("--min-bytes", default="1M", help="smallest message compared (default 1M)")
     val.add_argument("--markdown", action="store_true", help="print a markdown table")
-    actions.add_parser("reproduce", help="the seed papers' results beside predictions")
+    val.add_argument("--tolerance", type=float, default=0.15,
+                     help="relative error counted as a match (default 0.15)")
+    actions.add_parser("reproduce", help="published results beside predictions, with errors")
+    _profile_parser(actions)
     p.set_defaults(handler=run)
+
+
+def _profile_parser(actions: Any) -> None:
+    prof = actions.add_parser(
+        "profile", help="measure a model's per-layer times on this device and write a profile",
+        description="Measure per-layer forward and backward times (hooks), the whole "
+                    "iteration, the update, memory, jitter, interference and TCP cost on the "
+                    "local device; `scaledl simulate --profile FILE` then uses them.")
+    prof.add_argument("--model", dest="p_model", default=None,
+                      help=f"one of {', '.join(available_models())} (default: simulate's --model)")
+    prof.add_argument("--input-shape", dest="p_input_shape", default=None,
+                      help="sample shape such as 3x32x32 (default: ImageNet or the model's own)")
+    prof.add_argument("--classes", type=int, default=None, help="output classes (default: "
+                      "1000 for ImageNet models, else 10)")
+    prof.add_argument("--batches", default="8,32", help="batch sizes, comma-separated")
+    prof.add_argument("--repeats", type=int, default=5, help="timed iterations per batch (>= 3)")
+    prof.add_argument("--warmup", type=int, default=2, help="untimed iterations per batch")
+    prof.add_argument("--on", dest="on_device", default=None,
+                      help="torch device to measure (default: cuda if available, else cpu)")
+    prof.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    prof.add_argument("-o", "--output", type=Path, default=None,
+                      help="profile file (default profile-<model>.json)")
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
@@ -120,7 +162,8 @@ def job_from_args(args: argparse.Namespace) -> Job:
         compute_time=args.compute_time, efficiency=args.device_efficiency,
         update_time=args.update_time, inter_latency_us=args.inter_latency,
         inter_gbps=args.inter_bandwidth, intra_latency_us=args.intra_latency,
-        intra_gbps=args.intra_bandwidth, calibration=args.calibration,
+        intra_gbps=args.intra_bandwidth, calibration=args.calibration, ideal=args.ideal,
+        stack=args.stack, profile_path=args.profile_file, cores=args.cores,
     )
 
 
@@ -149,45 +192,47 @@ def bench_native_fit(
     return _fit_native(measured, topology, itemsize, model)
 
 
-def format_result(r: IterationResult) -> str:
-    """The lines ``scaledl simulate`` prints for one prediction."""
-    return "\n".join([
-        f"iteration time       {r.iteration_s * 1e3:10.2f} ms   ({r.samples_per_s:,.0f} "
-        f"samples/s on {r.world_size} GPUs)",
-        f"  compute            {r.compute_s * 1e3:10.2f} ms   (one GPU: "
-        f"{r.single_gpu_s * 1e3:.2f} ms incl. update {r.update_s * 1e3:.2f} ms)",
-        f"  communication      {r.communication_s * 1e3:10.2f} ms busy, "
-        f"{r.exposed_s * 1e3:.2f} ms exposed",
-        f"communication share  {r.communication_share:10.1%}",
-        f"scaling efficiency   {r.efficiency:10.1%}",
-    ])
+def check_outputs(args: argparse.Namespace) -> None:
+    """One-line errors for output paths, before anything runs or prints."""
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path is not None and Path(path).is_dir():
+            raise ValueError(f"{flag} {path} is a directory; give a file name such as "
+                             f"{Path(path) / ('sweep.json' if flag == '--json' else 'sweep.png')}")
+    if args.plot is not None and not args.sweep:
+        raise ValueError("--plot draws a sweep; add --sweep (a single prediction has nothing "
+                         "to plot)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Dispatch to prediction, sweep, calibration or validation."""
-    if args.action == "calibrate":
-        from scaledl.sim.report import run_calibrate
+    """Dispatch to prediction, sweep, calibration, validation, reproduction or profiling."""
+    from scaledl.cli import simulate_report as report
 
-        return run_calibrate(args, job_from_args(args), bench_native_fit)
+    if args.action == "profile":
+        from scaledl.cli.simulate_profile import run_profile
+
+        return run_profile(args, _input_shape)
     if args.action == "reproduce":
-        from scaledl.sim.report import run_reproduce
-
-        return run_reproduce()
+        return report.run_reproduce(args.ideal)
+    if args.action == "calibrate":
+        return report.run_calibrate(args, job_from_args(args), bench_native_fit)
     if args.action == "validate":
-        from scaledl.sim.report import run_validate
-
-        return run_validate(args, job_from_args(args), parse_bytes(args.min_bytes))
+        return report.run_validate(args, job_from_args(args), parse_bytes(args.min_bytes))
+    check_outputs(args)
     job = job_from_args(args)
     job.check()
     topology, network = job.topology_value(), job.network_value()
     profile = job.profile()
     job.update_seconds(profile)
-    head = (f"{job.model} x {job.gpus} {job.device} GPUs, topology {topology.spec}, "
-            f"{job.strategy}/{job.algorithm}, network {network.name}, batch {job.batch}/GPU")
-    print(head)
+    job.losses()
+    model = "ideal model" if job.ideal else f"stack {job.losses().stack.name}"
+    source = f", profile {job.profile_path}" if job.profile_path else ""
+    head = (f"{profile.name} x {job.gpus} {job.device} GPUs, topology {topology.spec}, "
+            f"{job.strategy}/{job.algorithm}, network {network.name}, batch {job.batch}/GPU, "
+            f"{model}{source}")
     if not args.sweep:
         result = job.run(topology, profile, network)
-        print(format_result(result))
+        print(head)
+        print(report.format_result(result))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             import json
@@ -198,12 +243,10 @@ def run(args: argparse.Namespace) -> int:
     from scaledl.sim.sweep import run_sweep, scaled_topology, write_sweep_json, write_sweep_plot
 
     results = run_sweep(topology, lambda topo: job.run(topo, profile, network))
-    print(f"{'GPUs':>6} {'topology':>10} {'iter ms':>10} {'comm share':>11} {'efficiency':>11}")
-    for r in results:
-        spec = scaled_topology(topology, r.world_size).spec
-        print(f"{r.world_size:6d} {spec:>10} {r.iteration_s * 1e3:10.2f} "
-              f"{r.communication_share:11.1%} {r.efficiency:11.1%}")
-    stem = f"simulate-{job.model}-{job.algorithm}-{job.gpus}"
+    print(head)
+    print(report.format_sweep(results, [scaled_topology(topology, r.world_size).spec
+                                        for r in results]))
+    stem = f"simulate-{profile.name}-{job.algorithm}-{job.gpus}"
     json_path = args.json or Path(f"{stem}.json")
     plot_path = args.plot or json_path.with_suffix(".png")
     write_sweep_json(results, _jsonable(job), json_path)
@@ -214,5 +257,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _jsonable(job: Job) -> dict[str, Any]:
     data = asdict(job)
-    data["calibration"] = str(job.calibration) if job.calibration else None
+    for key in ("calibration", "profile_path"):
+        data[key] = str(data[key]) if data[key] else None
     return data

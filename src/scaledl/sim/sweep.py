@@ -79,5 +79,5 @@ def write_sweep_plot(results: list[IterationResult], title: str, path: Path) -> 
     fig.suptitle(title, fontsize="small")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")  # exactly ``path``, whatever its suffix
     plt.close(fig)

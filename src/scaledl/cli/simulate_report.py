@@ -1,0 +1,178 @@
+"""What ``scaledl simulate`` prints: predictions, sweeps, calibration, validation, the
+reproduction table and measured profiles (the console side of :mod:`scaledl.sim`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from scaledl.collectives.auto import CostModel
+from scaledl.sim.iteration import IterationResult
+from scaledl.sim.job import Job
+from scaledl.sim.network import Network
+from scaledl.sim.profile_file import MeasuredProfile
+from scaledl.sim.reproduce import Row
+
+__all__ = [
+    "format_result", "format_sweep", "calibration_prior", "run_calibrate", "run_validate",
+    "validation_table", "run_reproduce", "reproduction_table", "format_profile",
+]
+
+
+def format_result(r: IterationResult) -> str:
+    """The lines ``scaledl simulate`` prints for one prediction."""
+    lines = [
+        f"iteration time       {r.iteration_s * 1e3:10.2f} ms   ({r.samples_per_s:,.0f} "
+        f"samples/s on {r.world_size} GPUs)",
+        f"  compute            {r.compute_s * 1e3:10.2f} ms   (one GPU: "
+        f"{r.single_gpu_s * 1e3:.2f} ms incl. update {r.update_s * 1e3:.2f} ms)",
+        f"  communication      {r.communication_s * 1e3:10.2f} ms busy, "
+        f"{r.exposed_s * 1e3:.2f} ms beyond one GPU",
+    ]
+    for label, seconds in (("stragglers", r.straggler_s), ("per-tensor software", r.software_s),
+                           ("interference", r.interference_s)):
+        if seconds > 0:
+            lines.append(f"    {label:<19}{seconds * 1e3:9.2f} ms of it")
+    lines += [f"communication share  {r.communication_share:10.1%}",
+              f"scaling efficiency   {r.efficiency:10.1%}"]
+    return "\n".join(lines)
+
+
+def format_sweep(results: list[IterationResult], specs: list[str]) -> str:
+    """One line per GPU count of a sweep."""
+    lines = [f"{'GPUs':>6} {'topology':>10} {'iter ms':>10} {'comm share':>11} {'efficiency':>11}"]
+    for r, spec in zip(results, specs):
+        lines.append(f"{r.world_size:6d} {spec:>10} {r.iteration_s * 1e3:10.2f} "
+                     f"{r.communication_share:11.1%} {r.efficiency:11.1%}")
+    return "\n".join(lines)
+
+
+def _warn_on_default_priors(args: argparse.Namespace) -> None:
+    """Say so when the link priors are the GPU defaults (p100/ib-edr) the options did not pick."""
+    if getattr(args, "calibration", None) is not None:
+        return
+    missing = [flag for flag, value in (("--device", args.device), ("--network", args.network))
+               if value is None]
+    if missing:
+        print(f"scaledl: warning: {' and '.join(missing)} not given, so the priors are the "
+              "p100 / ib-edr presets (NVLink inside a host); for files measured on CPUs pass "
+              "--device cpu --network 1gbit (or 10gbit)", file=sys.stderr)
+
+
+def calibration_prior(args: argparse.Namespace, job: Job) -> Network:
+    """The network the fit starts from; ``gamma`` from ``--device`` when given, else from
+    ``auto``'s calibration (measured on this machine), never from the p100 default."""
+    prior = job.network_value()
+    if args.device is None:
+        prior = replace(prior, gamma=CostModel.load().gamma)
+    return prior
+
+
+def run_calibrate(args: argparse.Namespace, job: Job, native_fit: object) -> int:
+    """Fit the link classes, and ``native`` with ``native_fit``; write the calibration in
+    ``auto``'s format."""
+    from scaledl.sim.calibrate import fit_network, load_points
+    from scaledl.sim.native import fit_native, load_natives
+
+    _warn_on_default_priors(args)
+    points = load_points(args.bench, args.bench_topology, args.placement)
+    result = fit_network(points, calibration_prior(args, job), cores=job.cores)
+    model, native = fit_native(load_natives(args.bench, args.bench_topology),
+                               result.network.to_cost_model(), native_fit)  # type: ignore[arg-type]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(model.to_json() + "\n")
+    print(result.describe())
+    print(f"{native}; gamma {model.gamma:.3g} s/B")
+    print(f"wrote {args.output}")
+    return 0
+
+
+def validation_table(rows: list[dict[str, object]], markdown: bool) -> str:
+    """Predicted against measured, one line per measurement."""
+    lines = []
+    if markdown:
+        lines += ["| collective | algorithm | bytes | topology | measured ms | predicted ms | "
+                  "error |", "|---|---|---:|---|---:|---:|---:|"]
+    for row in rows:
+        cells = (row["collective"], row["algorithm"], row["nbytes"], row["topology"],
+                 f"{row['measured_ms']:.2f}", f"{row['predicted_ms']:.2f}",
+                 f"{row['error']:+.1%}")
+        if markdown:
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        else:
+            lines.append("{:15s} {:17s} {:>10} {:>8} {:>12} {:>12} {:>8}".format(*cells))
+    return "\n".join(lines)
+
+
+def run_validate(args: argparse.Namespace, job: Job, min_bytes: int) -> int:
+    """Print predicted vs measured for messages of at least ``min_bytes``."""
+    from scaledl.sim.calibrate import load_points, validate
+
+    _warn_on_default_priors(args)
+    points = load_points(args.bench, args.bench_topology, args.placement)
+    rows = validate(points, job.network_value(), min_bytes, cores=job.cores)
+    print(validation_table(rows, args.markdown))
+    if rows:
+        worst = max(abs(float(str(r["error"]))) for r in rows)
+        within = sum(abs(float(str(r["error"]))) <= args.tolerance for r in rows)
+        print(f"{within}/{len(rows)} within {args.tolerance:.0%}; worst {worst:.1%}")
+    return 0
+
+
+def reproduction_table(rows: list[Row]) -> str:
+    """The published points, the prediction and its error, as a markdown table."""
+    lines = ["| result | published | scaledl predicts | error | target met | how predicted | "
+             "setup | source |", "|---|---:|---:|---:|---|---|---|---|"]
+    for row in rows:
+        case = row.case
+        if case.metric == "speedup":
+            published, predicted = f"{case.published:.2f}x", f"{row.prediction.value:.2f}x"
+            err = f"{row.error:+.0%}"
+        else:
+            published, predicted = f"{case.published:.1%}", f"{row.prediction.value:.1%}"
+            err = f"{row.error:+.1f} pt"
+        met = "n/a (share)" if row.within is None else ("yes" if row.within else "**no**")
+        lines.append(f"| {case.name} | {published} | {predicted} | {err} | {met} | "
+                     f"{row.prediction.detail} | {case.setup} | {case.source} |")
+    scored = [row for row in rows if row.within is not None]
+    lines.append("")
+    lines.append(f"{sum(bool(row.within) for row in scored)} of {len(scored)} points within "
+                 "5 points of efficiency (15% of a speedup)")
+    return "\n".join(lines)
+
+
+def run_reproduce(ideal: bool) -> int:
+    """Print every published point beside its prediction."""
+    from scaledl.sim.cases import CASES
+    from scaledl.sim.reproduce import evaluate
+
+    if ideal:
+        print("(the ideal model: constant device efficiency, no losses)")
+    print(reproduction_table(evaluate(CASES, ideal)))
+    return 0
+
+
+def format_profile(profile: MeasuredProfile, path: Path) -> str:
+    """A summary of a measured profile."""
+    lines = [f"{profile.model} {'x'.join(map(str, profile.input_shape))} on "
+             f"{profile.device.get('name', profile.device.get('type'))} "
+             f"({profile.device.get('threads')} threads), {profile.repeats} repeats",
+             f"{'batch':>6} {'fwd+bwd ms':>11} {'hooked ms':>10} {'coverage':>9} "
+             f"{'update ms':>10} {'activations MiB':>16}"]
+    for k, batch in enumerate(profile.batches):
+        lines.append(f"{batch:6d} {profile.forward_backward_s[k] * 1e3:11.2f} "
+                     f"{profile.hooked_s[k] * 1e3:10.2f} {profile.coverage[k]:9.1%} "
+                     f"{profile.update_s[k] * 1e3:10.2f} "
+                     f"{profile.activation_bytes[k] / 2**20:16.1f}")
+    lines.append(f"jitter cv {profile.jitter_cv:.1%}, interference {profile.interference:.1%}, "
+                 f"TCP {profile.tcp_beta * 1e9:.2f} ns/B per end; "
+                 f"parameters {profile.parameter_bytes / 2**20:.1f} MiB")
+    low = [b for b, c in zip(profile.batches, profile.coverage) if not 0.85 <= c <= 1.15]
+    if low:
+        lines.append(f"warning: the modules' times add up to a whole iteration only within "
+                     f"15% at batch(es) {low}; was the machine busy? (scaledl spreads the "
+                     "difference over the layers)")
+    lines.append(f"wrote {path}")
+    return "\n".join(lines)

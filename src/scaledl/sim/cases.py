@@ -1,0 +1,163 @@
+"""The published points ``scaledl simulate reproduce`` predicts (docs/simulation.md).
+
+Every case uses the presets as they are; what varies is only what its source states: model,
+GPU, batch per GPU, GPUs per host and hosts, network, collective algorithm, software stack
+(its per-call cost and, for Horovod, its cycle and fusion buffer) and, where the source
+measured it, the single-GPU rate (``compute_time``), which replaces the device preset's
+estimate as a measured profile would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from scaledl.sim.job import Job
+from scaledl.sim.reproduce import Case, Prediction
+
+__all__ = ["CASES", "IMAGENET_TRAIN_IMAGES"]
+
+IMAGENET_TRAIN_IMAGES = 1_281_167
+"""ILSVRC-2012 training set size."""
+
+TF = "tensorflow/tensorflow tensorflow/docs_src/performance/benchmarks.md (May 2017)"
+DDP = "pytorch/pytorch benchmarks/distributed/ddp/README.md (PyTorch 1.4, NCCL)"
+
+
+def _weak(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
+          ) -> Callable[[bool], Prediction]:
+    """Efficiency of the second job against the first (per-GPU throughput ratio)."""
+    def predict(ideal: bool) -> Prediction:
+        base, big = jobs(ideal)
+        small, large = base.run(), big.run()
+        value = small.iteration_s / large.iteration_s if per_gpu else large.efficiency
+        return Prediction(value, f"{large.iteration_s * 1e3:.0f} ms per step at {big.gpus} GPUs "
+                                 f"vs {small.iteration_s * 1e3:.0f} ms at {base.gpus} "
+                                 f"(comm busy {large.communication_s * 1e3:.0f} ms, exposed "
+                                 f"{large.communication_share:.0%})")
+    return predict
+
+
+def _same(job: Job) -> Callable[[bool], tuple[Job, Job]]:
+    """The job against itself on one GPU."""
+    def jobs(ideal: bool) -> tuple[Job, Job]:
+        big = replace(job, ideal=ideal)
+        return replace(big, gpus=1, topology="1"), big
+    return jobs
+
+
+def _ddl(ideal: bool) -> Prediction:
+    job = Job(model="resnet50", gpus=256, topology="4x16x4", algorithm="torus", device="p100",
+              network="ib-edr", intra="nvlink1", batch=32, stack="mpi", ideal=ideal)
+    result = job.run()
+    minutes = 90 * IMAGENET_TRAIN_IMAGES / result.samples_per_s / 60
+    return Prediction(result.efficiency,
+                      f"90 epochs in {minutes:.0f} min ({result.samples_per_s / 256:.0f} "
+                      f"images/s/GPU, comm share {result.communication_share:.1%})")
+
+
+def _scaffe(ideal: bool) -> Prediction:
+    base = Job(model="googlenet", device="k80", network="ib-fdr", intra="pcie3",
+               strategy="reduce-broadcast", algorithm="hierarchical", stack="mpi", ideal=ideal)
+    small = replace(base, gpus=32, topology="16x2", batch=80).run()
+    large = replace(base, gpus=160, topology="16x10", batch=16).run()
+    speedup = small.iteration_s / large.iteration_s
+    return Prediction(speedup, f"{speedup / 5:.0%} of linear; comm share "
+                               f"{small.communication_share:.0%} -> "
+                               f"{large.communication_share:.0%}")
+
+
+def _horovod(model: str, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
+    job = Job(model=model, gpus=512, topology="4x128", algorithm="ring", device="p100",
+              network="25gbe", intra="pcie3", batch=64, bucket_mb=64.0, stack="horovod",
+              compute_time=64 / images_per_s)
+    return _same(job)
+
+
+def _you(ideal: bool) -> Prediction:
+    parts, share = [], 0.0
+    for side in (64, 224):
+        base = Job(model="alexnet", input_shape=(3, side, side), gpus=8, topology="8",
+                   device="k80", intra="pcie3", batch=64, ideal=ideal)
+        original = replace(base, strategy="easgd").run()
+        sync = replace(base, strategy="sync-easgd", algorithm="tree", overlap=True).run()
+        share = original.communication_share if side == 64 else share
+        parts.append(f"{side}x{side}: {original.communication_share:.0%} vs "
+                     f"{sync.communication_share:.0%}")
+    return Prediction(share, "original vs Sync EASGD comm share, " + "; ".join(parts))
+
+
+def _goyal(ideal: bool) -> tuple[Job, Job]:
+    job = Job(model="resnet50", device="p100", network="50gbe", intra="nvlink1", batch=32,
+              algorithm="hierarchical", stack="nccl", ideal=ideal)
+    return replace(job, gpus=8, topology="8"), replace(job, gpus=256, topology="8x32")
+
+
+def _dgx1(model: str, batch: int, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
+    # tf_cnn_benchmarks "replicated (with NCCL)": one NCCL allreduce per gradient tensor
+    job = Job(model=model, gpus=8, topology="8", algorithm="ring", device="p100",
+              intra="nvlink1-dgx1", batch=batch, bucket_mb=1e-6, stack="nccl",
+              compute_time=batch / images_per_s)
+    return _same(job)
+
+
+def _ddp(model: str, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
+    job = Job(model=model, gpus=16, topology="8x2", algorithm="ring", device="v100",
+              network="ib-edr-x4", intra="nvlink2", batch=32, stack="nccl",
+              compute_time=32 / images_per_s)
+    return _same(job)
+
+
+CASES = (
+    Case("PowerAI DDL, ResNet-50, 256 P100", "efficiency", 0.95,
+         "64 hosts x 4 P100 (4x16x4), torus (DDL's multi-dimensional ring), one EDR InfiniBand "
+         "port per host, NVLink inside, 32 images/GPU; Caffe over MPI",
+         "Cho et al., arXiv 1708.02188 (2017); IBM's announcement (95% with Caffe)", _ddl),
+    Case("S-Caffe, GoogLeNet, 32 -> 160 K80", "speedup", 2.5,
+         "16 K80 GPUs per host (16x2, 16x10), FDR InfiniBand, PCIe inside, per-layer "
+         "hierarchical reduce and broadcast overlapped, global batch 2560 (80 -> 16 per GPU, "
+         "assumed); Caffe over MVAPICH2-GDR",
+         "Awan et al., PPoPP 2017, abstract (seed 000)", _scaffe),
+    Case("Horovod, ResNet-101, 512 GPUs", "efficiency", 0.90,
+         "128 servers x 4 Pascal GPUs (4x128), 25 Gbit/s RoCE, PCIe inside, ring, 64 images/GPU, "
+         "one GPU at Horovod's measured 119.4 images/s; Horovod (5 ms cycle, 64 MiB fusion)",
+         "horovod/horovod README and docs/benchmarks.rst (512-GPU chart)",
+         _weak(_horovod("resnet101", 119.4))),
+    Case("Horovod, VGG-16, 512 GPUs", "efficiency", 0.68,
+         "as above, one GPU at Horovod's measured 130.9 images/s",
+         "horovod/horovod README and docs/benchmarks.rst (512-GPU chart)",
+         _weak(_horovod("vgg16", 130.9))),
+    Case("Goyal et al., ResNet-50, 8 -> 256 P100", "efficiency", 0.90,
+         "32 Big Basin servers x 8 P100 on NVLink (8x32), one 50 Gbit/s Ethernet port per "
+         "server, 32 images/GPU (8k batch), intra-server reduce, inter-server allreduce, "
+         "broadcast (hierarchical); efficiency against one server of 8",
+         "Goyal et al., arXiv 1706.02677 (2017), abstract and section 5.5 (~90% from 8 to 256 "
+         "GPUs)", _weak(_goyal)),
+    Case("TensorFlow, VGG16, 8 P100 (DGX-1), batch 64", "efficiency", 1081 / (8 * 154),
+         "one DGX-1 (8 P100, NVLink hybrid cube mesh: one 20 GB/s link per GPU pair), "
+         "replicated variables with one NCCL allreduce per gradient tensor, 64 images/GPU, "
+         "one GPU at the published 154 images/s",
+         TF + ", DGX-1 training synthetic data: 154 and 1081 images/s",
+         _weak(_dgx1("vgg16", 64, 154))),
+    Case("TensorFlow, VGG16, 8 P100 (DGX-1), batch 32", "efficiency", 820 / (8 * 144),
+         "as above at 32 images/GPU, one GPU at 144 images/s",
+         TF + ", DGX-1 other results (batch 32): 144 and 820 images/s",
+         _weak(_dgx1("vgg16", 32, 144))),
+    Case("TensorFlow, AlexNet, 8 P100 (DGX-1), batch 512", "efficiency", 17822 / (8 * 2987),
+         "as above, 512 images/GPU, one GPU at 2987 images/s",
+         TF + ", DGX-1 training synthetic data: 2987 and 17822 images/s",
+         _weak(_dgx1("alexnet", 512, 2987))),
+    Case("PyTorch DDP, ResNet-50, 16 V100", "efficiency", 306 / 329,
+         "2 DGX-1 (8 V100 on NVLink) with 4x 100 Gbit/s InfiniBand each (8x2), NCCL ring, "
+         "25 MB buckets, 32 images/GPU, one GPU without DDP at 329 images/s",
+         DDP + ": p50 329 images/s (1 GPU, no DDP) and 306 (16 GPUs)",
+         _weak(_ddp("resnet50", 329))),
+    Case("PyTorch DDP, ResNet-101, 16 V100", "efficiency", 178 / 197,
+         "as above, one GPU without DDP at 197 images/s",
+         DDP + ": p50 197 images/s (1 GPU, no DDP) and 178 (16 GPUs)",
+         _weak(_ddp("resnet101", 197))),
+    Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
+         "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
+         "on CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",
+         "You, Buluç, Demmel, SC17 (seed 003; /work/shared/research/seeds.md section 4)", _you),
+)
