@@ -160,6 +160,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._negotiate = True
         self._hooks: list[Any] = []
         named = _named(optimizer, named_parameters)
+        runtime.current()  # ValueError before hvd.init()
         if process_set.included():
             context = context_of(process_set)
             if context.size > 1:
