@@ -35,11 +35,14 @@ print(f"rank {hvd.rank()}/{hvd.size()} local {hvd.local_rank()} sum {total} "
       f"algorithm {os.environ.get('SCALEDL_HOROVOD_ALGORITHM')}", flush=True)
 fail = int(os.environ.get("FAIL_CODE", "0"))
 if fail:
-    if hvd.rank() == 1:
-        time.sleep(1)
+    pid_file = os.environ["PID_FILE"]
+    if hvd.rank() == 1:  # fail once rank 0 has recorded its pid
+        while not os.path.exists(pid_file):
+            time.sleep(0.05)
         sys.exit(fail)
-    with open(os.environ["PID_FILE"], "w") as out:
+    with open(pid_file + ".part", "w") as out:
         out.write(str(os.getpid()))
+    os.rename(pid_file + ".part", pid_file)
     time.sleep(120)
 """
 
