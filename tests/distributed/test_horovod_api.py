@@ -174,6 +174,15 @@ def _check_process_sets_and_autograd(rank: int, world: int) -> None:
     rows = torch.ones(rank + 1, 2, requires_grad=True)
     hvd.allgather(rows).sum().backward()
     assert rows.grad is not None and torch.equal(rows.grad, torch.ones(rank + 1, 2))
+    source = torch.full((2,), float(rank), requires_grad=True)
+    hvd.broadcast(source, root_rank=0).sum().backward()
+    assert source.grad is not None and source.grad.tolist() == [1.0 if rank == 0 else 0.0] * 2
+    scattered = torch.ones(world * 2, requires_grad=True)
+    hvd.reducescatter(scattered, op=hvd.Sum).sum().backward()
+    assert scattered.grad is not None and scattered.grad.tolist() == [float(world)] * world * 2
+    spread = torch.arange(world, dtype=torch.float32, requires_grad=True)
+    (hvd.alltoall(spread) * 2).sum().backward()  # type: ignore[operator]
+    assert spread.grad is not None and spread.grad.tolist() == [2.0] * world
 
 
 def _api_worker(rank: int, world: int) -> str:
