@@ -171,8 +171,8 @@ def format_profile(profile: MeasuredProfile, path: Path) -> str:
                  f"parameters {profile.parameter_bytes / 2**20:.1f} MiB")
     low = [b for b, c in zip(profile.batches, profile.coverage) if not 0.85 <= c <= 1.15]
     if low:
-        lines.append(f"warning: the modules' times add up to a whole iteration only within "
-                     f"15% at batch(es) {low}; was the machine busy? (scaledl spreads the "
-                     "difference over the layers)")
+        lines.append(f"note: the modules' times add up to a whole iteration only within 15% at "
+                     f"batch(es) {low}: the loss and autograd's own work (large in a small "
+                     "model) or a busy machine; scaledl spreads the difference over the layers")
     lines.append(f"wrote {path}")
     return "\n".join(lines)

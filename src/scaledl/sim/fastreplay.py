@@ -119,11 +119,12 @@ def cost(
     np.add.at(reduced, compiled.recv_node, compiled.recv_bytes * compiled.recv_reduce)
     gamma = network.gamma * network.cpu_contention
     own = np.maximum(link_time, reduced * gamma)
-    if network.cpu_beta > 0:  # bytes through the host CPU (TCP): sent + received, + reduction
-        moved = np.zeros(n, dtype=np.float64)
-        np.add.at(moved, node, compiled.send_bytes.astype(np.float64))
-        np.add.at(moved, compiled.recv_node, compiled.recv_bytes.astype(np.float64))
-        own = np.maximum(own, moved * network.cpu_beta * network.cpu_contention + reduced * gamma)
+    if network.cpu_beta > 0 or network.cpu_beta_link > 0:  # bytes through host CPUs (TCP)
+        per_byte = np.where(raw >= 1, network.cpu_beta + network.cpu_beta_link, network.cpu_beta)
+        cpu = np.zeros(n, dtype=np.float64)
+        np.add.at(cpu, node, compiled.send_bytes * per_byte)
+        np.add.at(cpu, compiled.recv_node, compiled.recv_bytes * per_byte[compiled.match])
+        own = np.maximum(own, cpu * network.cpu_contention + reduced * gamma)
     post = np.minimum(reduced, network.chunk_bytes) * gamma + network.overhead
     matched = compiled.match
     e_class = klass[matched]

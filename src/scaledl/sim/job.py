@@ -162,9 +162,7 @@ class Job:
             uplink = _override(uplink, self.inter_latency_us, self.inter_gbps)
         net = replace(net, inter=inter, intra=intra, uplink=uplink)
         if not self.ideal:
-            measured = self.measured()
-            tcp = measured.tcp_beta if measured is not None else dev.tcp_beta
-            net = replace(net, cpu_beta=tcp)
+            net = replace(net, cpu_beta=dev.tcp_beta, cpu_beta_link=dev.tcp_link_beta)
         return net
 
     def measured(self) -> MeasuredProfile | None:
@@ -209,7 +207,7 @@ class Job:
 
     def layer_times(self, profile: ModelProfile, world_size: int = 1) -> Times:
         """Per-layer forward and backward seconds on one device of this job, stretched by CPU
-        contention when ``cores`` is given."""
+        contention when ``cores`` is given (as the update is in :meth:`run`)."""
         times = self.compute_model(profile).layer_times(profile, self.batch)
         if self.compute_time is not None:
             times = scaled(times, self.compute_time)
@@ -252,8 +250,9 @@ class Job:
         net = network if network is not None else self.network_value()
         net = replace(net, cpu_contention=self.contention(topo.world_size))
         sim = CollectiveSimulator(topo, net, prof.itemsize)
+        update = self.update_seconds(prof) * self.contention(topo.world_size)
         return simulate_iteration(
             prof, sim, self.batch, self.strategy, self.algorithm,
-            update_s=self.update_seconds(prof), tau=self.tau, overlap=self.overlap,
+            update_s=update, tau=self.tau, overlap=self.overlap,
             times=self.layer_times(prof, topo.world_size), losses=self.losses(),
         )

@@ -6,7 +6,8 @@ measured profile, never fitted to a scaling result:
 
 - **Per-call software overhead** (:attr:`Stack.call_overhead_s`): every collective call pays the
   framework's dispatch and the library's launch once, however small the message, so a strategy
-  that issues one collective per layer pays it per layer; and per gradient tensor
+  that issues one collective per layer pays it per layer (host CPU work: stretched by the
+  network's CPU contention where ranks outnumber cores); and per gradient tensor
   (:attr:`Stack.tensor_overhead_s`) the wrapper's hook and bucket copy, on the backward pass.
 - **Interference** (:attr:`Losses.interference`, ``kappa``): while a collective runs, compute on
   the same device runs at ``1 / (1 + kappa)`` of its speed (NCCL kernels take SMs and memory
@@ -98,9 +99,11 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
     Stack("mpi", 20e-6, 0.0, None,
           "Caffe over CUDA-aware MPI (S-Caffe on MVAPICH2-GDR): an MPI call on GPU buffers, "
           "assumed 20 us of software per call (pointer checks, CUDA stream sync)"),
-    Stack("scaledl", 0.0, 0.0, None,
-          "scaledl's executor over Gloo: its per-round cost is in the network's alpha "
-          "(calibrated), nothing extra per call"),
+    Stack("scaledl", 0.91e-3, 0.0, None,
+          "scaledl's executor over Gloo on this project's 2-core VM: 0.91 ms per call and per "
+          "rank per core (thread hand-offs, Python, waiting for a core), fitted with the cpu "
+          "device's TCP costs to the 2x2 run 1 files of benchmarks/sim_validation/raw "
+          "(presets.py, CPU_TCP_BETA)"),
 )}
 
 

@@ -24,9 +24,10 @@ round are the ones in flight together):
 Receives do not compete with sends (full-duplex links).  ``overhead`` is a per-round software
 cost and ``gamma`` the reduction cost per byte, as in :class:`scaledl.collectives.auto.CostModel`.
 Where bytes pass through the host CPU (TCP), ``cpu_beta`` is the CPU time per byte at each end
-and ``cpu_contention`` the ranks per core when they outnumber the cores: a round then lasts at
-least ``(sent + received) x cpu_beta x contention + reduced x gamma x contention``, which is
-what bounds the emulated cluster at 10 Gbit/s.
+(``cpu_beta_link`` more for bytes that cross hosts) and ``cpu_contention`` the ranks per core
+when they outnumber the cores: a round then lasts at least ``(sent + received) x cpu_beta x
+contention + reduced x gamma x contention`` (plus the link bytes' extra), which is what bounds
+the emulated cluster at 10 Gbit/s.
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ class Network:
     """Host CPU seconds per byte a rank spends at each end of a transfer (TCP's copies and
     checksums; 0 for RDMA and NVLink): a round's sent plus received bytes cost this on the
     rank's CPU, with its reduction, and the round cannot end sooner."""
+    cpu_beta_link: float = 0.0
+    """Extra host CPU seconds per byte at each end of a transfer that crosses hosts (a real
+    network path: a veth, bridge and qdisc on the emulated cluster, against loopback inside a
+    host)."""
     cpu_contention: float = 1.0
     """Ranks per CPU core when the ranks outnumber the cores (the emulated cluster: every host
     on one machine): CPU work (transfers and reductions) takes this much longer."""
@@ -112,7 +117,8 @@ class Network:
                 f"oversubscription {self.oversubscription} must be >= 1 (1 = non-blocking)"
             )
         for what, value in (("overhead", self.overhead), ("gamma", self.gamma),
-                            ("rack latency", self.rack_latency), ("CPU cost", self.cpu_beta)):
+                            ("rack latency", self.rack_latency), ("CPU cost", self.cpu_beta),
+                            ("CPU cost per link byte", self.cpu_beta_link)):
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"network {what} {value} must be finite and >= 0")
         if not (math.isfinite(self.cpu_contention) and self.cpu_contention >= 1):

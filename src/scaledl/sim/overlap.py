@@ -45,7 +45,8 @@ def call_time(sim: CollectiveSimulator, algorithm: str, collective: Collective, 
     """One collective call: its replayed schedule plus the stack's per-call overhead."""
     if sim.topology.world_size == 1 or numel == 0:
         return 0.0
-    return sim.time(algorithm, collective, padded_numel(sim, numel)) + losses.call_overhead_s
+    software = losses.call_overhead_s * sim.network.cpu_contention
+    return sim.time(algorithm, collective, padded_numel(sim, numel)) + software
 
 
 def bucketed_allreduce(

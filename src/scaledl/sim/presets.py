@@ -19,7 +19,15 @@ __all__ = ["Device", "DEVICES", "LINKS", "device", "link", "build_network", "DEF
 CPU_INTERFERENCE = 0.5
 """Placeholder until measured (see sim/measure.py)."""
 CPU_JITTER = 0.02
-CPU_TCP_BETA = 0.65e-9
+CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.996e-9
+"""Host CPU seconds per byte at each end of a transfer by scaledl's executor over Gloo on this
+VM: inside a host (loopback) and extra across an emulated link (veth, bridge, tbf).  Fitted once,
+with the scaledl stack's per-call cost, to the 2x2 run 1 files of benchmarks/sim_validation/raw
+(all three link rates, messages >= 256 KiB, with the link presets and ranks / cores contention;
+least squares on relative errors); every other file validates them.  A raw TCP stream costs
+0.21 ns/B on loopback and 0.40 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py):
+loopback agrees, the emulated link costs more (the tbf qdisc and 1500-byte packets under
+contention)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,8 @@ class Device:
     """Coefficient of variation of one rank's compute time per iteration."""
     tcp_beta: float = 0.0
     """CPU seconds per byte a rank spends at each end of a TCP transfer (0: RDMA, no CPU)."""
+    tcp_link_beta: float = 0.0
+    """Extra CPU seconds per byte at each end when the transfer crosses hosts."""
 
     def __post_init__(self) -> None:
         if self.peak_tflops <= 0 or not 0 < self.efficiency <= 1 or self.memory_gbps <= 0:
@@ -56,7 +66,8 @@ class Device:
                 f"> 0; got {self.peak_tflops}, {self.efficiency}, {self.memory_gbps}"
             )
         if not 0 < self.compute_efficiency <= 1 or self.fill_threads < 1 or min(
-                self.launch_s, self.interference, self.jitter_cv, self.tcp_beta) < 0:
+                self.launch_s, self.interference, self.jitter_cv, self.tcp_beta,
+                self.tcp_link_beta) < 0:
             raise ValueError(
                 f"device {self.name!r} needs compute efficiency in (0, 1], fill threads >= 1 "
                 f"and launch, interference, jitter and TCP costs >= 0; got "
@@ -141,8 +152,13 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            "(torch.add of 64 MiB float32 tensors in 4.70 ms counting two reads and a write); "
            "interference, jitter and TCP cost measured by `scaledl simulate profile`",
            compute_efficiency=0.5, fill_threads=2 * 8, launch_s=10e-6,
-           interference=CPU_INTERFERENCE, jitter_cv=CPU_JITTER, tcp_beta=CPU_TCP_BETA),
+           interference=CPU_INTERFERENCE, jitter_cv=CPU_JITTER, tcp_beta=CPU_TCP_BETA,
+           tcp_link_beta=CPU_TCP_LINK_BETA),
 )}
+
+TCP_PAYLOAD = 1448 / 1514
+"""Payload per Ethernet frame through TCP at MTU 1500 (1448 bytes of data after the IP, TCP and
+timestamp headers, in a 1514-byte frame): ``tc`` shapes whole frames."""
 
 LINKS: dict[str, LinkClass] = {
     "ib-fdr": LinkClass.from_bandwidth("ib-fdr", 1.0e-6, 54.5 / 8),
@@ -160,9 +176,11 @@ LINKS: dict[str, LinkClass] = {
     "nvlink3": LinkClass.from_bandwidth("nvlink3", 3e-6, 300.0),
     "nvlink4": LinkClass.from_bandwidth("nvlink4", 3e-6, 450.0),
     "loopback": LinkClass.from_bandwidth("loopback", 40e-6, 3.0),
-    "emulated-1gbit": LinkClass.from_bandwidth("emulated-1gbit", 60e-6, 1.0 / 8),
-    "emulated-10gbit": LinkClass.from_bandwidth("emulated-10gbit", 60e-6, 10.0 / 8),
-    "emulated-100mbit": LinkClass.from_bandwidth("emulated-100mbit", 60e-6, 0.1 / 8),
+    "emulated-1gbit": LinkClass.from_bandwidth("emulated-1gbit", 60e-6, 1.0 / 8 * TCP_PAYLOAD),
+    "emulated-10gbit": LinkClass.from_bandwidth("emulated-10gbit", 60e-6,
+                                                10.0 / 8 * TCP_PAYLOAD),
+    "emulated-100mbit": LinkClass.from_bandwidth("emulated-100mbit", 60e-6,
+                                                 0.1 / 8 * TCP_PAYLOAD),
 }
 """Link presets (latency s, one-way GB/s).  ``nvlink`` is also accepted for ``nvlink1``."""
 

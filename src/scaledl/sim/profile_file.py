@@ -6,8 +6,10 @@ in forward order (median over the repeats), the whole iteration's forward+backwa
 seconds, and their sum check; plus the device, the model's parameter bytes and activation
 bytes, the compute slowdown measured while communication-like work ran beside it
 (``interference``), the spread of iteration times (``jitter_cv``) and the CPU cost per byte of a
-loopback TCP stream (``tcp_beta``).  :func:`load_profile` checks the schema and every field and
-raises ``ValueError`` naming the file and the problem.
+raw loopback TCP stream (``tcp_beta``, for reference: collectives cost what the device preset's
+executor-level ``tcp_beta`` says, which includes the executor's copies and Gloo).
+:func:`load_profile` checks the schema and every field and raises ``ValueError`` naming the file
+and the problem.
 
 :meth:`MeasuredProfile.compute_for` maps the leaf modules onto the simulator's layers (the
 modules that own parameters): a module without parameters (ReLU, pooling) is charged to the

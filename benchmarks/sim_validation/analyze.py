@@ -1,0 +1,177 @@
+"""Compare `scaledl simulate` with the emulated-cluster measurements of run.sh.
+
+    python benchmarks/sim_validation/analyze.py [RAW_DIR] > benchmarks/sim_validation/results.md
+
+Everything is predicted from presets (link rates, the cpu device's executor costs, the scaledl
+stack's per-call cost) and ranks / cores contention; nothing here is fitted.  The cpu device's
+two host CPU constants and the per-call cost were derived once from the 2x2 run 1 files
+(presets.py CPU_TCP_BETA, losses.py STACKS["scaledl"]); every other file is held out.  Writes
+results.json beside the raw directory and prints markdown tables:
+
+1. collectives: predicted vs measured per file, messages >= 1 MiB, within 15%, held-out share
+   per link rate, and the run-to-run spread of the measurements themselves (the noise floor);
+2. training: `scaledl train` median step time (steps after the first 5) against the prediction
+   from the measured profile for the same model, workers, topology, algorithm and batch;
+3. profiles: the measured iteration at a batch the profile did not contain against the
+   profile's prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from scaledl.sim.calibrate import load_points, predict
+from scaledl.sim.job import Job
+from scaledl.sim.losses import STACKS
+from scaledl.sim.profile_file import load_profile
+from scaledl.sim.presets import DEVICES, build_network
+
+CORES, MIN_BYTES, TOLERANCE = 2, 1 << 20, 0.15
+CALL = STACKS["scaledl"].call_overhead_s
+"""The executor's per-call cost (per rank per core), as `scaledl simulate` charges it."""
+RATES, LAYOUTS = ("100mbit", "1gbit", "10gbit"), ("2x2", "3x2")
+CALIBRATION_FILES = {f"allreduce-2x2-{rate}-run1.json" for rate in RATES}
+TRAIN = (  # tag, model, algorithm, layout, rate, batch (as run.sh)
+    ("mlp-ring-2x2-1gbit", "mlp", "ring", "2x2", "1gbit", 64),
+    ("mlp-hierarchical-3x2-100mbit", "mlp", "hierarchical", "3x2", "100mbit", 64),
+    ("resnet20-torus-2x2-10gbit", "resnet20", "torus", "2x2", "10gbit", 32),
+)
+
+
+def _network(rate: str) -> Any:
+    device = DEVICES["cpu"]
+    return replace(build_network(rate, "loopback", device.gamma), cpu_beta=device.tcp_beta,
+                   cpu_beta_link=device.tcp_link_beta)
+
+
+def collectives(raw: Path) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(raw.glob("allreduce-*-run*.json")):
+        _, layout, rate, run = path.stem.split("-")
+        for point in load_points([path]):
+            if point.nbytes < MIN_BYTES:
+                continue
+            contention = max(1.0, point.topology.world_size / CORES)
+            predicted = predict(point, _network(rate), cores=CORES) + CALL * contention
+            rows.append({"file": path.name, "layout": layout, "rate": rate, "run": run,
+                         "algorithm": point.algorithm, "nbytes": point.nbytes,
+                         "measured_ms": point.measured_s * 1e3, "predicted_ms": predicted * 1e3,
+                         "error": predicted / point.measured_s - 1,
+                         "held_out": path.name not in CALIBRATION_FILES})
+    return rows
+
+
+def noise_floor(rows: list[dict[str, Any]], rate: str) -> tuple[int, int]:
+    """Pairs of runs of the same layout, algorithm and size within 15% of each other."""
+    runs: dict[tuple[str, str, int], list[float]] = {}
+    for row in rows:
+        if row["rate"] == rate:
+            runs.setdefault((row["layout"], row["algorithm"], row["nbytes"]), []).append(
+                row["measured_ms"])
+    pairs = [v for v in runs.values() if len(v) >= 2]
+    return sum(abs(v[1] / v[0] - 1) <= TOLERANCE for v in pairs), len(pairs)
+
+
+def training(raw: Path) -> list[dict[str, Any]]:
+    rows = []
+    for tag, model, algorithm, layout, rate, batch in TRAIN:
+        metrics = raw / f"train-{tag}.metrics.jsonl"
+        if not metrics.is_file():
+            continue
+        steps = [json.loads(line) for line in metrics.read_text().splitlines()]
+        times = [r["step_s"] for r in steps if r.get("kind") == "step"][5:]
+        per_host, hosts = (int(v) for v in layout.split("x"))
+        profile = raw / f"profile-{model}.json"
+        job = Job(model=model, device="cpu", network=rate, intra="loopback",
+                  gpus=per_host * hosts, topology=layout, algorithm=algorithm, batch=batch,
+                  profile_path=profile, cores=CORES,
+                  update_time=_beyond_compute(raw, model, batch, profile))
+        result = job.run()
+        measured = statistics.median(times)
+        rows.append({"run": tag, "steps": len(times), "measured_ms": measured * 1e3,
+                     "measured_p25_ms": statistics.quantiles(times, n=4)[0] * 1e3,
+                     "measured_p75_ms": statistics.quantiles(times, n=4)[2] * 1e3,
+                     "predicted_ms": result.iteration_s * 1e3,
+                     "error": result.iteration_s / measured - 1,
+                     "predicted_compute_ms": result.compute_s * 1e3,
+                     "predicted_comm_busy_ms": result.communication_s * 1e3})
+    return rows
+
+
+def _beyond_compute(raw: Path, model: str, batch: int, profile: Path) -> float | None:
+    """What one worker's training step costs beyond the profile's forward and backward (the
+    update and the trainer's own bookkeeping), measured by run.sh's single-worker run."""
+    single = raw / f"train-single-{model}.metrics.jsonl"
+    if not single.is_file():
+        return None
+    steps = [json.loads(line) for line in single.read_text().splitlines()]
+    step = statistics.median([r["step_s"] for r in steps if r.get("kind") == "step"][5:])
+    measured = load_profile(profile)
+    fwd_bwd = measured.compute_for(Job(model=model, profile_path=profile).profile())
+    times = fwd_bwd.layer_times(Job(model=model, profile_path=profile).profile(), batch)
+    return max(step - sum(times[0]) - sum(times[1]), 0.0)
+
+
+def profiles(raw: Path) -> list[dict[str, Any]]:
+    rows = []
+    for held in sorted(raw.glob("profile-*-b*.json")):
+        model, batch = held.stem.split("-")[1], int(held.stem.rsplit("-b", 1)[1])
+        measured = load_profile(held)
+        job = Job(model=model, device="cpu", gpus=1, batch=batch,
+                  profile_path=raw / f"profile-{model}.json")
+        predicted = job.run().iteration_s
+        actual = measured.forward_backward_s[0] + measured.update_seconds
+        rows.append({"model": model, "batch": batch, "measured_ms": actual * 1e3,
+                     "predicted_ms": predicted * 1e3, "error": predicted / actual - 1})
+    return rows
+
+
+def _print(coll: list[dict[str, Any]], train: list[dict[str, Any]],
+           prof: list[dict[str, Any]]) -> None:
+    print("## Collectives (messages >= 1 MiB), held out unless marked\n")
+    print("| rate | held-out points within 15% | all files | run-to-run within 15% |")
+    print("|---|---:|---:|---:|")
+    for rate in RATES:
+        held = [r for r in coll if r["rate"] == rate and r["held_out"]]
+        every = [r for r in coll if r["rate"] == rate]
+        ok, pairs = noise_floor(coll, rate)
+        within = sum(abs(r["error"]) <= TOLERANCE for r in held)
+        print(f"| {rate} | {within}/{len(held)} ({within / max(len(held), 1):.0%}) | "
+              f"{sum(abs(r['error']) <= TOLERANCE for r in every)}/{len(every)} | "
+              f"{ok}/{pairs} |")
+    print("\n| file | algorithm | MiB | measured ms | predicted ms | error |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in coll:
+        mark = "" if r["held_out"] else " (fit)"
+        print(f"| {r['file']}{mark} | {r['algorithm']} | {r['nbytes'] >> 20} | "
+              f"{r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | {r['error']:+.1%} |")
+    print("\n## Training steps\n")
+    print("| run | steps | measured median ms (p25-p75) | predicted ms | error |")
+    print("|---|---:|---:|---:|---:|")
+    for r in train:
+        print(f"| {r['run']} | {r['steps']} | {r['measured_ms']:.1f} "
+              f"({r['measured_p25_ms']:.1f}-{r['measured_p75_ms']:.1f}) | "
+              f"{r['predicted_ms']:.1f} | {r['error']:+.1%} |")
+    print("\n## Profiles: a batch the profile did not measure\n")
+    print("| model | batch | measured ms | predicted ms | error |")
+    print("|---|---:|---:|---:|---:|")
+    for r in prof:
+        print(f"| {r['model']} | {r['batch']} | {r['measured_ms']:.2f} | "
+              f"{r['predicted_ms']:.2f} | {r['error']:+.1%} |")
+
+
+def main() -> None:
+    raw = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("benchmarks/sim_validation/raw")
+    coll, train, prof = collectives(raw), training(raw), profiles(raw)
+    (raw.parent / "results.json").write_text(json.dumps(
+        {"collectives": coll, "training": train, "profiles": prof}, indent=1) + "\n")
+    _print(coll, train, prof)
+
+
+if __name__ == "__main__":
+    main()
