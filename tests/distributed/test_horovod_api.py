@@ -185,6 +185,37 @@ def _check_process_sets_and_autograd(rank: int, world: int) -> None:
     assert spread.grad is not None and spread.grad.tolist() == [2.0] * world
 
 
+def _check_sync_batch_norm(rank: int, world: int) -> None:
+    import scaledl.horovod as hvd
+
+    batches = [torch.randn(2 + r, 3, 4, generator=torch.Generator().manual_seed(50 + r))
+               for r in range(world)]
+    full = torch.cat(batches).requires_grad_()
+    upstream = torch.randn(full.shape, generator=torch.Generator().manual_seed(9))
+    reference = torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        reference.weight.copy_(torch.tensor([0.5, 1.0, 2.0]))
+        reference.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+    sync = hvd.SyncBatchNorm(3)
+    sync.load_state_dict(reference.state_dict())
+    expected = reference(full)
+    (expected * upstream).sum().backward()
+    first = sum(b.shape[0] for b in batches[:rank])
+    rows = slice(first, first + batches[rank].shape[0])
+    mine = batches[rank].clone().requires_grad_()
+    output = sync(mine)
+    torch.testing.assert_close(output, expected[rows])
+    (output * upstream[rows]).sum().backward()
+    assert full.grad is not None and mine.grad is not None and sync.weight.grad is not None
+    torch.testing.assert_close(mine.grad, full.grad[rows])
+    torch.testing.assert_close(hvd.allreduce(sync.weight.grad, op=hvd.Sum), reference.weight.grad)
+    torch.testing.assert_close(sync.running_var, reference.running_var)
+    torch.testing.assert_close(sync.running_mean, reference.running_mean)
+    sync.eval()
+    reference.eval()
+    torch.testing.assert_close(sync(mine), reference(mine))
+
+
 def _api_worker(rank: int, world: int) -> str:
     import scaledl.horovod as hvd
 
@@ -199,6 +230,7 @@ def _api_worker(rank: int, world: int) -> str:
     hvd.init()
     _check_objects_and_state(rank, world)
     _check_process_sets_and_autograd(rank, world)
+    _check_sync_batch_norm(rank, world)
     hvd.shutdown()
     assert not hvd.is_initialized()
     return "ok"

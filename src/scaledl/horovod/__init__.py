@@ -10,8 +10,8 @@ one import::
 Launch with ``scaledl run -np 4 python train.py`` (or torchrun, mpirun, srun).  Collectives run
 on scaledl's algorithms (``hvd.init(algorithm="ring")`` or ``SCALEDL_HOROVOD_ALGORITHM``; ``auto``
 by default); the DistributedOptimizer uses the gradient reducer of :class:`scaledl.DataParallel`.
-docs/horovod.md maps every call and lists what is not supported (Adasum, elastic, SyncBatchNorm,
-timelines), each of which raises :class:`UnsupportedError` naming it.
+docs/horovod.md maps every call and lists what is not supported (Adasum, elastic, timelines,
+grouped optimizer buckets), each of which raises :class:`UnsupportedError` naming it.
 """
 
 from scaledl.horovod.allgather import allgather_async, grouped_allgather_async
@@ -44,8 +44,9 @@ from scaledl.horovod.process_sets import (
 from scaledl.horovod.reduce_ops import Adasum, Average, Max, Min, Product, Sum
 from scaledl.horovod.reducescatter import grouped_reducescatter_async, reducescatter_async
 from scaledl.horovod.runtime import ALGORITHM_ENV
+from scaledl.horovod.sync_batch_norm import SyncBatchNorm
 from scaledl.horovod.unsupported import (
-    SyncBatchNorm, elastic, sparse_allreduce_async, start_timeline, stop_timeline,
+    elastic, sparse_allreduce_async, start_timeline, stop_timeline,
 )
 
 __all__ = [

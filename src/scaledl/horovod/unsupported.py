@@ -9,8 +9,7 @@ from typing import Any, NoReturn
 
 from scaledl.horovod.errors import unsupported
 
-__all__ = ["elastic", "SyncBatchNorm", "sparse_allreduce_async", "start_timeline",
-           "stop_timeline"]
+__all__ = ["elastic", "sparse_allreduce_async", "start_timeline", "stop_timeline"]
 
 
 class _Elastic(types.ModuleType):
@@ -24,12 +23,6 @@ class _Elastic(types.ModuleType):
 
 
 elastic = _Elastic("scaledl.horovod.elastic", "Not supported: see docs/horovod.md.")
-
-
-def SyncBatchNorm(*args: Any, **kwargs: Any) -> NoReturn:  # noqa: N802 - Horovod's name
-    """Not supported."""
-    raise unsupported("hvd.SyncBatchNorm", "use torch.nn.BatchNorm (statistics per rank), or "
-                      "torch.nn.SyncBatchNorm with DistributedDataParallel on GPUs")
 
 
 def sparse_allreduce_async(*args: Any, **kwargs: Any) -> NoReturn:
