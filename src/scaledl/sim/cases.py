@@ -96,7 +96,7 @@ def _goyal(ideal: bool) -> tuple[Job, Job]:
 def _dgx1(model: str, batch: int, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
     # tf_cnn_benchmarks "replicated (with NCCL)": one NCCL allreduce per gradient tensor
     job = Job(model=model, gpus=8, topology="8", algorithm="ring", device="p100",
-              intra="nvlink1-dgx1", batch=batch, bucket_mb=1e-6, stack="nccl",
+              intra="nvlink1-dgx1", batch=batch, bucket_mb=1e-6, stack="tf-replicated",
               compute_time=batch / images_per_s)
     return _same(job)
 

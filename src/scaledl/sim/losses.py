@@ -96,6 +96,11 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
           "HOROVOD_CYCLE_TIME default 5 ms and HOROVOD_FUSION_THRESHOLD default 64 MiB "
           "(horovod/common/operations.cc of those releases); per call as nccl, per tensor "
           "assumed as DDP's"),
+    Stack("tf-replicated", 0.290 / 161, TENSOR_OVERHEAD, None,
+          "TensorFlow 1.x tf_cnn_benchmarks, variable_update=replicated, one NCCL allreduce "
+          "per gradient tensor: its own all-reduce benchmark measured 0.290 s per step for "
+          "ResNet-50's 161 gradients on 8 GPUs without repacking (tensorflow/benchmarks commit "
+          "3777598, 'gpu' row), 1.8 ms per call; per tensor as nccl"),
     Stack("mpi", 20e-6, 0.0, None,
           "Caffe over CUDA-aware MPI (S-Caffe on MVAPICH2-GDR): an MPI call on GPU buffers, "
           "assumed 20 us of software per call (pointer checks, CUDA stream sync)"),
