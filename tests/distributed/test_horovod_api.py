@@ -150,10 +150,13 @@ def _check_objects_and_state(rank: int, world: int) -> None:
             torch.testing.assert_close(mine, other)
 
 
-def _check_process_sets_and_autograd(rank: int, world: int) -> None:
+def _check_process_sets_and_autograd(rank: int, world: int, evens: object) -> None:
     import scaledl.horovod as hvd
 
-    evens = hvd.add_process_set([r for r in range(world) if r % 2 == 0])
+    assert isinstance(evens, hvd.ProcessSet) and evens.process_set_id == 1
+    odds = hvd.add_process_set([r for r in range(world) if r % 2 == 1])
+    assert odds.size() == world // 2 and odds.included() == (rank % 2 == 1)
+    assert hvd.remove_process_set(odds) and not hvd.remove_process_set(hvd.global_process_set)
     value = torch.tensor([float(rank)])
     if rank % 2 == 0:
         assert evens.rank() == rank // 2 and evens.size() == (world + 1) // 2
@@ -227,9 +230,10 @@ def _api_worker(rank: int, world: int) -> str:
         _check_allreduce(rank, world)
         _check_gather_scatter(rank, world)
         hvd.shutdown()
-    hvd.init()
+    evens = hvd.ProcessSet([r for r in range(world) if r % 2 == 0])
+    hvd.init(process_sets=[evens])
     _check_objects_and_state(rank, world)
-    _check_process_sets_and_autograd(rank, world)
+    _check_process_sets_and_autograd(rank, world, evens)
     _check_sync_batch_norm(rank, world)
     hvd.shutdown()
     assert not hvd.is_initialized()
