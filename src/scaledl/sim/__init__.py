@@ -6,10 +6,15 @@
   arrays and replayed in virtual time, vectorised (equal to
   :func:`scaledl.collectives.replay.replay` on the same plans);
 - :mod:`~scaledl.sim.collective`: one collective's predicted time, plans cached;
-- :mod:`~scaledl.sim.profile`, :mod:`~scaledl.sim.iteration`: a training iteration from a model
-  profile with bucketed overlap, reduce-broadcast and EASGD periods;
+- :mod:`~scaledl.sim.profile`, :mod:`~scaledl.sim.compute`: per-layer bytes and FLOPs, and how
+  long each layer takes (ideal rule, device roofline, measured profile);
+- :mod:`~scaledl.sim.losses`, :mod:`~scaledl.sim.overlap`, :mod:`~scaledl.sim.iteration`: what
+  real clusters lose, the overlapped timelines, one training iteration;
+- :mod:`~scaledl.sim.measure`, :mod:`~scaledl.sim.profile_file`: ``scaledl simulate profile``
+  and its file;
 - :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` and validate;
   :mod:`~scaledl.sim.native`: the native rows and their fit (``bench``'s, passed in by the CLI);
+- :mod:`~scaledl.sim.reproduce`, :mod:`~scaledl.sim.cases`: published results and their errors;
 - :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs.
 """
 

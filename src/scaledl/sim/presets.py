@@ -16,9 +16,10 @@ from scaledl.sim.network import LinkClass, Network
 
 __all__ = ["Device", "DEVICES", "LINKS", "device", "link", "build_network", "DEFAULT_INTRA"]
 
-CPU_INTERFERENCE = 0.5
-"""Placeholder until measured (see sim/measure.py)."""
-CPU_JITTER = 0.02
+CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
+"""Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
+(benchmarks/sim_validation/raw/profile-resnet20.json, load average 2.5-2.7 from other users:
+the jitter is this shared machine's, not an idle one's)."""
 CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.996e-9
 """Host CPU seconds per byte at each end of a transfer by scaledl's executor over Gloo on this
 VM: inside a host (loopback) and extra across an emulated link (veth, bridge, tbf).  Fitted once,
