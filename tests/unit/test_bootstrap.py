@@ -244,6 +244,9 @@ def test_init_multi_rank_passes_address_rank_and_timeout(
 ) -> None:
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: calls.append((a, k)))
+    # every (pretend) rank reports the same host and layout request as this one
+    monkeypatch.setattr(dist, "all_gather_object",
+                        lambda out, obj: out.__setitem__(slice(None), [obj] * len(out)))
     environ = {**TORCHRUN, "SCALEDL_TIMEOUT": "12.5"}
     topology = bootstrap.init(backend="gloo", topology="2x4", environ=environ)
     assert (topology.axes, topology.rank) == ((2, 4), 3)

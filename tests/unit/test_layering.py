@@ -14,8 +14,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "scaledl"
 
-LAYERS: dict[str, int] = {
-    "topology": 0,
+LAYERS: dict[str, float] = {
+    "topology": 0, "launchers": 0.5,
     "bootstrap": 1, "processes": 1,
     "transport": 2,
     "collectives": 3,
