@@ -20,7 +20,7 @@ from scaledl.topology import Topology
 from scaledl.transport.loopback import LoopbackTransport, run_threads
 from tests.helpers_loopback import topologies
 
-SCHEDULED = [name for name, algo in ALGORITHMS.items() if algo.scheduled]
+SCHEDULED = [name for name, algo in ALGORITHMS.items() if algo.scheduled and not algo.needs_shm]
 
 
 def indexed(rank: int, numel: int) -> torch.Tensor:

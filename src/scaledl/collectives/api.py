@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from scaledl.collectives import native
-from scaledl.collectives.auto import CostModel, choose
+from scaledl.collectives.auto import CostModel, Fabric, check_paths, choose, choose_paths
 from scaledl.collectives.communicator import (
     CollectiveHandle, Communicator, communicator_for, existing_communicator,
 )
@@ -24,9 +24,12 @@ from scaledl.collectives.executor import (
     Workspace, execute, execute_allgather, execute_reduce_scatter,
 )
 from scaledl.collectives.ops import SUPPORTED_DTYPES, ReduceOp, check_dtype
-from scaledl.collectives.registry import AUTO, lookup, parse_collective, plan
+from scaledl.collectives.registry import (
+    ALGORITHMS, AUTO, lookup, parse_algorithm, parse_collective, plan,
+)
 from scaledl.collectives.schedule import Collective
-from scaledl.topology import TOPOLOGY_ENV, Topology, current_job
+from scaledl.topology import TOPOLOGY_ENV, Topology, current_job, host_digest
+from scaledl.transport.shm_open import shm_supported
 from scaledl.transport.torch_p2p import TorchTransport, resolve_group
 
 __all__ = [
@@ -52,16 +55,23 @@ class _Call:
             _check_agreement(self, numel, dtype)
 
     def resolve(self, numel: int, itemsize: int) -> str:
-        """The algorithm to run: the one asked for, or ``auto``'s (cached) choice."""
-        if self.algorithm != AUTO:
+        """The algorithm to run: the one asked for, ``auto``'s (cached) choice, or for a
+        levelled algorithm given without paths, its best paths per level (cached)."""
+        base, paths = parse_algorithm(self.algorithm)
+        levelled = ALGORITHMS[base].levels if base in ALGORITHMS else False
+        if self.algorithm != AUTO and (paths or not levelled):
             return self.algorithm
-        key = (self.collective, numel, itemsize, self.root, self.topology)
+        key = (self.algorithm, self.collective, numel, itemsize, self.root, self.topology)
         name = self.comm.choices.get(key)
         if name is None:
-            model = self.comm.cost_model
-            choice = choose(self.collective, self.topology, numel, itemsize, model, self.root)
-            name = choice.algorithm
-            self.comm.choices[key] = name
+            comm = self.comm
+            if self.algorithm == AUTO:
+                name = choose(self.collective, self.topology, numel, itemsize, comm.cost_model,
+                              self.root, fabric=comm.fabric).algorithm
+            else:
+                name = choose_paths(base, self.collective, self.topology, numel, itemsize,
+                                    comm.cost_model, comm.fabric, self.root)[0]
+            comm.choices[key] = name
         return name
 
     def run(
@@ -76,7 +86,11 @@ class _Call:
             native.run(self.collective, buffer, self.op, self.comm.channel, self.root, shard)
             return name
         schedule = plan(name, self.collective, self.topology, self.comm.rank, numel, self.root)
-        execute(schedule, buffer, *self.executor_args(buffer))
+        rounds = schedule.rounds
+        if len(rounds) == 1 and rounds[0].stage is not None:  # one stage: no dataflow to run
+            self.comm.stages.run(rounds[0].stage, buffer, self.op)
+        else:
+            execute(schedule, buffer, *self.executor_args(buffer), self.comm.stages)
         return name
 
     def executor_args(
@@ -136,21 +150,28 @@ class _GroupView:
     cost_model: CostModel
     agreed: bool
     """False when no rank has been asked yet (no communicator, no ``scaledl.init()``)."""
+    fabric: Fabric = Fabric()
+    """The paths the group can use (unknown, so none, before its communicator exists)."""
 
 
 def _view(group: Group) -> _GroupView:
     comm = existing_communicator(group)
     if comm is not None:
-        return _GroupView(comm.world_size, comm.rank, comm.default_topology, comm.cost_model, True)
+        return _GroupView(comm.world_size, comm.rank, comm.default_topology, comm.cost_model,
+                          True, comm.fabric)
     resolved = resolve_group(group)
     ranks = dist.get_process_group_ranks(resolved)
     rank = dist.get_rank(resolved)
     job = current_job()
-    if job is not None:
-        topology = job.topology_for(ranks, rank)
-    else:
-        topology = Topology.flat(len(ranks), rank)
-    return _GroupView(len(ranks), rank, topology, CostModel.load(), job is not None)
+    if job is None:
+        return _GroupView(len(ranks), rank, Topology.flat(len(ranks), rank), CostModel.load(),
+                          False)
+    backend = str(dist.get_backend(resolved))
+    hosts = tuple(host_digest(job.hosts[g]) for g in ranks)
+    fabric = Fabric(hosts if shm_supported(backend) else None,
+                    native_stages=backend in ("gloo", "nccl"))
+    return _GroupView(len(ranks), rank, job.topology_for(ranks, rank), CostModel.load(), True,
+                      fabric)
 
 
 def _topology(topology: Topology | None, view: _GroupView | Communicator) -> Topology:
@@ -177,7 +198,11 @@ def _prepare(
         raise TypeError(f"input and output dtypes differ: {[t.dtype for t in tensors]}")
     reduce_op = ReduceOp.parse(op)
     comm = communicator_for(group)
-    topo = _checked_topology(algorithm, collective, topology, comm)
+    key = (algorithm, collective, topology)
+    topo = comm.checked.get(key)
+    if topo is None:  # checks that depend only on the arguments: once per combination
+        topo = _checked_topology(algorithm, collective, topology, comm)
+        comm.checked[key] = topo
     if not 0 <= root < comm.world_size:
         raise ValueError(f"root rank {root} is outside the group of {comm.world_size} ranks")
     return _Call(comm, collective, algorithm, topo, reduce_op, root)
@@ -189,6 +214,8 @@ def _checked_topology(
 ) -> Topology:
     algo = lookup(algorithm, collective) if algorithm != AUTO else None
     topo = _topology(topology, view)
+    if algo is not None and isinstance(view, Communicator):
+        check_paths(algorithm, collective, topo, view.fabric)
     if algo is not None and algo.needs_topology and not topo.explicit:
         raise ValueError(
             f"algorithm {algorithm!r} needs the network layout: pass "
@@ -317,7 +344,8 @@ def reduce_scatter(
             call.run(source, out, name)
         else:
             schedule = plan(name, call.collective, call.topology, call.comm.rank, m, call.root)
-            execute_reduce_scatter(schedule, source, out, *call.executor_args(source))
+            execute_reduce_scatter(schedule, source, out, *call.executor_args(source),
+                                   call.comm.stages)
         call.op.finish(out, p)
         if copy_back:
             output.detach().copy_(out.view_as(output))
@@ -346,7 +374,8 @@ def allgather(
         else:
             schedule = plan(name, call.collective, call.topology, rank, m, call.root)
             transport, _, chunk_numel, workspace = call.executor_args(shard)
-            execute_allgather(schedule, shard, out, transport, chunk_numel, workspace)
+            execute_allgather(schedule, shard, out, transport, chunk_numel, workspace,
+                              call.comm.stages)
         if copy_back:
             output.detach().copy_(out.view_as(output))
 
@@ -368,7 +397,7 @@ def explain(
     view = _view(group)
     topo = _checked_topology(AUTO, wanted, topology, view)
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    text = choose(wanted, topo, numel, itemsize, view.cost_model).explain()
+    text = choose(wanted, topo, numel, itemsize, view.cost_model, fabric=view.fabric).explain()
     if not view.agreed:
         text += ("\n  (this rank's own view: the group's layout and cost model are agreed at "
                  "scaledl.init() or at the group's first collective)")

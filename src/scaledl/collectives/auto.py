@@ -1,135 +1,38 @@
 """``auto``: pick the algorithm per collective, message size and topology from a cost model.
 
-The model is evaluated on the schedules themselves, not on closed forms: for each candidate
-algorithm, each round of a rank's schedule costs
-
-    overhead + max over its transfers (alpha[link] + bytes * beta[link])
-             + reduction that the chunk pipeline cannot hide (gamma * one chunk)
-
-where ``link`` is the outermost topology axis a transfer crosses (0 = inside a host).  Up to
-``REPLAY_LIMIT`` ranks the prediction replays every rank's schedule together
+The model (:mod:`scaledl.collectives.cost`) is evaluated on the schedules themselves, not on
+closed forms.  Up to ``REPLAY_LIMIT`` ranks the prediction replays every rank's schedule together
 (:mod:`scaledl.collectives.replay`), so time spent waiting for peers counts; beyond it, the
 slowest of a fixed sample of ranks is used.  The inputs are the same on every rank, so every rank
 makes the same choice.  ``native`` is modelled as the better of the ring and halving-doubling
-schedules run
-with Gloo's own (lower) per-round overhead and a measured bandwidth factor.
+schedules run with Gloo's own (lower) per-round overhead and a measured bandwidth factor.
 
-Parameters come from ``scaledl bench collectives --calibrate`` (a JSON file at
-``$SCALEDL_CALIBRATION`` or ``~/.cache/scaledl/calibration.json``) or from defaults measured on
-the project's 2-core machine over loopback.
+Paths per level (BlueConnect): for ``hierarchical`` and ``torus`` each topology level may run on
+point-to-point rounds, on shared memory (when every group of that level shares a host, as a
+:class:`Fabric` says) or on the backend's own collective; each level's path is chosen by the
+model, level by level (levels run one after the other, so their costs add), and the choice is
+part of the algorithm's name, e.g. ``hierarchical[shm,ring]``.  On a group inside one host the
+whole collective can also run on shared memory (``shm``).
 """
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from scaledl.collectives.registry import ALGORITHMS, lookup, plan
+from scaledl.collectives.cost import (
+    CALIBRATION_ENV, CostModel, LinkModel, calibration_path, schedule_time, stage_time,
+)
+from scaledl.collectives.registry import ALGORITHMS, lookup, parse_algorithm, plan
 from scaledl.collectives.replay import Link, replay
-from scaledl.collectives.schedule import Action, Collective, Schedule
+from scaledl.collectives.schedule import Collective, Stage
 from scaledl.topology import Topology
 
-__all__ = ["LinkModel", "CostModel", "Choice", "choose", "schedule_time", "calibration_path"]
-
-CALIBRATION_ENV = "SCALEDL_CALIBRATION"
-
-
-@dataclass(frozen=True)
-class LinkModel:
-    """One link class: latency ``alpha`` (seconds) and inverse bandwidth ``beta`` (s/byte)."""
-
-    alpha: float
-    beta: float
-
-    def __post_init__(self) -> None:
-        if self.alpha < 0 or self.beta < 0:
-            raise ValueError(f"link latency {self.alpha} and s/byte {self.beta} must be >= 0")
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Parameters of the schedule cost model."""
-
-    links: tuple[LinkModel, ...] = (LinkModel(40e-6, 1 / 3.0e9), LinkModel(60e-6, 1 / 1.25e9))
-    """One model per topology axis, innermost first; outer axes reuse the last entry.  Defaults:
-    loopback TCP on the project's 2-core machine inside a host, 10 Gbit/s Ethernet between."""
-    overhead: float = 40e-6
-    """Software cost of one round of scaledl's executor, seconds."""
-    gamma: float = 1 / 8e9
-    """Reduction cost, seconds per byte."""
-    chunk_bytes: int = 1 << 20
-    """Pipelining chunk of the executor."""
-    native_overhead: float = 10e-6
-    """Per-round cost of the backend's own collectives, seconds."""
-    native_beta_factor: float = 1.3
-    """How much slower the backend's own collectives move bytes than scaledl's pipeline."""
-
-    def link(self, axis: int) -> LinkModel:
-        """The model of a link that crosses ``axis``."""
-        return self.links[min(max(axis, 0), len(self.links) - 1)]
-
-    def to_json(self) -> str:
-        """Serialise (``from_json`` reads it back)."""
-        return json.dumps(asdict(self), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> CostModel:
-        """Parse a calibration file."""
-        data = json.loads(text)
-        links = tuple(LinkModel(**link) for link in data.pop("links"))
-        return cls(links=links, **data)
-
-    @classmethod
-    def load(cls, path: Path | None = None) -> CostModel:
-        """The calibration at ``path`` (default location if None), or the defaults."""
-        target = path if path is not None else calibration_path()
-        if target.is_file():
-            try:
-                return cls.from_json(target.read_text())
-            except (ValueError, TypeError, KeyError) as error:
-                raise ValueError(
-                    f"calibration file {target} is unreadable ({error}); delete it or rerun "
-                    "`scaledl bench collectives --calibrate`"
-                ) from None
-        return cls()
-
-
-def calibration_path() -> Path:
-    """Where calibration is read from and written to."""
-    explicit = os.environ.get(CALIBRATION_ENV)
-    if explicit:
-        return Path(explicit)
-    return Path.home() / ".cache" / "scaledl" / "calibration.json"
-
-
-def schedule_time(
-    schedule: Schedule, topology: Topology, itemsize: int, model: CostModel,
-    overhead: float | None = None, beta_factor: float = 1.0,
-) -> float:
-    """Predicted seconds for one rank's schedule."""
-    per_round = model.overhead if overhead is None else overhead
-    total = 0.0
-    for round_ in schedule.rounds:
-        wire = 0.0
-        reduced = 0
-        sent: dict[int, int] = {}
-        for t in round_.transfers:
-            axis = topology.link_axis(schedule.rank, t.peer)
-            link = model.link(axis)
-            if t.is_send:
-                sent[axis] = sent.get(axis, 0) + t.numel * itemsize
-            else:
-                wire = max(wire, link.alpha + t.numel * itemsize * link.beta * beta_factor)
-            if t.action is Action.RECV_REDUCE:
-                reduced += t.numel * itemsize
-        for axis, nbytes in sent.items():
-            link = model.link(axis)
-            wire = max(wire, link.alpha + nbytes * link.beta * beta_factor)
-        hidden = max(wire, reduced * model.gamma)
-        total += per_round + hidden + min(reduced, model.chunk_bytes) * model.gamma
-    return total
+__all__ = [
+    "LinkModel", "CostModel", "Choice", "Fabric", "choose", "choose_paths", "level_options",
+    "check_paths", "CALIBRATION_ENV", "stage_time",
+    "schedule_time", "calibration_path",
+]
 
 
 REPLAY_LIMIT = 64
@@ -159,8 +62,12 @@ def _predict(
             link = model.link(topology.link_axis(a, b))
             return Link(link.alpha, link.beta * beta_factor)
 
+        def stage_cost(stage: Stage) -> float:
+            return stage_time(stage, itemsize, model)
+
         return replay(
-            schedules, link_of, itemsize, per_round, model.gamma, model.chunk_bytes, topology.node
+            schedules, link_of, itemsize, per_round, model.gamma, model.chunk_bytes, topology.node,
+            stage_cost,
         ).makespan
     return max(
         schedule_time(
@@ -169,6 +76,102 @@ def _predict(
         )
         for rank in _sample_ranks(p)
     )
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The paths a group can use besides point-to-point rounds."""
+
+    hosts: tuple[int, ...] | None = None
+    """Host of every rank (a digest) when shared memory joins the ranks of each host; None when
+    the group has no shared-memory path."""
+    native_stages: bool = False
+    """The backend's own collectives can run on subgroups (``native`` stages)."""
+
+    def shares_memory(self, members: Sequence[int]) -> bool:
+        """True when every rank of ``members`` can reach the others' memory."""
+        return self.hosts is not None and len({self.hosts[m] for m in members}) == 1
+
+    @property
+    def one_host(self) -> bool:
+        """True when the whole group shares one host's memory."""
+        return self.hosts is not None and self.shares_memory(range(len(self.hosts)))
+
+
+def level_groups(name: str, topology: Topology) -> list[list[tuple[int, ...]]]:
+    """The member groups at each level of a levelled algorithm, innermost level first."""
+    if name == "torus":
+        return [topology.axis_groups(axis) for axis in range(len(topology.axes))]
+    nodes = [topology.node_ranks(node) for node in range(topology.num_nodes)]
+    across = [tuple(node[local] for node in nodes) for local in range(topology.ranks_per_node)]
+    return [nodes, across]
+
+
+def level_options(
+    name: str, collective: Collective, topology: Topology, fabric: Fabric,
+) -> list[list[str]]:
+    """The paths each level of ``name`` may take on ``fabric``."""
+    options = []
+    for level, groups in enumerate(level_groups(name, topology)):
+        paths = ["p2p"]
+        if name == "hierarchical" and level == 1 and collective is Collective.ALLREDUCE:
+            paths += ["halving_doubling", "tree"]
+        if all(fabric.shares_memory(group) for group in groups if len(group) > 1):
+            paths.append("shm")
+        if fabric.native_stages:
+            paths.append("native")
+        options.append(paths)
+    return options
+
+
+def check_paths(algorithm: str, collective: Collective, topology: Topology, fabric: Fabric) -> None:
+    """Raise ``ValueError`` when ``algorithm`` needs a path the group does not have."""
+    base, paths = parse_algorithm(algorithm)
+    if ALGORITHMS[base].needs_shm and not fabric.one_host:
+        raise ValueError(
+            f"algorithm {base!r} needs every rank of the group on one host with shared memory "
+            "(CPU tensors, Gloo, enough /dev/shm); use 'auto', or 'hierarchical' across hosts"
+        )
+    if not paths:
+        return
+    options = level_options(base, collective, topology, fabric)
+    for level, path in enumerate(paths):
+        allowed = options[level] + ["ring"] if level < len(options) else []
+        if path not in allowed:
+            raise ValueError(
+                f"level {level} of {algorithm!r} cannot run on {path!r} here; it may use "
+                f"{', '.join(options[level]) if level < len(options) else 'nothing'} "
+                "(shm needs every group of the level on one host)"
+            )
+
+
+def choose_paths(
+    name: str, collective: Collective, topology: Topology, numel: int, itemsize: int,
+    model: CostModel, fabric: Fabric, root: int = 0,
+) -> tuple[str, float]:
+    """The best level paths for ``name`` (``name[...]``) and its predicted seconds.
+
+    Levels run one after another, so each level's path is chosen with the others kept at
+    point-to-point rounds, then the winners are combined.
+    """
+    options = level_options(name, collective, topology, fabric)
+    baseline = ["p2p"] * len(options)
+    chosen = list(baseline)
+    for level, paths in enumerate(options):
+        if len(paths) == 1:
+            continue
+        timed = []
+        for path in paths:
+            trial = list(baseline)
+            trial[level] = path
+            spec = f"{name}[{','.join(trial)}]"
+            timed.append((_predict(spec, collective, topology, numel, itemsize, model, root),
+                          paths.index(path), path))
+        chosen[level] = min(timed)[2]
+    if chosen == baseline:
+        return name, _predict(name, collective, topology, numel, itemsize, model, root)
+    spec = f"{name}[{','.join(chosen)}]"
+    return spec, _predict(spec, collective, topology, numel, itemsize, model, root)
 
 
 def _native_time(
@@ -204,28 +207,41 @@ class Choice:
         """A short table of the candidates, fastest first."""
         lines = [f"auto chose {self.algorithm}:"]
         for name, seconds in sorted(self.predictions.items(), key=lambda item: item[1]):
-            lines.append(f"  {name:18s} {seconds * 1e6:12.1f} us predicted")
+            lines.append(f"  {name:28s} {seconds * 1e6:12.1f} us predicted")
         return "\n".join(lines)
 
 
 def choose(
     collective: Collective, topology: Topology, numel: int, itemsize: int,
     model: CostModel | None = None, root: int = 0, include_native: bool = True,
+    fabric: Fabric | None = None,
 ) -> Choice:
-    """Predict every applicable algorithm and pick the fastest."""
+    """Predict every applicable algorithm (with its best level paths) and pick the fastest."""
     model = model if model is not None else CostModel()
+    fabric = fabric if fabric is not None else Fabric()
     predictions: dict[str, float] = {}
     for name, algo in ALGORITHMS.items():
         if collective not in algo.supports or not algo.scheduled:
             continue
         if algo.needs_topology and not topology.explicit:
             continue
+        if algo.needs_shm and not fabric.one_host:
+            continue
         if name in UNDERESTIMATED_WITHOUT_REPLAY and topology.world_size > REPLAY_LIMIT:
             continue
-        predictions[name] = _predict(name, collective, topology, numel, itemsize, model, root)
+        if algo.levels:
+            spec, seconds = choose_paths(name, collective, topology, numel, itemsize, model,
+                                         fabric, root)
+            predictions[spec] = seconds
+        else:
+            predictions[name] = _predict(name, collective, topology, numel, itemsize, model, root)
     if include_native:
         predictions["native"] = _native_time(collective, topology, numel, itemsize, model, root)
     order = list(ALGORITHMS)
-    best = min(predictions, key=lambda name: (predictions[name], order.index(name)))
+
+    def rank_of(name: str) -> tuple[float, int]:
+        return predictions[name], order.index(name.partition("[")[0])
+
+    best = min(predictions, key=rank_of)
     lookup(best, collective)
     return Choice(best, predictions)

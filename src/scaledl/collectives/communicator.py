@@ -24,18 +24,20 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 
 from scaledl.bootstrap import host_name
-from scaledl.collectives.auto import CostModel, LinkModel
+from scaledl.collectives.auto import CostModel, Fabric, LinkModel
 from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
+from scaledl.collectives.stages import Paths
 from scaledl.topology import (
     TOPOLOGY_ENV, Topology, current_job, host_digest, topology_of_hosts,
 )
 from scaledl.transport.channel import open_channel
+from scaledl.transport.shm_open import open_shm
 from scaledl.transport.torch_p2p import TorchTransport, resolve_group
 
 __all__ = [
@@ -92,8 +94,12 @@ def _model_to_tensor(model: CostModel) -> torch.Tensor:
     for link in model.links:
         values += [link.alpha, link.beta]
     values += [model.overhead, model.gamma, float(model.chunk_bytes), model.native_overhead,
-               model.native_beta_factor]
-    return torch.tensor(values + [0.0] * (32 - len(values)), dtype=torch.float64)
+               model.native_beta_factor, model.shm.alpha, model.shm.beta,
+               float(model.shm_window)]
+    if len(values) > 64:
+        raise ValueError(f"a cost model of {len(model.links)} link classes is too large to share; "
+                         "keep at most 24 topology axes")
+    return torch.tensor(values + [0.0] * (64 - len(values)), dtype=torch.float64)
 
 
 def _model_from_tensor(tensor: torch.Tensor) -> CostModel:
@@ -101,7 +107,8 @@ def _model_from_tensor(tensor: torch.Tensor) -> CostModel:
     count = int(values[0])
     links = tuple(LinkModel(values[1 + 2 * i], values[2 + 2 * i]) for i in range(count))
     rest = values[1 + 2 * count:]
-    return CostModel(links, rest[0], rest[1], int(rest[2]), rest[3], rest[4])
+    return CostModel(links, rest[0], rest[1], int(rest[2]), rest[3], rest[4],
+                     LinkModel(rest[5], rest[6]), int(rest[7]))
 
 
 def debug_enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -167,11 +174,25 @@ class Communicator:
         """Compare every call's arguments across ranks first (``SCALEDL_DEBUG=1``)."""
         self.choices: dict[tuple[object, ...], str] = {}
         """``auto``'s decisions, by (collective, numel, itemsize, root, topology)."""
+        self.checked: dict[tuple[object, ...], Topology] = {}
+        """Layouts of (algorithm, collective, topology) combinations already validated."""
         self.device = self.channel.device
         """Where small control tensors live: NCCL groups have no CPU backend."""
         self.members, self.default_topology = self._introduce()
         """Every member's identity, and the layout used when a call gives none."""
         self.cost_model = self._agree_on_model(CostModel.load())
+        hosts = [member.host for member in self.members]
+        self.shm = open_shm(self.channel, hosts, [m.pid for m in self.members]) \
+            if self.world_size > 1 else None
+        """Shared memory with the group's other ranks on this host (None: no such path)."""
+        shared = self.shm is not None or self.world_size == 1
+        self.fabric = Fabric(tuple(hosts) if shared else None,
+                             native_stages=self.backend in ("gloo", "nccl"))
+        """The paths ``auto`` may choose per level."""
+        if self.shm is not None:
+            self.cost_model = replace(self.cost_model, shm_window=self.shm.window)
+        self.stages = Paths(self.channel, self.shm)
+        """Runs the stage steps of this group's schedules."""
         self._jobs: queue.Queue[tuple[Callable[[], None], CollectiveHandle] | None] = (
             queue.Queue()
         )
@@ -260,6 +281,8 @@ class Communicator:
                 self._jobs.put(None)
         if worker is not None:
             worker.join(timeout=5.0)
+        if self.shm is not None:
+            self.shm.close()
         self.channel.close()
 
 

@@ -29,14 +29,17 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol
 
 import torch
 
 from scaledl.collectives.ops import ReduceOp
-from scaledl.collectives.schedule import Action, Schedule
+from scaledl.collectives.schedule import Action, Schedule, Stage
 from scaledl.transport.base import Handle, Transport
 
-__all__ = ["Op", "Program", "build_ops", "compile_schedule", "run_ops", "DEFAULT_WINDOW"]
+__all__ = [
+    "Op", "Program", "StageRunner", "build_ops", "compile_schedule", "run_ops", "DEFAULT_WINDOW",
+]
 
 DEFAULT_WINDOW = 32
 """Receive-and-reduce chunks in flight at once (each holds one scratch slot)."""
@@ -44,7 +47,7 @@ DEFAULT_WINDOW = 32
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One chunk of one transfer."""
+    """One chunk of one transfer, or one whole stage."""
 
     action: Action
     peer: int
@@ -53,13 +56,32 @@ class Op:
     hi: int
     ready_after: int
     """Index of the last earlier op that must complete before this one is posted (-1: none)."""
+    stage: Stage | None = None
+    """The sub-collective of a stage op (it runs when the cursor reaches it)."""
+
+
+class StageRunner(Protocol):
+    """Runs the stage steps of a schedule (the communicator provides one)."""
+
+    def run(self, stage: Stage, buffer: torch.Tensor, op: ReduceOp) -> None:
+        """Run ``stage`` on ``buffer`` (blocking)."""
+        ...
 
 
 def build_ops(schedule: Schedule, chunk_numel: int) -> tuple[Op, ...]:
-    """Cut ``schedule`` into chunk ops in posting order, with their dependencies."""
+    """Cut ``schedule`` into chunk ops in posting order, with their dependencies.
+
+    A stage is a barrier: it waits for every earlier op, and every later op that touches the
+    buffer waits for it (it may rewrite any part of its slice).
+    """
     ops: list[Op] = []
     history: list[tuple[int, int, bool]] = []  # (lo, hi, writes) of every earlier op
     for round_ in schedule.rounds:
+        if round_.stage is not None:
+            stage = round_.stage
+            ops.append(Op(Action.STAGE, -1, 0, stage.lo, stage.hi, len(ops) - 1, stage))
+            history.append((0, max(schedule.numel, 1), True))
+            continue
         pieces = [
             [(a, min(t.hi, a + chunk_numel)) for a in range(t.lo, t.hi, chunk_numel)]
             for t in round_.transfers
@@ -97,6 +119,8 @@ def compile_schedule(schedule: Schedule, chunk_numel: int, by_peer: bool = False
     ops = build_ops(schedule, chunk_numel)
     queues: dict[tuple[bool, int, int], list[int]] = {}
     for index, op in enumerate(ops):
+        if op.action is Action.STAGE:
+            continue
         tag = 0 if by_peer else op.tag
         queues.setdefault((op.action is Action.SEND, op.peer, tag), []).append(index)
     reduces = tuple(i for i, op in enumerate(ops) if op.action is Action.RECV_REDUCE)
@@ -119,9 +143,10 @@ class _Poster:
 
     def __init__(
         self, program: Program, buffer: torch.Tensor, transport: Transport,
-        scratch: torch.Tensor, window: int,
+        scratch: torch.Tensor, window: int, stages: StageRunner | None,
     ) -> None:
         self.ops, self.buffer, self.transport = program.ops, buffer, transport
+        self.stages = stages
         self.scratch, self.slot_numel = scratch, program.slot_numel
         self.free_slots = list(range(window - 1, -1, -1))
         self.handles: list[Handle | None] = [None] * len(program.ops)
@@ -172,6 +197,13 @@ class _Poster:
         return self.scratch[start:start + (op.hi - op.lo)]
 
     def complete(self, index: int, op_kind: ReduceOp) -> None:
+        stage = self.ops[index].stage
+        if stage is not None:
+            if self.stages is None:
+                raise ValueError(f"the schedule has a {stage.path.value} stage but no stage "
+                                 "runner was given to the executor")
+            self.stages.run(stage, self.buffer, op_kind)
+            return
         handle = self.handles[index]
         assert handle is not None, f"op {index} waited for before it was posted"
         handle.wait()
@@ -184,11 +216,11 @@ class _Poster:
 
 def run_ops(
     program: Program, buffer: torch.Tensor, transport: Transport, op: ReduceOp,
-    scratch: torch.Tensor, window: int,
+    scratch: torch.Tensor, window: int, stages: StageRunner | None = None,
 ) -> None:
     """Execute ``program`` on ``buffer``; ``scratch`` holds ``window`` slots of
-    ``program.slot_numel`` elements."""
-    poster = _Poster(program, buffer, transport, scratch, window)
+    ``program.slot_numel`` elements; ``stages`` runs its stage steps."""
+    poster = _Poster(program, buffer, transport, scratch, window, stages)
     for cursor in range(len(program.ops)):
         poster.post_ready(cursor)
         poster.complete(cursor, op)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from scaledl.collectives.dataflow import DEFAULT_WINDOW, compile_schedule, run_ops
+from scaledl.collectives.dataflow import DEFAULT_WINDOW, StageRunner, compile_schedule, run_ops
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Schedule
 from scaledl.transport.base import Transport
@@ -48,8 +48,10 @@ class Workspace:
 def execute(
     schedule: Schedule, buffer: torch.Tensor, transport: Transport, op: ReduceOp = ReduceOp.SUM,
     chunk_numel: int = DEFAULT_CHUNK_BYTES // 4, workspace: Workspace | None = None,
+    stages: StageRunner | None = None,
 ) -> None:
-    """Run ``schedule`` on the 1-D contiguous ``buffer`` (no final AVG division)."""
+    """Run ``schedule`` on the 1-D contiguous ``buffer`` (no final AVG division); ``stages``
+    runs the schedule's stage steps, if it has any."""
     if buffer.dim() != 1 or not buffer.is_contiguous() or buffer.numel() != schedule.numel:
         raise ValueError(
             f"the working buffer must be 1-D, contiguous and hold {schedule.numel} elements; "
@@ -61,13 +63,13 @@ def execute(
     program = compile_schedule(schedule, chunk_numel, transport.ordered_by_peer)
     window = max(1, min(DEFAULT_WINDOW, len(program.reduces)))
     scratch = workspace.scratch(window * program.slot_numel, buffer)
-    run_ops(program, buffer, transport, op, scratch, window)
+    run_ops(program, buffer, transport, op, scratch, window, stages)
 
 
 def execute_reduce_scatter(
     schedule: Schedule, source: torch.Tensor, output: torch.Tensor, transport: Transport,
     op: ReduceOp = ReduceOp.SUM, chunk_numel: int = DEFAULT_CHUNK_BYTES // 4,
-    workspace: Workspace | None = None,
+    workspace: Workspace | None = None, stages: StageRunner | None = None,
 ) -> None:
     """Reduce-scatter the flat ``source`` (``p`` blocks) into this rank's flat ``output``.
 
@@ -80,7 +82,7 @@ def execute_reduce_scatter(
     for r in range(p):
         block = schedule.block_of(r)
         work[block * m:(block + 1) * m].copy_(source[r * m:(r + 1) * m])
-    execute(schedule, work, transport, op, chunk_numel, workspace)
+    execute(schedule, work, transport, op, chunk_numel, workspace, stages)
     mine = schedule.block_of(schedule.rank)
     output.copy_(work[mine * m:(mine + 1) * m])
 
@@ -88,6 +90,7 @@ def execute_reduce_scatter(
 def execute_allgather(
     schedule: Schedule, shard: torch.Tensor, output: torch.Tensor, transport: Transport,
     chunk_numel: int = DEFAULT_CHUNK_BYTES // 4, workspace: Workspace | None = None,
+    stages: StageRunner | None = None,
 ) -> None:
     """Allgather every rank's flat ``shard`` into the flat ``output`` (rank r at block r)."""
     workspace = workspace if workspace is not None else Workspace()
@@ -96,7 +99,7 @@ def execute_allgather(
     work = output if identity else workspace.scratch(p * m, shard, "work")
     mine = schedule.block_of(schedule.rank)
     work[mine * m:(mine + 1) * m].copy_(shard)
-    execute(schedule, work, transport, ReduceOp.SUM, chunk_numel, workspace)
+    execute(schedule, work, transport, ReduceOp.SUM, chunk_numel, workspace, stages)
     if not identity:
         for r in range(p):
             block = schedule.block_of(r)

@@ -17,6 +17,11 @@ Cost for allreduce with ``L`` ranks per host on ``N`` hosts: intra ``2(L-1)(alph
 plus the inter algorithm on ``n/L`` bytes: with a ring, ``2(N-1)(alpha_1 + beta_1 n/(L N))``.  Only
 ``1/L`` of the bytes cross the slow inter-node links.
 
+Each level runs on a path of its own: inside hosts the ring/chain rounds, or one stage on shared
+memory (CPU hosts) or on the backend's own collective (NCCL inside a GPU host, S-Caffe's
+"NCCL inside, MPI across"); across hosts ring, halving-doubling, tree, or the backend's own.
+``auto`` picks each level's path from the cost model; ``hierarchical[shm,ring]`` fixes them.
+
 Source: Awan et al., "S-Caffe: Co-designing MPI runtimes and Caffe for scalable deep learning on
 modern GPU clusters", PPoPP 2017 (hierarchical reduce); the reduce-scatter / allreduce / allgather
 form is the two-level BlueConnect decomposition (Cho et al., SysML 2019).
@@ -24,14 +29,20 @@ form is the two-level BlueConnect decomposition (Cho et al., SysML 2019).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scaledl.collectives import chain, halving_doubling, ring, torus, tree
-from scaledl.collectives.schedule import Collective, Round, Schedule, join_rounds, split
+from scaledl.collectives.schedule import (
+    Collective, Path, Round, Schedule, Stage, join_rounds, split, stage_round,
+)
 from scaledl.topology import Topology
 
 __all__ = ["plan", "SUPPORTS", "INTER_ALGORITHMS"]
 
 SUPPORTS = frozenset(Collective)
 NEEDS_TOPOLOGY = True
+LEVELS = True
+"""Level 0 (inside hosts) and level 1 (across) can each run on their own path."""
 INTER_ALGORITHMS = ("ring", "halving_doubling", "tree")
 
 
@@ -40,10 +51,17 @@ def _inter_members(topology: Topology, local: int) -> tuple[int, ...]:
     return tuple(topology.node_ranks(node)[local] for node in range(topology.num_nodes))
 
 
+def outer_level(topology: Topology) -> int:
+    """The link class of the inter-host phase: the outermost axis of size > 1."""
+    return max((axis for axis, size in enumerate(topology.axes) if size > 1), default=0)
+
+
 def _inter_allreduce(
-    inter: str, members: tuple[int, ...], rank: int, lo: int, hi: int
+    inter: str, members: tuple[int, ...], rank: int, lo: int, hi: int, level: int,
 ) -> list[Round | None]:
-    if inter == "ring":
+    if inter in (Path.SHM.value, Path.NATIVE.value):
+        return [stage_round(Stage(Collective.ALLREDUCE, members, lo, hi, Path(inter), level))]
+    if inter in ("ring", "p2p"):
         blocks = split(lo, hi, len(members))
         return ring.reduce_scatter_rounds(members, rank, blocks, 1) + ring.allgather_rounds(
             members, rank, blocks, 1
@@ -55,53 +73,90 @@ def _inter_allreduce(
         return tree.reduce_rounds(members, rank, root, lo, hi, 1) + tree.broadcast_rounds(
             members, rank, root, lo, hi, 1
         )
-    raise ValueError(f"unknown inter-node algorithm {inter!r}; use one of {INTER_ALGORITHMS}")
+    raise ValueError(f"unknown inter-node algorithm {inter!r}; use one of {INTER_ALGORITHMS}, "
+                     "shm or native")
 
 
-def _allreduce(topology: Topology, rank: int, numel: int, inter: str) -> tuple[Round, ...]:
-    intra = topology.node_ranks(topology.node(rank))
+def _intra(
+    collective: Collective, intra: tuple[int, ...], rank: int, numel: int, path: Path | None,
+) -> list[Round | None]:
     blocks = split(0, numel, len(intra))
-    lo, hi = blocks[intra.index(rank)]
+    if path is not None:
+        return [stage_round(Stage(collective, intra, 0, numel, path, 0))]
+    if collective is Collective.REDUCE_SCATTER:
+        return ring.reduce_scatter_rounds(intra, rank, blocks, 0)
+    return ring.allgather_rounds(intra, rank, blocks, 0)
+
+
+def _allreduce(
+    topology: Topology, rank: int, numel: int, paths: Sequence[str],
+) -> tuple[Round, ...]:
+    intra = topology.node_ranks(topology.node(rank))
+    lo, hi = split(0, numel, len(intra))[intra.index(rank)]
     members = _inter_members(topology, topology.local_rank(rank))
+    local_path = torus.level_path(paths, 0)
+    inter = paths[1] if len(paths) > 1 else "ring"
     return join_rounds(
-        ring.reduce_scatter_rounds(intra, rank, blocks, 0),
-        _inter_allreduce(inter, members, rank, lo, hi),
-        ring.allgather_rounds(intra, rank, blocks, 0),
+        _intra(Collective.REDUCE_SCATTER, intra, rank, numel, local_path),
+        _inter_allreduce(inter, members, rank, lo, hi, outer_level(topology)),
+        _intra(Collective.ALLGATHER, intra, rank, numel, local_path),
     )
 
 
 def _rooted(
-    collective: Collective, topology: Topology, rank: int, numel: int, root: int
+    collective: Collective, topology: Topology, rank: int, numel: int, root: int,
+    paths: Sequence[str],
 ) -> tuple[Round, ...]:
     intra = topology.node_ranks(topology.node(rank))
     leaders = _inter_members(topology, topology.local_rank(root))
     leader = intra[topology.local_rank(root)]
     is_leader = rank == leader
-    if collective is Collective.REDUCE:
+    local_path, across_path = torus.level_path(paths, 0), torus.level_path(paths, 1)
+    level = outer_level(topology)
+    local: Sequence[Round | None]
+    if local_path is not None:
+        local = [stage_round(Stage(collective, intra, 0, numel, local_path, 0, leader))]
+    elif collective is Collective.REDUCE:
         local = chain.chain_rounds(intra, rank, leader, 0, numel, reduce=True, broadcast=False)
-        across = tree.reduce_rounds(leaders, rank, root, 0, numel, 1) if is_leader else []
+    else:
+        local = chain.chain_rounds(intra, rank, leader, 0, numel, reduce=False, broadcast=True)
+    across: Sequence[Round | None]
+    if not is_leader:
+        across = []
+    elif across_path is not None:
+        across = [stage_round(Stage(collective, leaders, 0, numel, across_path, level, root))]
+    elif collective is Collective.REDUCE:
+        across = tree.reduce_rounds(leaders, rank, root, 0, numel, 1)
+    else:
+        across = tree.broadcast_rounds(leaders, rank, root, 0, numel, 1)
+    if collective is Collective.REDUCE:
         return join_rounds(local, across)
-    across = tree.broadcast_rounds(leaders, rank, root, 0, numel, 1) if is_leader else []
-    local = chain.chain_rounds(intra, rank, leader, 0, numel, reduce=False, broadcast=True)
     return join_rounds(across, local)
 
 
 def plan(
     collective: Collective, topology: Topology, rank: int, numel: int, root: int = 0,
-    inter: str = "ring",
+    paths: Sequence[str] = (),
 ) -> Schedule:
-    """Plan a hierarchical collective over ``topology``'s hosts."""
+    """Plan a hierarchical collective over ``topology``'s hosts; ``paths`` = (inside hosts,
+    across hosts), each ``p2p`` (the default rounds), ``shm`` or ``native``; across hosts also
+    ``ring``, ``halving_doubling`` or ``tree`` for allreduce."""
     p = topology.world_size
+    name = torus.spec_name("hierarchical", paths)
     if collective is Collective.ALLREDUCE:
-        rounds = _allreduce(topology, rank, numel, inter)
-        return Schedule(collective, "hierarchical", rank, p, numel, rounds)
+        rounds = _allreduce(topology, rank, numel, paths)
+        return Schedule(collective, name, rank, p, numel, rounds)
     if collective in (Collective.REDUCE, Collective.BROADCAST):
-        rounds = _rooted(collective, topology, rank, numel, root)
-        return Schedule(collective, "hierarchical", rank, p, numel, rounds)
+        rounds = _rooted(collective, topology, rank, numel, root, paths)
+        return Schedule(collective, name, rank, p, numel, rounds)
 
     def stages_of(member: int) -> list[tuple[int, ...]]:
         intra = topology.node_ranks(topology.node(member))
         across = _inter_members(topology, topology.local_rank(member))
         return [group for group in (intra, across) if len(group) > 1]
 
-    return torus.plan_stages("hierarchical", collective, stages_of, p, rank, numel)
+    intra_size = topology.ranks_per_node
+    levels = [0, outer_level(topology)] if intra_size > 1 else [outer_level(topology)]
+    chosen = [torus.level_path(paths, 0), torus.level_path(paths, 1)]
+    chosen = chosen if intra_size > 1 else chosen[1:]
+    return torus.plan_stages(name, collective, stages_of, p, rank, numel, chosen, levels)

@@ -14,9 +14,14 @@ over two rings to two neighbours moves it no faster; receives do not compete wit
 round (by round index) share the host's interface; contention inside the network is left to
 ``scaledl.sim``.
 
+A stage round (a whole sub-collective on a path) starts when every member has reached it (the
+``k``-th stage a rank runs among some members meets the ``k``-th stage of each of them) and ends
+``stage_time(stage)`` later on all of them.
+
 The replay also checks the plans against each other: every send must meet a receive of the same
-size, and no rank may wait forever (a deadlock raises :class:`ScheduleError`).  Links are
-modelled without contention here; ``scaledl.sim`` adds shared links on top of the same schedules.
+size, every stage the same stage on its other members, and no rank may wait forever (a deadlock
+raises :class:`ScheduleError`).  Links are modelled without contention here; ``scaledl.sim`` adds
+shared links on top of the same schedules.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scaledl.collectives.schedule import Action, Schedule, ScheduleError, Transfer
+from scaledl.collectives.schedule import Action, Schedule, ScheduleError, Stage, Transfer
 
 __all__ = ["Link", "ReplayResult", "replay"]
 
@@ -101,17 +106,37 @@ def _index_sends(
     return sends
 
 
+def _index_stages(schedules: Sequence[Schedule]) -> dict[tuple[int, int], tuple[int, ...]]:
+    """(rank, round index) of every stage -> the round index of that stage on each member."""
+    occurrences: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for schedule in schedules:
+        for index, round_ in enumerate(schedule.rounds):
+            if round_.stage is not None:
+                key = (schedule.rank, round_.stage.members)
+                occurrences.setdefault(key, []).append(index)
+    matched: dict[tuple[int, int], tuple[int, ...]] = {}
+    for (rank, members), indices in occurrences.items():
+        for k, index in enumerate(indices):
+            peers = [occurrences.get((m, members), []) for m in members]
+            if any(len(found) <= k for found in peers):
+                raise ScheduleError(f"rank {rank}'s stage {k} among {members} has no partner")
+            matched[(rank, index)] = tuple(found[k] for found in peers)
+    return matched
+
+
 def replay(
     schedules: Sequence[Schedule], link_of: LinkOf, itemsize: int, overhead: float = 0.0,
     gamma: float = 0.0, chunk_bytes: int = 1 << 20, node_of: Callable[[int], int] | None = None,
+    stage_time: Callable[[Stage], float] | None = None,
 ) -> ReplayResult:
     """Replay ``schedules`` (one per rank, in rank order) and return each rank's finish time.
 
-    With ``node_of``, ranks of one host share its interface for messages that leave the host.
+    With ``node_of``, ranks of one host share its interface for messages that leave the host;
+    ``stage_time`` prices stage rounds (required when a schedule has one).
     """
     p = len(schedules)
     context = _Context(schedules, link_of, itemsize, overhead, gamma, chunk_bytes, node_of,
-                       _host_sharers(schedules, node_of))
+                       _host_sharers(schedules, node_of), _index_stages(schedules), stage_time)
     pending = _index_sends(schedules)
     # starts[r][i]: when rank r began round i; known as soon as r reaches it.
     starts: list[list[float | None]] = [[None] * len(s.rounds) for s in schedules]
@@ -151,6 +176,8 @@ class _Context:
     chunk_bytes: int
     node_of: Callable[[int], int] | None
     sharers: dict[tuple[int, int], int]
+    stages: dict[tuple[int, int], tuple[int, ...]]
+    stage_time: Callable[[Stage], float] | None
 
     def outgoing(self, rank: int, index: int) -> dict[Link, float]:
         node = self.node_of(rank) if self.node_of is not None else 0
@@ -164,6 +191,8 @@ def _try_round(
 ) -> bool:
     """Complete round ``index`` of ``rank`` if every message it waits for has been sent."""
     round_ = ctx.schedules[rank].rounds[index]
+    if round_.stage is not None:
+        return _try_stage(ctx, rank, index, round_.stage, starts, clock)
     link_of, itemsize = ctx.link_of, ctx.itemsize
     start = clock[rank]
     matched: list[tuple[Transfer, int, Transfer]] = []
@@ -198,4 +227,26 @@ def _try_round(
     gamma = ctx.gamma
     end = max(end, start + reduced * gamma) + min(reduced, ctx.chunk_bytes) * gamma + ctx.overhead
     clock[rank] = end
+    return True
+
+
+def _try_stage(
+    ctx: _Context, rank: int, index: int, stage: Stage, starts: list[list[float | None]],
+    clock: list[float],
+) -> bool:
+    """Complete a stage round once every member has started its matching stage."""
+    if ctx.stage_time is None:
+        raise ScheduleError("replay needs stage_time to price a schedule with stages")
+    begun = []
+    for member, member_index in zip(stage.members, ctx.stages[(rank, index)]):
+        theirs = ctx.schedules[member].rounds[member_index].stage
+        if theirs is None or (theirs.collective, theirs.lo, theirs.hi, theirs.path) != (
+            stage.collective, stage.lo, stage.hi, stage.path
+        ):
+            raise ScheduleError(f"rank {rank} and rank {member} disagree on a stage: {stage}")
+        started = starts[member][member_index]
+        if started is None:
+            return False
+        begun.append(started)
+    clock[rank] = max(begun) + ctx.stage_time(stage)
     return True

@@ -4,8 +4,11 @@ A :class:`Schedule` is what one rank does to run one collective over a flat work
 ``numel`` elements: a sequence of :class:`Round` objects, each a set of :class:`Transfer` objects
 ("send elements [lo, hi) to peer p", "receive [lo, hi) from peer p and reduce into it", "receive
 [lo, hi) from peer p and copy into it").  Transfers of one round are posted together and may run
-concurrently; rounds run in order.  No communication happens while planning, so a plan can be
-checked exhaustively in tests, replayed by the simulator, and cached.
+concurrently; rounds run in order.  A round may instead be a :class:`Stage`: a whole
+collective of a subgroup run on a chosen path (shared memory inside a host, the backend's own
+collective on an axis group), which is how a hierarchical or torus plan runs each level on the
+path best for that level's fabric (BlueConnect, PowerAI DDL).  No communication happens while
+planning, so a plan can be checked exhaustively in tests, replayed by the simulator, and cached.
 
 Peers are ranks of the process group.  Messages between one pair with one tag are matched in
 order, so a sender and its receiver must list their transfers to each other in the same order.
@@ -18,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
-    "Action", "Collective", "Transfer", "Round", "Schedule", "ScheduleError",
-    "split", "rounds_from_timed",
+    "Action", "Collective", "Transfer", "Round", "Schedule", "ScheduleError", "Stage", "Path",
+    "split", "rounds_from_timed", "stage_round",
 ]
 
 
@@ -39,6 +42,8 @@ class Action(str, enum.Enum):
     SEND = "send"
     RECV_COPY = "recv_copy"
     RECV_REDUCE = "recv_reduce"
+    STAGE = "stage"
+    """A stage round, as the executor's ops carry it (never a transfer's action)."""
 
 
 class ScheduleError(ValueError):
@@ -66,11 +71,51 @@ class Transfer:
         return self.action is Action.SEND
 
 
+class Path(str, enum.Enum):
+    """How a :class:`Stage` moves its bytes."""
+
+    SHM = "shm"
+    """Shared memory among ranks of one host (:mod:`scaledl.collectives.shm`)."""
+    NATIVE = "native"
+    """The backend's own collective on the stage's members (NCCL inside a GPU host)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A whole collective of a subgroup, run on one path over the slice ``[lo, hi)``.
+
+    ``members`` are group ranks in block order: the slice is cut with :func:`split` into one part
+    per member, and for reduce_scatter member ``k`` ends with part ``k`` reduced, for allgather
+    member ``k`` contributes part ``k``.  allreduce, broadcast and reduce act on the whole slice
+    (``root`` is a group rank, for the rooted ones).  ``level`` is the topology axis whose links
+    the stage crosses, which prices it in the cost model.
+    """
+
+    collective: Collective
+    members: tuple[int, ...]
+    lo: int
+    hi: int
+    path: Path
+    level: int = 0
+    root: int = -1
+
+    @property
+    def numel(self) -> int:
+        """Elements of the slice."""
+        return self.hi - self.lo
+
+    def parts(self) -> list[tuple[int, int]]:
+        """The slice cut into one part per member, in member order."""
+        return split(self.lo, self.hi, len(self.members))
+
+
 @dataclass(frozen=True, slots=True)
 class Round:
-    """Transfers posted together; the next round starts when all of them completed."""
+    """Transfers posted together; the next round starts when all of them completed.  A round
+    with a ``stage`` has no transfers: it is that whole sub-collective."""
 
     transfers: tuple[Transfer, ...]
+    stage: Stage | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +171,9 @@ class Schedule:
     def validate(self) -> None:
         """Raise :class:`ScheduleError` if a range leaves the buffer or a round races itself."""
         for index, round_ in enumerate(self.rounds):
+            if round_.stage is not None:
+                self._validate_stage(index, round_)
+                continue
             writes: list[tuple[int, int]] = []
             reads: list[tuple[int, int]] = []
             for t in round_.transfers:
@@ -136,6 +184,25 @@ class Schedule:
                 (reads if t.is_send else writes).append((t.lo, t.hi))
             _check_disjoint(writes, writes, self._where(index), "two receives")
             _check_disjoint(writes, reads, self._where(index), "a receive and a send")
+
+    def _validate_stage(self, index: int, round_: Round) -> None:
+        stage = round_.stage
+        assert stage is not None
+        if round_.transfers:
+            raise ScheduleError(f"{self._where(index)}: a stage round also has transfers")
+        if not 0 <= stage.lo <= stage.hi <= self.numel:
+            raise ScheduleError(f"{self._where(index)}: {stage} outside [0, {self.numel})")
+        if self.rank not in stage.members or len(set(stage.members)) != len(stage.members):
+            raise ScheduleError(f"{self._where(index)}: bad members in {stage}")
+        rooted = stage.collective in (Collective.BROADCAST, Collective.REDUCE)
+        if rooted != (stage.root in stage.members):
+            raise ScheduleError(f"{self._where(index)}: bad root in {stage}")
+
+    def stages(self) -> Iterable[Stage]:
+        """Every stage step in order."""
+        for round_ in self.rounds:
+            if round_.stage is not None:
+                yield round_.stage
 
     def _where(self, index: int) -> str:
         return f"{self.algorithm} {self.collective.value} rank {self.rank} round {index}"
@@ -193,3 +260,10 @@ def rounds_from_timed(timed: Sequence[tuple[int, Transfer]]) -> list[Round]:
 def join_rounds(*phases: Iterable[Round | None]) -> tuple[Round, ...]:
     """Concatenate phases of rounds, dropping empty ones."""
     return tuple(r for phase in phases for r in phase if r is not None)
+
+
+def stage_round(stage: Stage) -> Round | None:
+    """The round of ``stage``, or None when it has nothing to do (empty slice, one member)."""
+    if stage.hi <= stage.lo or len(stage.members) < 2:
+        return None
+    return Round((), stage)

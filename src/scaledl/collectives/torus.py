@@ -16,6 +16,10 @@ All ``p / n_d`` groups of one axis run at once.  Cost:
 number of latency steps drops from ``2(p-1)`` to ``2 sum_d (n_d - 1)`` (42 instead of 510 for
 4x16x4).  An axis order that puts a slow link innermost loses: it moves the most bytes there.
 
+Each axis runs on a path of its own (BlueConnect's point): ring rounds over the transport, or one
+stage per direction on shared memory (an axis inside a CPU host) or on the backend's own
+reduce-scatter / allgather (NCCL inside a GPU host); ``auto`` picks per axis from the cost model.
+
 Source: Cho et al., "PowerAI DDL", arXiv 1708.02188 (2017); Cho et al., "BlueConnect:
 Decomposing all-reduce for deep learning on heterogeneous network hierarchy", SysML 2019.
 """
@@ -25,13 +29,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from scaledl.collectives import ring
-from scaledl.collectives.schedule import Collective, Round, Schedule, join_rounds, split
+from scaledl.collectives.schedule import (
+    Collective, Path, Round, Schedule, Stage, join_rounds, split, stage_round,
+)
 from scaledl.topology import Topology
 
-__all__ = ["plan", "SUPPORTS", "stage_members", "staged_rounds", "stage_layout", "plan_stages"]
+__all__ = [
+    "plan", "SUPPORTS", "stage_members", "stage_axes", "staged_rounds", "stage_layout",
+    "plan_stages", "level_path", "spec_name", "LEVELS",
+]
 
 SUPPORTS = frozenset({Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.ALLGATHER})
 NEEDS_TOPOLOGY = True
+LEVELS = True
+"""Each axis can run on its own path (``torus[shm,ring]``)."""
 
 
 def stage_members(topology: Topology, rank: int) -> list[tuple[int, ...]]:
@@ -42,24 +53,51 @@ def stage_members(topology: Topology, rank: int) -> list[tuple[int, ...]]:
     ]
 
 
+def stage_axes(topology: Topology) -> list[int]:
+    """The axes :func:`stage_members` returns groups of, innermost first."""
+    return [axis for axis, size in enumerate(topology.axes) if size > 1]
+
+
+def level_path(paths: Sequence[str], level: int) -> Path | None:
+    """The stage path asked for at ``level`` (None: the level's point-to-point rounds)."""
+    name = paths[level] if level < len(paths) else "p2p"
+    return Path(name) if name in (Path.SHM.value, Path.NATIVE.value) else None
+
+
 def staged_rounds(
     stages: Sequence[Sequence[int]], rank: int, lo: int, hi: int, *,
     reduce_scatter: bool = True, allgather: bool = True,
+    paths: Sequence[Path | None] = (), levels: Sequence[int] = (),
 ) -> list[Round | None]:
-    """Ring reduce-scatter through ``stages`` in order, then allgather back in reverse."""
+    """Reduce-scatter through ``stages`` in order, then allgather back in reverse: ring rounds,
+    or for a stage whose entry in ``paths`` is a path, one :class:`Stage` on it (priced at the
+    link class ``levels[i]``)."""
     plans = []
     region = (lo, hi)
     for tag, members in enumerate(stages):
         blocks = split(region[0], region[1], len(members))
-        plans.append((members, blocks, tag))
+        plans.append((tuple(members), blocks, tag, region))
         region = blocks[list(members).index(rank)]
     rounds: list[Round | None] = []
     if reduce_scatter:
-        for members, blocks, tag in plans:
-            rounds += ring.reduce_scatter_rounds(members, rank, blocks, tag)
+        for index, (members, blocks, tag, (r_lo, r_hi)) in enumerate(plans):
+            path = paths[index] if index < len(paths) else None
+            if path is None:
+                rounds += ring.reduce_scatter_rounds(members, rank, blocks, tag)
+            else:
+                level = levels[index] if index < len(levels) else index
+                rounds.append(stage_round(Stage(Collective.REDUCE_SCATTER, members, r_lo, r_hi,
+                                                path, level)))
     if allgather:
-        for members, blocks, tag in reversed(plans):
-            rounds += ring.allgather_rounds(members, rank, blocks, tag)
+        for index in reversed(range(len(plans))):
+            members, blocks, tag, (r_lo, r_hi) = plans[index]
+            path = paths[index] if index < len(paths) else None
+            if path is None:
+                rounds += ring.allgather_rounds(members, rank, blocks, tag)
+            else:
+                level = levels[index] if index < len(levels) else index
+                rounds.append(stage_round(Stage(Collective.ALLGATHER, members, r_lo, r_hi,
+                                                path, level)))
     return rounds
 
 
@@ -81,18 +119,22 @@ def stage_layout(
 
 def plan_stages(
     name: str, collective: Collective, stages_of: Callable[[int], Sequence[Sequence[int]]],
-    world_size: int, rank: int, numel: int,
+    world_size: int, rank: int, numel: int, paths: Sequence[Path | None] = (),
+    levels: Sequence[int] = (),
 ) -> Schedule:
-    """A staged collective (torus, hierarchical) from every rank's stage groups."""
+    """A staged collective (torus, hierarchical) from every rank's stage groups; ``paths`` and
+    ``levels`` give, per stage, its path (None: ring rounds) and link class."""
     p = world_size
     stages = stages_of(rank)
     if collective is Collective.ALLREDUCE:
-        rounds = join_rounds(staged_rounds(stages, rank, 0, numel))
+        rounds = join_rounds(staged_rounds(stages, rank, 0, numel, paths=paths, levels=levels))
         return Schedule(collective, name, rank, p, numel, rounds)
-    if collective is Collective.REDUCE_SCATTER:
-        rounds = join_rounds(staged_rounds(stages, rank, 0, numel * p, allgather=False))
-    elif collective is Collective.ALLGATHER:
-        rounds = join_rounds(staged_rounds(stages, rank, 0, numel * p, reduce_scatter=False))
+    if collective in (Collective.REDUCE_SCATTER, Collective.ALLGATHER):
+        scatter = collective is Collective.REDUCE_SCATTER
+        rounds = join_rounds(staged_rounds(
+            stages, rank, 0, numel * p, reduce_scatter=scatter, allgather=not scatter,
+            paths=paths, levels=levels,
+        ))
     else:
         raise ValueError(f"{name} does not implement {collective.value}")
     layout = stage_layout(stages_of, p)
@@ -101,10 +143,21 @@ def plan_stages(
 
 
 def plan(
-    collective: Collective, topology: Topology, rank: int, numel: int, root: int = 0
+    collective: Collective, topology: Topology, rank: int, numel: int, root: int = 0,
+    paths: Sequence[str] = (),
 ) -> Schedule:
-    """Plan a torus collective over ``topology``'s axes."""
+    """Plan a torus collective over ``topology``'s axes; ``paths[d]`` is axis ``d``'s path
+    (``p2p``/``ring``: ring rounds; ``shm`` or ``native``: one stage per direction)."""
     def stages_of(member: int) -> list[tuple[int, ...]]:
         return stage_members(topology, member)
 
-    return plan_stages("torus", collective, stages_of, topology.world_size, rank, numel)
+    axes = stage_axes(topology)
+    chosen = [level_path(paths, axis) for axis in axes]
+    name = spec_name("torus", paths)
+    return plan_stages(name, collective, stages_of, topology.world_size, rank, numel, chosen,
+                       axes)
+
+
+def spec_name(name: str, paths: Sequence[str]) -> str:
+    """``torus[shm,ring]``: the algorithm's name with its level paths, when any is given."""
+    return f"{name}[{','.join(paths)}]" if paths else name

@@ -125,6 +125,11 @@ class Channel(ABC):
         rows = everyone.cpu().view(self.world_size, count).tolist()
         return [[int(v) for v in row] for row in rows]
 
+    @abstractmethod
+    def subchannel(self, members: tuple[int, ...]) -> Channel:
+        """A channel among ``members`` (ranks of this channel), opened on first use by every
+        member (all of them must reach the call)."""
+
     def close(self) -> None:
         """Release the connection (default: nothing to do)."""
 
@@ -143,27 +148,50 @@ class Channel(ABC):
 class GlooChannel(Channel):
     """A private ``ProcessGroupGloo`` driven through its backend methods."""
 
-    def __init__(self, group: dist.ProcessGroup, generation: int) -> None:
-        self.rank = dist.get_rank(group)
-        self.world_size = dist.get_world_size(group)
+    def __init__(
+        self, prefix: str, rank: int, world_size: int, timeout: float,
+        global_ranks: tuple[int, ...],
+    ) -> None:
+        self.prefix = prefix
+        self.rank, self.world_size = rank, world_size
         self.backend = "gloo"
-        self.timeout = group_timeout(group)
-        self.global_ranks = tuple(dist.get_global_rank(group, r) for r in range(self.world_size))
-        prefix = f"scaledl/{group.group_name}/{generation}"
+        self.timeout = timeout
+        self.global_ranks = global_ranks
         store = dist.distributed_c10d.PrefixStore(
             prefix, dist.distributed_c10d._get_default_store()
         )
         try:
             # Any: torch's stubs omit the backend's methods (send, recv, _allgather_base, ...).
             self._pg: Any = dist.ProcessGroupGloo(
-                store, self.rank, self.world_size, timedelta(seconds=self.timeout)
+                store, rank, world_size, timedelta(seconds=timeout)
             )
         except RuntimeError as error:
             raise RuntimeError(
-                f"rank {self.rank} could not connect scaledl's channel among the "
-                f"{self.world_size} ranks of its group within {self.timeout:g} s: "
-                f"{first_line(error)}; every rank of the group must make the same scaledl calls"
+                f"rank {rank} could not connect scaledl's channel among {world_size} ranks "
+                f"within {timeout:g} s: {first_line(error)}; every rank of the group must make "
+                "the same scaledl calls"
             ) from error
+        self._subchannels: dict[tuple[int, ...], Channel] = {}
+
+    @classmethod
+    def of_group(cls, group: dist.ProcessGroup, generation: int) -> GlooChannel:
+        """The channel of ``group`` under the store prefix ``scaledl/<name>/<generation>``."""
+        size = dist.get_world_size(group)
+        return cls(
+            f"scaledl/{group.group_name}/{generation}", dist.get_rank(group), size,
+            group_timeout(group), tuple(dist.get_global_rank(group, r) for r in range(size)),
+        )
+
+    def subchannel(self, members: tuple[int, ...]) -> Channel:
+        """A channel among ``members`` (ranks of this channel), opened by them on first use."""
+        channel = self._subchannels.get(members)
+        if channel is None:
+            channel = GlooChannel(
+                f"{self.prefix}/sub/{'-'.join(map(str, members))}", members.index(self.rank),
+                len(members), self.timeout, tuple(self.global_ranks[m] for m in members),
+            )
+            self._subchannels[members] = channel
+        return channel
 
     def post(self, ops: Sequence[tuple[bool, torch.Tensor, int, int]]) -> list[dist.Work]:
         return [
@@ -206,6 +234,7 @@ class GroupChannel(Channel):
         self.backend = str(dist.get_backend(group))
         self.timeout = group_timeout(group)
         self.global_ranks = tuple(dist.get_global_rank(group, r) for r in range(self.world_size))
+        self._subchannels: dict[tuple[int, ...], Channel] = {}
 
     def post(self, ops: Sequence[tuple[bool, torch.Tensor, int, int]]) -> list[dist.Work]:
         if self.backend == "nccl":
@@ -238,7 +267,22 @@ class GroupChannel(Channel):
     def reduce_scatter(self, output: torch.Tensor, source: torch.Tensor, op: dist.ReduceOp) -> None:
         dist.reduce_scatter_tensor(output, source, op=op, group=self.group)
 
+    def subchannel(self, members: tuple[int, ...]) -> Channel:
+        channel = self._subchannels.get(members)
+        if channel is None:
+            if self.backend != "nccl":
+                raise ValueError(f"a native stage needs a gloo or nccl group, not {self.backend}")
+            ranks = [self.global_ranks[m] for m in members]
+            clone = dist.new_group(ranks, timeout=timedelta(seconds=self.timeout),
+                                   use_local_synchronization=True)
+            assert isinstance(clone, dist.ProcessGroup)
+            channel = GroupChannel(clone, owned=True)
+            self._subchannels[members] = channel
+        return channel
+
     def close(self) -> None:
+        for channel in self._subchannels.values():
+            channel.close()
         if self.owned and dist.is_initialized():
             try:
                 dist.destroy_process_group(self.group)
@@ -264,7 +308,7 @@ def open_channel(group: dist.ProcessGroup) -> Channel:
     backend = str(dist.get_backend(group))
     generation = next(_GENERATIONS.setdefault(group.group_name, itertools.count()))
     if backend == "gloo":
-        return GlooChannel(group, generation)
+        return GlooChannel.of_group(group, generation)
     if backend == "nccl":
         clone = _clone(group)
         if clone is not None:

@@ -1,0 +1,180 @@
+"""The cost model: what a schedule's rounds and stages cost, from calibrated link classes.
+
+A link class is a latency ``alpha`` (seconds) and an inverse bandwidth ``beta`` (seconds per
+byte): one per topology axis (inside a host, between hosts, between racks ...), one for shared
+memory among the ranks of a host, and the backend's own collectives priced on the same links with
+their own overhead.  Each round of one rank's schedule costs
+
+    overhead + max over its transfers (alpha[link] + bytes * beta[link])
+             + reduction that the chunk pipeline cannot hide (gamma * one chunk)
+
+where ``link`` is the outermost topology axis a transfer crosses (0 = inside a host), and a
+stage costs what its path does (:func:`stage_time`).  :mod:`scaledl.collectives.auto` and
+:mod:`scaledl.collectives.replay` use it to choose algorithms, ``scaledl.sim`` to predict whole
+clusters.  Parameters come from ``scaledl bench collectives --calibrate`` (a JSON file at
+``$SCALEDL_CALIBRATION`` or ``~/.cache/scaledl/calibration.json``) or from defaults measured on
+the project's 2-core machine over loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from scaledl.collectives.schedule import Action, Collective, Path as StagePath, Schedule, Stage
+from scaledl.topology import Topology
+
+__all__ = [
+    "LinkModel", "CostModel", "stage_time", "schedule_time", "calibration_path",
+    "CALIBRATION_ENV",
+]
+
+CALIBRATION_ENV = "SCALEDL_CALIBRATION"
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """One link class: latency ``alpha`` (seconds) and inverse bandwidth ``beta`` (s/byte)."""
+
+    alpha: float
+    beta: float
+
+    def __post_init__(self) -> None:
+        if self.alpha < 0 or self.beta < 0:
+            raise ValueError(f"link latency {self.alpha} and s/byte {self.beta} must be >= 0")
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Parameters of the schedule cost model."""
+
+    links: tuple[LinkModel, ...] = (LinkModel(40e-6, 1 / 3.0e9), LinkModel(60e-6, 1 / 1.25e9))
+    """One model per topology axis, innermost first; outer axes reuse the last entry.  Defaults:
+    loopback TCP on the project's 2-core machine inside a host, 10 Gbit/s Ethernet between."""
+    overhead: float = 40e-6
+    """Software cost of one round of scaledl's executor, seconds."""
+    gamma: float = 1 / 8e9
+    """Reduction cost, seconds per byte."""
+    chunk_bytes: int = 1 << 20
+    """Pipelining chunk of the executor."""
+    native_overhead: float = 10e-6
+    """Per-round cost of the backend's own collectives, seconds."""
+    native_beta_factor: float = 1.3
+    """How much slower the backend's own collectives move bytes than scaledl's pipeline."""
+    shm: LinkModel = LinkModel(5e-6, 1 / 10e9)
+    """Shared memory among ranks of one host: ``alpha`` per wait for the peers (one piece has
+    up to three), ``beta`` per byte copied; the adds cost ``gamma``.  Default: measured on the
+    project's 2-core machine (docs/benchmarks.md)."""
+    shm_window: int = 4 << 20
+    """Bytes of one shared-memory window: larger slices stream through it in pieces."""
+
+    def link(self, axis: int) -> LinkModel:
+        """The model of a link that crosses ``axis``."""
+        return self.links[min(max(axis, 0), len(self.links) - 1)]
+
+    def to_json(self) -> str:
+        """Serialise (``from_json`` reads it back)."""
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> CostModel:
+        """Parse a calibration file (one without the shared-memory class keeps its default)."""
+        data = json.loads(text)
+        links = tuple(LinkModel(**link) for link in data.pop("links"))
+        if "shm" in data:
+            data["shm"] = LinkModel(**data["shm"])
+        return cls(links=links, **data)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> CostModel:
+        """The calibration at ``path`` (default location if None), or the defaults."""
+        target = path if path is not None else calibration_path()
+        if target.is_file():
+            try:
+                return cls.from_json(target.read_text())
+            except (ValueError, TypeError, KeyError) as error:
+                raise ValueError(
+                    f"calibration file {target} is unreadable ({error}); delete it or rerun "
+                    "`scaledl bench collectives --calibrate`"
+                ) from None
+        return cls()
+
+
+def calibration_path() -> Path:
+    """Where calibration is read from and written to."""
+    explicit = os.environ.get(CALIBRATION_ENV)
+    if explicit:
+        return Path(explicit)
+    return Path.home() / ".cache" / "scaledl" / "calibration.json"
+
+
+def stage_time(stage: Stage, itemsize: int, model: CostModel) -> float:
+    """Seconds a stage takes once every member has reached it.
+
+    Shared memory, ``L`` members, ``n`` bytes in ``w``-byte pieces: allreduce and reduce wait
+    three times per piece and copy the slice twice (in, out) and add ``(L-1)/L`` of it;
+    reduce_scatter waits once per piece, copies it in and adds its share; allgather and
+    broadcast wait once per piece and copy it once (in on one side, out on the others).
+    The backend's own collective is priced as its ring (allreduce: the better of ring and
+    halving-doubling; broadcast, reduce: a binomial tree) on the stage's link class.
+    """
+    nbytes = stage.numel * itemsize
+    members = len(stage.members)
+    if nbytes == 0 or members < 2:
+        return 0.0
+    collective = stage.collective
+    if stage.path is StagePath.SHM:
+        link = model.shm
+        pieces = math.ceil(nbytes / (model.shm_window if collective not in (
+            Collective.REDUCE_SCATTER,) else max(1, model.shm_window // members) * members))
+        share = (members - 1) / members
+        if collective in (Collective.ALLREDUCE, Collective.REDUCE):
+            return 3 * pieces * link.alpha + 2 * nbytes * link.beta + share * nbytes * model.gamma
+        if collective is Collective.REDUCE_SCATTER:
+            return pieces * link.alpha + nbytes * link.beta + share * nbytes * model.gamma
+        return pieces * link.alpha + nbytes * link.beta
+    link = model.link(stage.level)
+    beta = link.beta * model.native_beta_factor
+    step = model.native_overhead + link.alpha
+    if collective in (Collective.BROADCAST, Collective.REDUCE):
+        return math.ceil(math.log2(members)) * (step + nbytes * beta)
+    ring = (members - 1) * (step + nbytes / members * beta)
+    if collective is not Collective.ALLREDUCE:
+        return ring
+    rounds = 2 * math.ceil(math.log2(members))
+    doubling = rounds * step + 2 * (members - 1) / members * nbytes * beta
+    return min(2 * ring, doubling)
+
+
+def schedule_time(
+    schedule: Schedule, topology: Topology, itemsize: int, model: CostModel,
+    overhead: float | None = None, beta_factor: float = 1.0,
+) -> float:
+    """Predicted seconds for one rank's schedule."""
+    per_round = model.overhead if overhead is None else overhead
+    total = 0.0
+    for round_ in schedule.rounds:
+        if round_.stage is not None:
+            total += stage_time(round_.stage, itemsize, model)
+            continue
+        wire = 0.0
+        reduced = 0
+        sent: dict[int, int] = {}
+        for t in round_.transfers:
+            axis = topology.link_axis(schedule.rank, t.peer)
+            link = model.link(axis)
+            if t.is_send:
+                sent[axis] = sent.get(axis, 0) + t.numel * itemsize
+            else:
+                wire = max(wire, link.alpha + t.numel * itemsize * link.beta * beta_factor)
+            if t.action is Action.RECV_REDUCE:
+                reduced += t.numel * itemsize
+        for axis, nbytes in sent.items():
+            link = model.link(axis)
+            wire = max(wire, link.alpha + nbytes * link.beta * beta_factor)
+        hidden = max(wire, reduced * model.gamma)
+        total += per_round + hidden + min(reduced, model.chunk_bytes) * model.gamma
+    return total

@@ -1,0 +1,210 @@
+"""The shared-memory collectives, piece by piece through the windows of a :class:`ShmGroup`.
+
+Every function acts in place on a slice of the flat working buffer, among ``members`` (local
+indices of the host's ranks, in block order), with the same meaning as a schedule's stage
+(:class:`~scaledl.collectives.schedule.Stage`).  A slice larger than a window streams through
+it in pieces; the two windows of each rank alternate, so a rank copies its next piece in while
+its peers still read the previous one.
+
+Data moves with NumPy (``numpy.copyto``, ``numpy.add`` and friends), which runs on the calling
+thread only: with torch's default intra-op threads a copy or a sum of a large tensor spreads
+over every core, and two ranks sharing a host then fight each other for them (measured:
+docs/benchmarks.md).  Half-precision sums use torch in slices below its parallel grain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from scaledl.collectives.ops import ReduceOp
+from scaledl.collectives.schedule import split
+from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup
+
+__all__ = ["allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "DIRECT_BYTES"]
+
+DIRECT_BYTES = 64 << 10
+"""Pieces up to this size are summed whole by every rank (one wait instead of two)."""
+_TORCH_SLICE = 16384
+"""Elements per torch call for half precision: below torch's parallel grain (32768)."""
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor (bfloat16 as int16, for copies)."""
+    if tensor.dtype is torch.bfloat16:
+        return tensor.view(torch.int16).numpy()
+    return tensor.numpy()
+
+
+def copy(into: torch.Tensor, source: torch.Tensor) -> None:
+    """``into[:] = source`` on this thread only."""
+    np.copyto(_array(into), _array(source))
+
+
+def combine(op: ReduceOp, into: torch.Tensor, other: torch.Tensor) -> None:
+    """Fold ``other`` into ``into`` with ``op`` (AVG sums; the caller divides) on this thread."""
+    if into.dtype in _HALF:
+        for start in range(0, into.numel(), _TORCH_SLICE):
+            op.combine(into[start:start + _TORCH_SLICE], other[start:start + _TORCH_SLICE])
+        return
+    a, b = into.numpy(), other.numpy()
+    if op is ReduceOp.MIN:
+        np.minimum(a, b, out=a)
+    elif op is ReduceOp.MAX:
+        np.maximum(a, b, out=a)
+    else:
+        np.add(a, b, out=a)
+
+
+def _pieces(lo: int, hi: int, step: int) -> list[tuple[int, int]]:
+    return [(a, min(hi, a + step)) for a in range(lo, hi, step)]
+
+
+def _elements(group: ShmGroup, buffer: torch.Tensor, parts: int = 1) -> int:
+    return max(1, group.window // (buffer.element_size() * parts))
+
+
+def allreduce(
+    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int, op: ReduceOp
+) -> None:
+    """Reduce ``buffer[lo:hi]`` over ``members`` in place on each.
+
+    Per piece: copy in; then either every rank sums the whole piece in member order (small
+    pieces: identical bits everywhere), or each rank reduces its part in its own window, and
+    everyone copies the reduced parts out (a reduce-scatter and an allgather through memory).
+    """
+    me = group.index
+    for a, b in _pieces(lo, hi, _elements(group, buffer)):
+        piece = buffer[a:b]
+        slot, counts = group.begin(members)
+        mine = group.window_of(me, slot, buffer.dtype, b - a)
+        copy(mine, piece)
+        group.publish(ARRIVED, counts, slot)
+        windows = {peer: group.window_of(peer, group.arrived(peer, count), buffer.dtype, b - a)
+                   for peer, count in counts.items()}
+        windows[me] = mine
+        if (b - a) * buffer.element_size() <= DIRECT_BYTES:
+            copy(piece, windows[members[0]])
+            for peer in members[1:]:
+                combine(op, piece, windows[peer])
+        else:
+            parts = split(0, b - a, len(members))
+            part_lo, part_hi = parts[members.index(me)]
+            for peer in members:
+                if peer != me:
+                    combine(op, mine[part_lo:part_hi], windows[peer][part_lo:part_hi])
+            group.publish(REDUCED, counts)
+            for peer, count in counts.items():
+                group.reached(peer, REDUCED, count, "reduce its part")
+            for peer, (part_lo, part_hi) in zip(members, parts):
+                copy(piece[part_lo:part_hi], windows[peer][part_lo:part_hi])
+        group.publish(RELEASED, counts)
+
+
+def reduce_scatter(
+    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int, op: ReduceOp
+) -> None:
+    """Member ``k`` ends with part ``k`` of ``buffer[lo:hi]`` reduced over ``members``.
+
+    Pieces run across the parts: piece ``t`` holds the ``t``-th stretch of every part, so each
+    rank reduces an equal share of every piece straight into its own buffer.
+    """
+    me, count_of = group.index, len(members)
+    parts = split(lo, hi, count_of)
+    longest = parts[0][1] - parts[0][0]
+    step = _elements(group, buffer, count_of)
+    position = members.index(me)
+    for offset in range(0, longest, step):
+        slot, counts = group.begin(members)
+        stretch = min(step, longest - offset)
+        mine = group.window_of(me, slot, buffer.dtype, step * count_of)
+        spans = [(p_lo + offset, min(p_hi, p_lo + offset + stretch)) for p_lo, p_hi in parts]
+        for index, (s_lo, s_hi) in enumerate(spans):
+            if s_hi > s_lo:
+                copy(mine[index * step:index * step + s_hi - s_lo], buffer[s_lo:s_hi])
+        group.publish(ARRIVED, counts, slot)
+        s_lo, s_hi = spans[position]
+        target = buffer[s_lo:max(s_lo, s_hi)]
+        start = position * step
+        for peer, count in counts.items():
+            window = group.window_of(peer, group.arrived(peer, count), buffer.dtype,
+                                     step * count_of)
+            combine(op, target, window[start:start + target.numel()])
+        group.publish(RELEASED, counts)
+
+
+def allgather(
+    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int
+) -> None:
+    """Member ``k`` contributes part ``k`` of ``buffer[lo:hi]``; every member ends with all."""
+    me = group.index
+    parts = split(lo, hi, len(members))
+    longest = parts[0][1] - parts[0][0]
+    step = _elements(group, buffer)
+    own_lo, own_hi = parts[members.index(me)]
+    for offset in range(0, longest, step):
+        slot, counts = group.begin(members)
+        stretch = min(step, longest - offset)
+        mine = group.window_of(me, slot, buffer.dtype, step)
+        length = max(0, min(own_hi, own_lo + offset + stretch) - (own_lo + offset))
+        copy(mine[:length], buffer[own_lo + offset:own_lo + offset + length])
+        group.publish(ARRIVED, counts, slot)
+        for peer, (p_lo, p_hi) in zip(members, parts):
+            if peer == me:
+                continue
+            s_lo, s_hi = p_lo + offset, min(p_hi, p_lo + offset + stretch)
+            window = group.window_of(peer, group.arrived(peer, counts[peer]), buffer.dtype, step)
+            if s_hi > s_lo:
+                copy(buffer[s_lo:s_hi], window[:s_hi - s_lo])
+        group.publish(RELEASED, counts)
+
+
+def broadcast(
+    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int, root: int
+) -> None:
+    """Copy the root member's ``buffer[lo:hi]`` to every member (``root`` is a local index)."""
+    me = group.index
+    for a, b in _pieces(lo, hi, _elements(group, buffer)):
+        slot, counts = group.begin(members)
+        if me == root:
+            copy(group.window_of(me, slot, buffer.dtype, b - a), buffer[a:b])
+            group.publish(ARRIVED, counts, slot)
+        else:
+            window = group.arrived(root, counts[root])
+            copy(buffer[a:b], group.window_of(root, window, buffer.dtype, b - a))
+        group.publish(RELEASED, counts)
+
+
+def reduce(
+    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int,
+    op: ReduceOp, root: int,
+) -> None:
+    """Reduce ``buffer[lo:hi]`` over ``members`` into the root member's (a local index).
+
+    Per piece every rank copies in; each reduces its part in its own window; the root copies
+    the reduced parts out.  Other members' buffers are left as they were.
+    """
+    me = group.index
+    for a, b in _pieces(lo, hi, _elements(group, buffer)):
+        slot, counts = group.begin(members)
+        mine = group.window_of(me, slot, buffer.dtype, b - a)
+        copy(mine, buffer[a:b])
+        group.publish(ARRIVED, counts, slot)
+        windows = {peer: group.window_of(peer, group.arrived(peer, count), buffer.dtype, b - a)
+                   for peer, count in counts.items()}
+        windows[me] = mine
+        parts = split(0, b - a, len(members))
+        part_lo, part_hi = parts[members.index(me)]
+        for peer in members:
+            if peer != me:
+                combine(op, mine[part_lo:part_hi], windows[peer][part_lo:part_hi])
+        group.publish(REDUCED, counts)
+        if me == root:
+            for peer, count in counts.items():
+                group.reached(peer, REDUCED, count, "reduce its part")
+            for peer, (part_lo, part_hi) in zip(members, parts):
+                copy(buffer[a + part_lo:a + part_hi], windows[peer][part_lo:part_hi])
+        group.publish(RELEASED, counts)

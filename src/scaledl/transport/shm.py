@@ -1,0 +1,243 @@
+"""Shared memory among the ranks of one host: windows, sequence counters and waits.
+
+A :class:`ShmGroup` joins the ranks of one host that belong to one communicator.  Each rank owns
+a segment (:mod:`scaledl.transport.shm_segment`) with two data *windows* (double buffering) and
+maps every peer's.  A collective moves through the windows piece by piece; ranks tell each other
+how far they are through *pair counters*: for every pair of ranks ``(i, j)``, both count the
+pieces they have exchanged, and since two ranks take part in their joint collectives in the same
+order (a communicator runs its jobs in one order on every rank), both counts agree without
+talking.  That makes any subset of the host's ranks a valid set of members for a collective
+(e.g. one axis of a 2x2 layout), with no global barrier.
+
+The owner ``i`` writes, in its own segment, for each peer ``j``:
+
+- ``arrived[j][w]``: the pair count of the piece now in window ``w`` (its data is complete);
+- ``reduced[j]``: the pair count up to which ``i``'s shard of the piece is reduced;
+- ``released[j]``: the pair count up to which ``i`` has finished reading ``j``'s window.
+
+Before overwriting a window, the owner waits until every peer that read its previous contents
+has released it.  Counters are written after the data they announce; on x86 (total store order)
+that order is what the other cores see, so no fence is needed.  Python has no memory barrier to
+order them on weaker CPUs, so the shared-memory path is offered on x86 only.
+
+Every wait spins briefly, then yields the CPU (and the GIL), then naps, checks every
+``CHECK_S`` seconds that the awaited peer still runs (its pid and start time), and gives up
+after the group's timeout; both end in a :class:`~scaledl.transport.base.TransportError` naming
+the peer.  A rank that fails inside a shared-memory collective raises its *aborted* flag so that
+its peers stop waiting at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from scaledl.transport.base import TransportError
+from scaledl.transport.shm_segment import Segment, process_alive
+
+__all__ = ["ShmGroup", "Peer", "CHECK_S", "control_lines"]
+
+CHECK_S = 0.05
+"""Seconds between liveness checks of an awaited peer (a death is noticed within this)."""
+SPINS = 200
+"""Checks before the first yield (a few microseconds)."""
+YIELD_S = 0.002
+"""Seconds of yielding the CPU (``sched_yield``) before waiting turns into naps."""
+NAP_S = 50e-6
+"""One nap of a long wait."""
+ABORTED = 0
+ARRIVED, REDUCED, RELEASED = 0, 2, 3
+PAIR_LINES = 4
+"""Control lines per peer: arrived (two windows), reduced, released."""
+
+
+_ITEMSIZE = {
+    dtype: torch.empty(0, dtype=dtype).element_size()
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                  torch.int64, torch.uint8, torch.int8, torch.int16)
+}
+
+
+def control_lines(local_size: int) -> int:
+    """Control lines a segment needs for a host of ``local_size`` ranks."""
+    return 1 + PAIR_LINES * local_size
+
+
+@dataclass
+class Peer:
+    """A rank of this host as the group knows it."""
+
+    rank: int
+    """Rank in the communicator's group."""
+    global_rank: int
+    pid: int
+    start_time: int
+    segment: Segment
+
+
+@dataclass
+class ShmGroup:
+    """The ranks of one host joined by shared memory; this rank is ``local[index]``."""
+
+    peers: list[Peer]
+    """Every rank of the host, this one included, in local order."""
+    index: int
+    """This rank's local index."""
+    timeout: float
+    """Seconds a wait may last before the peer is reported."""
+    _pair: list[int] = field(init=False)
+    _next_window: int = field(init=False, default=0)
+    _readers: list[list[tuple[int, int]]] = field(init=False)
+    _words: list[np.ndarray] = field(init=False)
+    _windows: list[list[torch.Tensor]] = field(init=False)
+    _broken: str | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self._pair = [0] * len(self.peers)
+        self._readers = [[] for _ in range(self.own.slots)]
+        self._words = [peer.segment.words for peer in self.peers]
+        self._windows = [
+            [torch.from_numpy(peer.segment.data(slot)) for slot in range(peer.segment.slots)]
+            for peer in self.peers
+        ]
+
+    # -- layout -----------------------------------------------------------------------------
+    def local_index(self, rank: int) -> int:
+        """Local index of group rank ``rank`` (a ``ValueError`` if it is not on this host)."""
+        for index, peer in enumerate(self.peers):
+            if peer.rank == rank:
+                return index
+        raise ValueError(f"rank {rank} is not on this host")
+
+    @property
+    def own(self) -> Segment:
+        """This rank's segment."""
+        return self.peers[self.index].segment
+
+    @property
+    def window(self) -> int:
+        """Bytes of one data window."""
+        return self.own.window
+
+    def window_of(self, local: int, slot: int, dtype: torch.dtype, numel: int) -> torch.Tensor:
+        """The first ``numel`` elements of window ``slot`` of rank ``local`` as ``dtype``."""
+        return self._windows[local][slot][:numel * _ITEMSIZE[dtype]].view(dtype)
+
+    def _own_line(self, kind: int, peer: int, slot: int = 0) -> int:
+        """Word index, in this rank's segment, of its counter ``kind`` towards ``peer``."""
+        return self.own.control(1 + PAIR_LINES * peer + kind + (slot if kind == ARRIVED else 0))
+
+    def _peer_line(self, peer: int, kind: int, slot: int = 0) -> int:
+        """Word index, in ``peer``'s segment, of its counter ``kind`` towards this rank."""
+        offset = 1 + PAIR_LINES * self.index + kind + (slot if kind == ARRIVED else 0)
+        return self.peers[peer].segment.control(offset)
+
+    # -- one piece ------------------------------------------------------------------------------
+    def begin(self, members: Sequence[int]) -> tuple[int, dict[int, int]]:
+        """Start a piece among ``members`` (local indices, this rank included): claim a window,
+        wait until its previous readers released it, and return (window, pair count per peer)."""
+        self._check_usable()
+        counts = {}
+        for peer in members:
+            if peer != self.index:
+                self._pair[peer] += 1
+                counts[peer] = self._pair[peer]
+        slot = self._next_window
+        self._next_window = (slot + 1) % self.own.slots
+        for peer, count in self._readers[slot]:
+            self.reached(peer, RELEASED, count, "finish reading this rank's window")
+        self._readers[slot] = list(counts.items())
+        return slot, counts
+
+    def publish(self, kind: int, counts: dict[int, int], slot: int = 0) -> None:
+        """Announce to every peer of the piece that this rank reached ``kind``."""
+        words = self._words[self.index]
+        for peer, count in counts.items():
+            words[self._own_line(kind, peer, slot)] = count
+
+    def arrived(self, peer: int, count: int) -> int:
+        """Wait until ``peer``'s data of piece ``count`` is in one of its windows; return it."""
+        words = self._words[peer]
+        first = self._peer_line(peer, ARRIVED, 0)
+        second = self._peer_line(peer, ARRIVED, 1)
+        if words[first] != count and words[second] != count:
+            self._wait(peer, -1, count, "bring its data", (first, second))
+        return 0 if words[first] == count else 1
+
+    def reached(self, peer: int, kind: int, count: int, what: str) -> None:
+        """Wait until ``peer`` published ``kind`` for piece ``count``."""
+        line = self._peer_line(peer, kind)
+        if self._words[peer][line] < count:
+            self._wait(peer, line, count, what)
+
+    # -- waiting --------------------------------------------------------------------------------
+    def _wait(
+        self, peer: int, line: int, count: int, what: str, either: tuple[int, int] | None = None,
+    ) -> None:
+        """Spin, then yield, then nap: a peer a few microseconds behind costs a few
+        microseconds; one that computes for seconds costs no CPU (naps of ``NAP_S``)."""
+        words = self._words[peer]
+        done = self._done
+        for _ in range(SPINS):
+            if done(words, line, count, either):
+                return
+        start = time.monotonic()
+        check = start + CHECK_S
+        while not done(words, line, count, either):
+            now = time.monotonic()
+            if now - start < YIELD_S:
+                os.sched_yield()
+            else:
+                time.sleep(NAP_S)
+            if now >= check:
+                self._check_peer(peer, what, now - start)
+                check = now + CHECK_S
+
+    @staticmethod
+    def _done(words: np.ndarray, line: int, count: int, either: tuple[int, int] | None) -> bool:
+        if either is not None:
+            return bool(words[either[0]] == count or words[either[1]] == count)
+        return bool(words[line] >= count)
+
+    def _check_peer(self, peer: int, what: str, waited: float) -> None:
+        target = self.peers[peer]
+        rank = target.global_rank
+        if self._words[peer][self._abort_line(peer)]:
+            self._fail(f"rank {rank} aborted the shared-memory collective after an error")
+        if not process_alive(target.pid, target.start_time):
+            self._fail(f"rank {rank} (pid {target.pid}) died during a shared-memory collective")
+        if waited > self.timeout:
+            self._fail(f"rank {rank} did not {what} within {self.timeout:g} s in a shared-memory "
+                       "collective; it may be stuck or running different collectives")
+
+    def _abort_line(self, peer: int) -> int:
+        return self.peers[peer].segment.control(ABORTED)
+
+    def _fail(self, reason: str) -> None:
+        self.abort(reason)
+        raise TransportError(reason)
+
+    # -- failure --------------------------------------------------------------------------------
+    def abort(self, reason: str) -> None:
+        """Tell every peer to stop waiting for this rank; the group is unusable afterwards."""
+        self._broken = self._broken or reason
+        self._words[self.index][self.own.control(ABORTED)] = 1
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise TransportError(f"the shared-memory group is unusable after an earlier failure "
+                                 f"({self._broken}); restart the job")
+
+    def close(self) -> None:
+        """Drop the views and unmap every segment."""
+        self._windows = []
+        self._words = []
+        for peer in self.peers:
+            peer.segment.close()
+
+
