@@ -19,9 +19,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from scaledl.collectives.registry import lookup
+from scaledl.collectives.registry import lookup, parse_algorithm
 from scaledl.collectives.schedule import Collective
-from scaledl.sim.compiled import Compiled, compile_schedules, compile_table, schedule_rows
+from scaledl.sim.compiled import (
+    STAGE_SEND, Compiled, compile_schedules, compile_table, schedule_rows,
+)
 from scaledl.sim.compiled import schedules_for
 from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.network import Network
@@ -45,10 +47,14 @@ def _rotated(
     algorithm: str, collective: Collective, topology: Topology, numel: int, itemsize: int,
 ) -> Compiled | None:
     """All ranks' rows by shifting rank 0's, if the sampled ranks are its rotations."""
+    if parse_algorithm(algorithm)[1]:
+        return None  # level paths: stages, planned rank by rank
     planner = lookup(algorithm, collective).planner
     assert planner is not None
     p = topology.world_size
     base = schedule_rows(planner(collective, topology, 0, numel, 0), itemsize)
+    if (base[:, 4] >= STAGE_SEND).any():
+        return None
     reference = _relative(base, 0, p)
     for rank in sorted({1, 2, 3, p // 3, p // 2, p - 2, p - 1} - {0}):
         rows = schedule_rows(planner(collective, topology, rank, numel, 0), itemsize)

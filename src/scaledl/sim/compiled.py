@@ -5,7 +5,9 @@ once (the plan objects the executor runs, not a re-implementation) and keeps, as
 each round (a *node*: rank ``r``, round ``i``, id ``r * R + i``) and each transfer, and matches
 every receive to its send as the executor does: the k-th message from one peer with one tag
 meets the k-th receive posted for it.  Unmatched messages raise
-:class:`~scaledl.collectives.schedule.ScheduleError`.
+:class:`~scaledl.collectives.schedule.ScheduleError`.  A stage round becomes zero-byte markers
+between its members (so it waits for the last of them) and keeps its
+:class:`~scaledl.collectives.schedule.Stage`, which the fast replay prices.
 
 :func:`schedules_for` plans a collective for every rank through the registry's planners and
 compiles it on the fly, so the rank schedules of a 1024-rank ring never all live at once.
@@ -14,12 +16,12 @@ compiles it on the fly, so the rank schedules of a 1024-rank ring never all live
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from scaledl.collectives.registry import lookup
-from scaledl.collectives.schedule import Action, Collective, Schedule, ScheduleError
+from scaledl.collectives.registry import lookup, parse_algorithm
+from scaledl.collectives.schedule import Action, Collective, Schedule, ScheduleError, Stage
 from scaledl.topology import Topology
 
 __all__ = ["Compiled", "compile_schedules", "compile_table", "schedule_rows", "schedules_for"]
@@ -45,6 +47,14 @@ class Compiled:
     """One entry per receive: its node, bytes and whether it reduces (1) or copies (0)."""
     match: Int
     """For each receive, the index of the send it receives."""
+    send_virtual: Int | None = None
+    """Per send: True for a stage's zero-byte marker (it orders, it moves nothing)."""
+    recv_virtual: Int | None = None
+    """Per receive: True for a stage's marker."""
+    stages: dict[int, Stage] | None = None
+    """The stage of every stage node: it starts when all its members reached it."""
+    itemsize: int = 4
+    """Bytes per element of the stages' slices."""
 
     @property
     def send_rank(self) -> Int:
@@ -67,12 +77,29 @@ class Compiled:
         return grid.reshape(-1)
 
 
-def schedule_rows(schedule: Schedule, itemsize: int) -> Int:
+STAGE_SEND, STAGE_RECV = 3, 4
+"""Kinds of the zero-byte markers that tie a stage's members together: every member "sends" to
+every other at its stage round, so a stage starts when its last member arrives."""
+
+
+def schedule_rows(
+    schedule: Schedule, itemsize: int, stage_ids: dict[tuple[int, ...], int] | None = None,
+) -> Int:
     """One row per transfer: ``(round, peer, tag, bytes, kind, position)``, kind 0 = send,
-    1 = receive and copy, 2 = receive and reduce; position orders a rank's transfers."""
+    1 = receive and copy, 2 = receive and reduce; position orders a rank's transfers.  A stage
+    round gives a marker send and receive (kinds 3, 4) per other member, tagged ``-1 - id`` of
+    its member set (``stage_ids``, shared by every rank's call)."""
     rows: list[tuple[int, int, int, int, int, int]] = []
     reduce_action = Action.RECV_REDUCE
+    ids = stage_ids if stage_ids is not None else {}
     for index, round_ in enumerate(schedule.rounds):
+        if round_.stage is not None:
+            tag = -1 - ids.setdefault(round_.stage.members, len(ids))
+            for member in round_.stage.members:
+                if member != schedule.rank:
+                    rows.append((index, member, tag, 0, STAGE_SEND, len(rows)))
+                    rows.append((index, member, tag, 0, STAGE_RECV, len(rows)))
+            continue
         for t in round_.transfers:
             kind = 0 if t.is_send else (2 if t.action is reduce_action else 1)
             rows.append((index, t.peer, t.tag, (t.hi - t.lo) * itemsize, kind, len(rows)))
@@ -83,18 +110,27 @@ def compile_schedules(schedules: Iterable[Schedule], world_size: int, itemsize: 
     """Compile one schedule per rank (in rank order) into a :class:`Compiled`."""
     parts: list[Int] = []
     seen = 0
+    stage_ids: dict[tuple[int, ...], int] = {}
+    stages: dict[tuple[int, int], Stage] = {}
     for schedule in schedules:
         if schedule.rank != seen:
             raise ValueError(
                 f"schedules must come in rank order; got rank {schedule.rank} at {seen}"
             )
-        rows = schedule_rows(schedule, itemsize)
+        rows = schedule_rows(schedule, itemsize, stage_ids)
         parts.append(np.concatenate([np.full((len(rows), 1), seen, dtype=np.int64), rows], axis=1))
+        for index, round_ in enumerate(schedule.rounds):
+            if round_.stage is not None:
+                stages[(seen, index)] = round_.stage
         seen += 1
     if seen != world_size:
         raise ValueError(f"got {seen} schedules for a world of {world_size} ranks")
-    return compile_table(np.concatenate(parts) if parts else np.zeros((0, 7), np.int64),
-                         world_size)
+    compiled = compile_table(np.concatenate(parts) if parts else np.zeros((0, 7), np.int64),
+                             world_size)
+    if not stages:
+        return compiled
+    by_node = {rank * compiled.max_rounds + index: stage for (rank, index), stage in stages.items()}
+    return replace(compiled, stages=by_node, itemsize=itemsize)
 
 
 def compile_table(table: Int, world_size: int) -> Compiled:
@@ -109,7 +145,7 @@ def compile_table(table: Int, world_size: int) -> Compiled:
 def _build(table: Int, rounds: Int, p: int, max_rounds: int) -> Compiled:
     rank, index, peer, tag, nbytes, kind, order = table.T
     node = rank * max_rounds + index
-    sends = kind == 0
+    sends = (kind == 0) | (kind == STAGE_SEND)
     recvs = ~sends
     # Match the k-th send of (src, dst, tag) with the k-th receive of (src, dst, tag).
     s_idx = np.flatnonzero(sends)
@@ -137,7 +173,8 @@ def _build(table: Int, rounds: Int, p: int, max_rounds: int) -> Compiled:
         world_size=p, max_rounds=max_rounds, rounds=rounds,
         send_node=node[s_idx], send_peer=peer[s_idx], send_bytes=nbytes[s_idx],
         recv_node=node[r_idx], recv_bytes=nbytes[r_idx], recv_reduce=(kind[r_idx] == 2).astype(
-            np.int64), match=match,
+            np.int64), match=match, send_virtual=kind[s_idx] == STAGE_SEND,
+        recv_virtual=kind[r_idx] == STAGE_RECV,
     )
 
 
@@ -163,5 +200,9 @@ def schedules_for(
             f"algorithm {algorithm!r} is the backend's own collective and has no schedule to "
             "simulate; pick a scheduled one such as ring, halving_doubling, tree or torus"
         )
+    _, paths = parse_algorithm(algorithm)
     for rank in range(topology.world_size):
-        yield algo.planner(collective, topology, rank, numel, root)
+        if paths:
+            yield algo.planner(collective, topology, rank, numel, root, paths=paths)
+        else:
+            yield algo.planner(collective, topology, rank, numel, root)

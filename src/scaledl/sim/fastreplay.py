@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scaledl.collectives.cost import stage_time
 from scaledl.collectives.schedule import ScheduleError
 from scaledl.sim.compiled import Compiled
 from scaledl.sim.network import UPLINK, Network
@@ -108,10 +109,12 @@ def cost(
         scaled = rack_share * network.oversubscription / topology.axes[1]
         weight = np.where(raw >= UPLINK, np.maximum(weight, scaled), weight)
     n = compiled.nodes
+    real = ~compiled.send_virtual if compiled.send_virtual is not None else np.ones(
+        len(node), dtype=bool)
     out = np.zeros((n, 3), dtype=np.float64)
-    np.add.at(out, (node, klass), compiled.send_bytes * weight)
+    np.add.at(out, (node[real], klass[real]), (compiled.send_bytes * weight)[real])
     used = np.zeros((n, 3), dtype=bool)
-    used[node, klass] = True
+    used[node[real], klass[real]] = True
     alphas = np.array([link.alpha for link in links])
     betas = np.array([link.beta for link in links])
     link_time = np.where(used, alphas[None, :] + out * betas[None, :], 0.0).max(axis=1)
@@ -129,9 +132,27 @@ def cost(
     matched = compiled.match
     e_class = klass[matched]
     edge = alphas[e_class] + out[node[matched], e_class] * betas[e_class]
+    if compiled.stages:
+        _price_stages(compiled, network, own, post, edge)
     a0, a1, a2 = (float(a) for a in alphas)
     b0, b1, b2 = (float(b) for b in betas)
     return Costs(own, post, edge, klass, out, (a0, a1, a2), (b0, b1, b2))
+
+
+def _price_stages(compiled: Compiled, network: Network, own: Arr, post: Arr, edge: Arr) -> None:
+    """A stage node ends ``stage_time`` after the last of its members started it: its own cost
+    and every marker edge into it carry that time, and it pays no per-round overhead."""
+    assert compiled.stages is not None and compiled.recv_virtual is not None
+    model = network.to_cost_model()
+    seconds = {node: stage_time(stage, compiled.itemsize, model)
+               for node, stage in compiled.stages.items()}
+    nodes = np.fromiter(seconds, dtype=np.int64, count=len(seconds))
+    times = np.fromiter(seconds.values(), dtype=np.float64, count=len(seconds))
+    own[nodes] = times
+    post[nodes] = 0.0
+    marker = np.flatnonzero(compiled.recv_virtual)
+    lookup = dict(zip(nodes.tolist(), times.tolist()))
+    edge[marker] = [lookup[int(d)] for d in compiled.recv_node[marker]]
 
 
 def _send_pred(compiled: Compiled) -> Arr:
