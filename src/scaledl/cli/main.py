@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from scaledl import __version__
+from scaledl.collectives.communicator import debug_enabled
 from scaledl.bootstrap import RendezvousError
 from scaledl.cli import bench, cluster, run, simulate, train
 
@@ -93,11 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = arguments
         return int(args.handler(args))
     except (ValueError, TypeError) as error:
-        if os.environ.get("SCALEDL_DEBUG"):
+        if debug_enabled():
             raise
         sys.stderr.write(f"scaledl: error: {_one_line(error)}\n")
         return 2
     except RendezvousError as error:
+        if debug_enabled():
+            raise
         sys.stderr.write(f"scaledl: error: {_one_line(error)}\n")
         return 1
     except KeyboardInterrupt:
