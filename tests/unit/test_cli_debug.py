@@ -16,7 +16,7 @@ def test_debug_off_values_give_the_one_line_error(
     value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("SCALEDL_DEBUG", value)
-    assert main(["cluster", "run", "--port", "70000", "--", "true"]) == 2
+    assert main(["cluster", "run", "--hosts", "2", "--port", "70000", "--", "true"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("scaledl: error: ") and err.count("\n") == 1
 
@@ -24,4 +24,4 @@ def test_debug_off_values_give_the_one_line_error(
 def test_debug_on_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCALEDL_DEBUG", "1")
     with pytest.raises(ValueError, match="port"):
-        main(["cluster", "run", "--port", "70000", "--", "true"])
+        main(["cluster", "run", "--hosts", "2", "--port", "70000", "--", "true"])
