@@ -35,16 +35,18 @@ def test_bench_collectives_two_ranks(tmp_path: Path) -> None:
         "--json", str(out_json), "--plot", str(out_png),
     ], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "busbw GB/s" in result.stdout and "ring / native busbw" in result.stdout
+    assert "busbw GB/s" in result.stdout and "ring / torch busbw" in result.stdout
+    assert "the shared-memory ceiling" in result.stdout
     assert "auto chose" in result.stdout
 
     data = json.loads(out_json.read_text())
     assert data["environment"]["world_size"] == 2
     assert data["environment"]["backend"] == "gloo"
     assert {"cpu", "cores", "torch", "python"} <= set(data["environment"])
-    assert data["p2p"]["gbps"] > 0
+    assert data["p2p"]["gbps"] > 0 and data["memcpy"]["gbps"] > 0
     rows = data["results"]
-    expected = {(a, n) for a in ("ring", "multiring", "halving_doubling", "native")
+    expected = {(a, n) for a in ("ring", "multiring", "halving_doubling", "shm", "auto", "native",
+                                 "torch")
                 for n in (4096, 16384, 65536)}
     assert {(r["algorithm"], r["nbytes"]) for r in rows} == expected
     for row in rows:
@@ -52,11 +54,13 @@ def test_bench_collectives_two_ranks(tmp_path: Path) -> None:
         assert row["min_us"] <= row["avg_us"] <= row["max_us"]
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"])  # 2(p-1)/p = 1 at p = 2
     assert {r["algorithm"] for r in data["ratios_vs_native"]} == {
-        "ring", "multiring", "halving_doubling"}
+        "ring", "multiring", "halving_doubling", "shm", "auto", "torch"}
+    assert len(data["ratios_vs_torch"]) == 6 * 3  # every algorithm at every size
 
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     calibration = data["calibration"]
     assert calibration["link"]["points"] == 9
+    assert calibration["shm"]["points"] == 3
     model = CostModel.load(tmp_path / "calibration.json")
     assert model.link(0).beta == pytest.approx(calibration["link"]["beta_s_per_byte"])
 

@@ -78,10 +78,14 @@ def test_message_sizes() -> None:
 
 def test_select_algorithms() -> None:
     chosen = select_algorithms(["allreduce", "broadcast"], None)
-    assert chosen[Collective.ALLREDUCE] == ("ring", "multiring", "halving_doubling", "native")
-    assert chosen[Collective.BROADCAST] == ("tree", "chain", "native")
+    assert chosen[Collective.ALLREDUCE] == (
+        "ring", "multiring", "halving_doubling", "shm", "auto", "native", "torch")
+    assert chosen[Collective.BROADCAST] == ("tree", "chain", "shm", "auto", "native", "torch")
     every = select_algorithms(["reduce_scatter"], "all")[Collective.REDUCE_SCATTER]
     assert "auto" not in every and "native" in every and "multiring" not in every
+    assert "torch" in every and "shm" in every
+    assert select_algorithms(["allreduce"], "hierarchical[shm,ring],torch")[
+        Collective.ALLREDUCE] == ("hierarchical[shm,ring]", "torch")
     with pytest.raises(ValueError, match="unknown algorithm 'bogus'; choose from: ring"):
         select_algorithms(["allreduce"], "ring,bogus")
     with pytest.raises(ValueError, match="implements none"):

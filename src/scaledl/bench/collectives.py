@@ -11,14 +11,17 @@ algorithm:
    ``all_reduce`` MAX), so all ranks run the same count;
 3. time each iteration after a barrier; an iteration's time is the slowest rank's.
 
-It also measures the rank 0 -> rank 1 point-to-point bandwidth of one large message, the
-ceiling the bus bandwidths are compared with.
+The baseline ``torch`` is ``torch.distributed``'s own call, outside scaledl; ``native`` is the
+same backend collective called through scaledl (on its channel).  The run also measures two
+ceilings: the rank 0 -> rank 1 point-to-point bandwidth of one large message (what the network
+path can reach) and one core's memory-copy bandwidth (what the shared-memory path can reach).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -31,11 +34,16 @@ from scaledl.bench.report import Measurement, P2PResult, format_bytes
 from scaledl.collectives.api import allgather, allreduce, broadcast, reduce, reduce_scatter
 from scaledl.collectives.auto import choose
 from scaledl.collectives.communicator import communicator_for
-from scaledl.collectives.registry import ALGORITHMS, AUTO, available, parse_collective
+from scaledl.collectives.registry import (
+    ALGORITHMS, AUTO, available, parse_algorithm, parse_collective,
+)
 from scaledl.collectives.schedule import Collective
 from scaledl.topology import Topology
 
-__all__ = ["BenchConfig", "select_algorithms", "run_benchmark", "DTYPES", "DEFAULT_ALGORITHMS"]
+__all__ = [
+    "BenchConfig", "select_algorithms", "run_benchmark", "measure_p2p", "measure_memcpy",
+    "DTYPES", "DEFAULT_ALGORITHMS", "TORCH",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +51,13 @@ DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
     "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
 }
-DEFAULT_ALGORITHMS = ("ring", "multiring", "halving_doubling", "native")
-"""The default set, filtered per collective; broadcast and reduce, which none of the first three
-implements, get ``tree`` and ``chain`` instead."""
-_ROOTED_DEFAULT = ("tree", "chain", "native")
+TORCH = "torch"
+"""The baseline: ``torch.distributed``'s own call on the group, outside scaledl altogether."""
+DEFAULT_ALGORITHMS = ("ring", "multiring", "halving_doubling", "shm", "auto", "native", TORCH)
+"""The default set, filtered per collective (``shm`` only on a group inside one host);
+broadcast and reduce, which ring, multiring and halving-doubling do not implement, get ``tree``
+and ``chain`` instead."""
+_ROOTED_DEFAULT = ("tree", "chain", "shm", "auto", "native", TORCH)
 MIN_ITERS, MAX_ITERS = 5, 1000
 P2P_REPEATS = 5
 
@@ -96,7 +107,12 @@ class BenchConfig:
     def needs_topology(self) -> list[str]:
         """Selected algorithms that need an explicit topology (hierarchical, torus)."""
         names = {name for names in self.algorithms.values() for name in names}
-        return sorted(n for n in names if n in ALGORITHMS and ALGORITHMS[n].needs_topology)
+        return sorted(n for n in names if parse_algorithm(n)[0] in ALGORITHMS
+                      and ALGORITHMS[parse_algorithm(n)[0]].needs_topology)
+
+
+_NAMES = re.compile(r"[^,\[\]]+(?:\[[^\]]*\])?")
+"""Comma-separated names, a bracket's commas kept: ``ring,torus[shm,ring]``."""
 
 
 def select_algorithms(
@@ -106,12 +122,12 @@ def select_algorithms(
     chosen = [parse_collective(name.strip()) for name in collectives if name.strip()]
     if not chosen:
         raise ValueError("--collectives is empty; name at least one, e.g. allreduce")
-    names = [n.strip() for n in spec.split(",") if n.strip()] if spec else []
+    names = [n.strip() for n in _NAMES.findall(spec) if n.strip()] if spec else []
     everything = [n for n in ALGORITHMS if n != AUTO]
     for name in names:
-        if name not in ALGORITHMS and name not in (AUTO, "all"):
+        if parse_algorithm(name)[0] not in ALGORITHMS and name not in (AUTO, "all", TORCH):
             raise ValueError(f"unknown algorithm {name!r}; choose from: "
-                             f"{', '.join(everything + [AUTO, 'all'])}")
+                             f"{', '.join(everything + [AUTO, TORCH, 'all'])}")
     result: dict[Collective, tuple[str, ...]] = {}
     for collective in dict.fromkeys(chosen):
         offered = available(collective)
@@ -121,10 +137,12 @@ def select_algorithms(
                                                           Collective.REDUCE_SCATTER,
                                                           Collective.ALLGATHER) else _ROOTED_DEFAULT
         elif "all" in names:
-            wanted = tuple(n for n in offered if n != AUTO)
+            wanted = tuple(n for n in offered if n != AUTO) + (TORCH,)
         else:
             wanted = tuple(names)
-        result[collective] = tuple(n for n in wanted if n in offered)
+        result[collective] = tuple(
+            n for n in wanted if n == TORCH or parse_algorithm(n)[0] in offered
+        )
     for name in names:
         if name != "all" and not any(name in algos for algos in result.values()):
             raise ValueError(f"algorithm {name!r} implements none of the collectives "
@@ -152,6 +170,8 @@ class _Buffers:
     def call(self, algorithm: str, topology: Topology) -> Callable[[], object]:
         """The collective on these buffers with ``algorithm``, as a no-argument function."""
         c, full, part = self.collective, self.full, self.part
+        if algorithm == TORCH:
+            return _torch_call(c, full, part)
         if c is Collective.ALLREDUCE:
             return lambda: allreduce(full, algorithm=algorithm, topology=topology)
         if c is Collective.BROADCAST:
@@ -180,6 +200,19 @@ class _Buffers:
         if c is Collective.REDUCE_SCATTER:
             return _holds(self.part, total, p, rank * m)
         return all(_holds(self.full[r * m:(r + 1) * m], r % 8 + 1, 1) for r in range(p))
+
+
+def _torch_call(c: Collective, full: torch.Tensor, part: torch.Tensor) -> Callable[[], object]:
+    """``torch.distributed``'s own collective on the default group."""
+    if c is Collective.ALLREDUCE:
+        return lambda: dist.all_reduce(full)
+    if c is Collective.BROADCAST:
+        return lambda: dist.broadcast(full, 0)
+    if c is Collective.REDUCE:
+        return lambda: dist.reduce(full, 0)
+    if c is Collective.REDUCE_SCATTER:
+        return lambda: dist.reduce_scatter_tensor(part, full)
+    return lambda: dist.all_gather_into_tensor(full, part)
 
 
 def _fill(tensor: torch.Tensor, base: int) -> None:
@@ -243,6 +276,30 @@ def _measure(
     return Measurement(buffers.collective.value, algorithm, buffers.nbytes, p, tuple(times))
 
 
+def measure_memcpy(nbytes: int) -> P2PResult:
+    """One core copying ``nbytes`` from one buffer to another (median of a few): the ceiling of
+    the shared-memory path, measured in the same run."""
+    import numpy as np
+
+    source = np.ones(max(1, nbytes // 4), dtype=np.float32)
+    target = np.empty_like(source)
+    np.copyto(target, source)  # touch every page first
+    times = []
+    for _ in range(P2P_REPEATS):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        times.append(time.perf_counter() - start)
+    return P2PResult(source.nbytes, tuple(_agree_max(times)))
+
+
+def usable(algorithm: str, topology: Topology) -> bool:
+    """False for ``shm`` on a group that does not share one host's memory (it is skipped)."""
+    base = parse_algorithm(algorithm)[0]
+    if base not in ALGORITHMS or not ALGORITHMS[base].needs_shm:
+        return True
+    return communicator_for(None).fabric.one_host
+
+
 def measure_p2p(nbytes: int, rank: int, world_size: int) -> P2PResult | None:
     """Rank 0 -> rank 1 send/recv bandwidth of one ``nbytes`` message (median of a few)."""
     if world_size < 2:
@@ -276,6 +333,10 @@ def run_benchmark(
 
     ``echo`` (rank 0's console) receives the ``--explain`` tables.
     """
+    skipped = {n for names in config.algorithms.values() for n in names
+               if not usable(n, topology)}
+    if skipped:
+        log.warning("skipping %s: the ranks do not share one host's memory", ", ".join(skipped))
     missing = [n for n in config.needs_topology() if not topology.explicit]
     if missing:
         raise ValueError(f"algorithm {missing[0]!r} needs the network layout: pass --topology "
@@ -294,6 +355,8 @@ def run_benchmark(
             if config.explain and echo is not None:
                 echo(_explain(collective, buffers, topology))
             for algorithm in algorithms:
+                if not usable(algorithm, topology):
+                    continue
                 measurement = _measure(buffers, algorithm, topology, config)
                 log.info("%s %s %s: %.1f us avg over %d iterations", collective.value,
                          format_bytes(buffers.nbytes), algorithm, measurement.avg_us,

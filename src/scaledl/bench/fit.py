@@ -14,8 +14,9 @@ its inverse time so small and large messages count alike (the fit minimises rela
 apart: the prior ``overhead`` is kept and ``alpha`` takes the rest.  Step 2 fits ``native``'s
 per-round cost and bandwidth factor the same way on the native times (its overhead is the
 per-round cost less ``alpha``), with ``native`` modelled as auto models it: the cheaper of its
-proxy schedules (ring or halving-doubling; tree for broadcast and reduce).  Every link class
-gets the one fitted link: a single host measures one.
+proxy schedules (ring or halving-doubling; tree for broadcast and reduce).  Step 3 fits the
+shared-memory class (``alpha`` per wait, ``beta`` per byte copied) on the ``shm`` times.  Every
+link class gets the one fitted link: a single host measures one.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scaledl.bench.report import Measurement
-from scaledl.collectives.auto import CostModel, LinkModel, choose, schedule_time
+from scaledl.collectives.auto import CostModel, Fabric, LinkModel, choose, schedule_time
+from scaledl.collectives.cost import shm_terms
 from scaledl.collectives.registry import ALGORITHMS, plan, plan_numel
 from scaledl.collectives.schedule import Action, Collective, Schedule
 from scaledl.topology import Topology
@@ -140,6 +142,7 @@ def calibrate(
     scheduled = [
         _sample(m.algorithm, m, topology, itemsize, prior)[1] for m in measurements
         if m.algorithm in ALGORITHMS and ALGORITHMS[m.algorithm].scheduled
+        and not ALGORITHMS[m.algorithm].needs_shm
     ]
     if len({(s.rounds, s.critical_bytes) for s in scheduled}) < 2:
         raise ValueError(
@@ -161,8 +164,32 @@ def calibrate(
     natives = [m for m in measurements if m.algorithm == "native"]
     if natives:
         model, summary["native"] = _fit_native(natives, topology, itemsize, model)
+    shared = [m for m in measurements if m.algorithm == "shm"]
+    if shared:
+        model, summary["shm"] = _fit_shm(shared, itemsize, model)
     summary["auto"] = auto_residual(measurements, topology, itemsize, model)
     return model, summary
+
+
+def _fit_shm(
+    measurements: Sequence[Measurement], itemsize: int, model: CostModel
+) -> tuple[CostModel, dict[str, object]]:
+    """Fit the shared-memory class: ``time = waits x alpha + bytes copied x beta + adds``."""
+    rows = []
+    for m in measurements:
+        collective = Collective(m.collective)
+        flat = Topology.flat(m.world_size)
+        stage = next(iter(plan("shm", collective, flat, 0, _numel(m, itemsize)).stages()), None)
+        if stage is not None:
+            rows.append((*shm_terms(stage, itemsize, model), m.median_us * 1e-6))
+    if len({(waits, copied) for waits, copied, _, _ in rows}) < 2:
+        return model, {"skipped": "shm measured at fewer than two sizes"}
+    fit = fit_two([r[0] for r in rows], [r[1] for r in rows],
+                  [max(r[3] - r[2], 1e-9) for r in rows])
+    fitted = replace(model, shm=LinkModel(fit.first, fit.second))
+    return fitted, {"alpha_s": fit.first, "beta_s_per_byte": fit.second,
+                    "bandwidth_gbps": 1e-9 / fit.second if fit.second else None,
+                    "rms_relative_error": fit.rms_relative_error, "points": fit.points}
 
 
 def auto_residual(
@@ -172,10 +199,13 @@ def auto_residual(
     rows: list[dict[str, Any]] = []
     errors: list[float] = []
     cache: dict[tuple[str, int], dict[str, float]] = {}
+    one_host = any(m.algorithm == "shm" for m in measurements)
+    fabric = Fabric((0,) * topology.world_size if one_host else None, native_stages=True)
     for m in measurements:
         key = (m.collective, _numel(m, itemsize))
         if key not in cache:
-            cache[key] = choose(Collective(key[0]), topology, key[1], itemsize, model).predictions
+            cache[key] = choose(Collective(key[0]), topology, key[1], itemsize, model,
+                                fabric=fabric).predictions
         predicted = cache[key].get(m.algorithm)
         if predicted is None:
             continue
@@ -223,6 +253,11 @@ def describe(summary: dict[str, Any]) -> str:
             f"{link['alpha_s'] * 1e6:.1f} us + overhead {summary['overhead_s'] * 1e6:.1f} us), "
             f"link {link['bandwidth_gbps'] or 0:.3f} GB/s, "
             f"fit error {link['rms_relative_error']:.0%}")
+    shm = summary.get("shm") or {}
+    if "alpha_s" in shm:
+        text += (f"; shared memory {shm['alpha_s'] * 1e6:.1f} us per wait, "
+                 f"{shm['bandwidth_gbps'] or 0:.2f} GB/s copies, "
+                 f"fit error {shm['rms_relative_error']:.0%}")
     native = summary.get("native") or {}
     if "native_beta_factor" in native:
         text += (f"; native overhead {native['native_overhead_s'] * 1e6:.1f} us, bandwidth "

@@ -123,6 +123,8 @@ class BenchReport:
     measurements: list[Measurement] = field(default_factory=list)
     p2p: P2PResult | None = None
     calibration: dict[str, Any] | None = None
+    memcpy: P2PResult | None = None
+    """One core's memory-copy bandwidth: the shared-memory path's ceiling."""
 
     @property
     def p2p_gbps(self) -> float | None:
@@ -135,11 +137,16 @@ class BenchReport:
         if self.p2p is not None:
             p2p = {"nbytes": self.p2p.nbytes, "gbps": self.p2p.gbps,
                    "times_us": [t * 1e6 for t in self.p2p.times_s]}
+        memcpy = None
+        if self.memcpy is not None:
+            memcpy = {"nbytes": self.memcpy.nbytes, "gbps": self.memcpy.gbps,
+                      "times_us": [t * 1e6 for t in self.memcpy.times_s]}
         return {
             "schema": "scaledl.bench.collectives/1", "environment": self.environment,
-            "config": self.config, "p2p": p2p,
+            "config": self.config, "p2p": p2p, "memcpy": memcpy,
             "results": [m.to_dict(self.p2p_gbps) for m in self.measurements],
             "ratios_vs_native": native_ratios(self.measurements),
+            "ratios_vs_torch": native_ratios(self.measurements, "torch", every_size=True),
             "calibration": self.calibration,
         }
 
@@ -175,20 +182,24 @@ def environment(backend: str, world_size: int, topology: str) -> dict[str, Any]:
     }
 
 
-def native_ratios(measurements: list[Measurement]) -> list[dict[str, Any]]:
-    """busbw of each algorithm over native's, at each collective's largest size."""
+def native_ratios(
+    measurements: list[Measurement], baseline: str = "native", every_size: bool = False,
+) -> list[dict[str, Any]]:
+    """busbw of each algorithm over ``baseline``'s (``native``, or ``torch``: torch.distributed
+    outside scaledl), at each collective's largest size or, with ``every_size``, at every size."""
     ratios = []
     for collective in dict.fromkeys(m.collective for m in measurements):
         rows = [m for m in measurements if m.collective == collective]
-        largest = max(m.nbytes for m in rows)
-        at_largest = {m.algorithm: m for m in rows if m.nbytes == largest}
-        native = at_largest.get("native")
-        if native is None:
-            continue
-        for name, m in at_largest.items():
-            if name != "native":
-                ratios.append({"collective": collective, "algorithm": name, "nbytes": largest,
-                               "busbw_ratio": native.avg_us / m.avg_us})  # = busbw ratio
+        sizes = sorted({m.nbytes for m in rows}) if every_size else [max(m.nbytes for m in rows)]
+        for nbytes in sizes:
+            at_size = {m.algorithm: m for m in rows if m.nbytes == nbytes}
+            reference = at_size.get(baseline)
+            if reference is None:
+                continue
+            for name, m in at_size.items():
+                if name != baseline:
+                    ratios.append({"collective": collective, "algorithm": name, "nbytes": nbytes,
+                                   "busbw_ratio": reference.avg_us / m.avg_us})  # = busbw ratio
     return ratios
 
 
@@ -215,6 +226,9 @@ def render_table(report: BenchReport, console: Any) -> None:
     if report.p2p is not None and p2p is not None:
         console.print(f"point-to-point rank 0 -> 1, {format_bytes(report.p2p.nbytes)}: "
                       f"{p2p:.3f} GB/s (median of {len(report.p2p.times_s)})")
+    if report.memcpy is not None:
+        console.print(f"memory copy on one core, {format_bytes(report.memcpy.nbytes)}: "
+                      f"{report.memcpy.gbps:.3f} GB/s (the shared-memory ceiling)")
     table = Table(show_lines=False)
     for title in ("size", "collective", "algorithm", "iters", "avg us", "median us", "min us",
                   "max us", "algbw GB/s", "busbw GB/s", "busbw/p2p"):
@@ -227,10 +241,11 @@ def render_table(report: BenchReport, console: Any) -> None:
             f"{m.algbw_gbps:.3f}", f"{m.busbw_gbps:.3f}", fraction,
         )
     console.print(table)
-    for ratio in native_ratios(report.measurements):
+    baseline = "torch" if any(m.algorithm == "torch" for m in report.measurements) else "native"
+    for ratio in native_ratios(report.measurements, baseline):
         console.print(
             f"{ratio['collective']} at {format_bytes(ratio['nbytes'])}: "
-            f"{ratio['algorithm']} / native busbw = {ratio['busbw_ratio']:.2f}x"
+            f"{ratio['algorithm']} / {baseline} busbw = {ratio['busbw_ratio']:.2f}x"
         )
 
 
@@ -268,6 +283,8 @@ def write_plot(report: BenchReport, path: Path) -> None:
             ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
         if report.p2p_gbps:
             ax.axhline(report.p2p_gbps, linestyle="--", color="gray", label="p2p ceiling")
+        if report.memcpy is not None:
+            ax.axhline(report.memcpy.gbps, linestyle=":", color="black", label="memcpy ceiling")
         ax.set_xscale("log", base=2)
         sizes = sorted({m.nbytes for m in rows})
         ax.set_xticks(sizes, [_tick(n) for n in sizes], rotation=30, fontsize="small")
@@ -294,9 +311,10 @@ def report_from_dict(data: dict[str, Any]) -> BenchReport:
                     tuple(t * 1e-6 for t in r["times_us"]))
         for r in data["results"]
     ]
-    p2p = data.get("p2p")
-    p2p_result = (P2PResult(p2p["nbytes"], tuple(t * 1e-6 for t in p2p["times_us"]))
-                  if p2p else None)
-    return BenchReport(data["environment"], data["config"], measurements, p2p_result,
-                       data.get("calibration"))
+    ceilings = [
+        P2PResult(item["nbytes"], tuple(t * 1e-6 for t in item["times_us"])) if item else None
+        for item in (data.get("p2p"), data.get("memcpy"))
+    ]
+    return BenchReport(data["environment"], data["config"], measurements, ceilings[0],
+                       data.get("calibration"), ceilings[1])
 

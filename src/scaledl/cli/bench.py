@@ -199,7 +199,7 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
     import scaledl
     from scaledl import bootstrap
     from scaledl.bench import report as rep
-    from scaledl.bench.collectives import measure_p2p, run_benchmark
+    from scaledl.bench.collectives import measure_memcpy, measure_p2p, run_benchmark
     from scaledl.bench.fit import describe
     from scaledl.collectives.communicator import communicator_for
 
@@ -209,13 +209,14 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
         console = _console() if rank == 0 else None
         echo = partial(console.print, markup=False, highlight=False) if console else None
         p2p = measure_p2p(config.p2p_bytes, rank, world_size)
+        memcpy = measure_memcpy(config.p2p_bytes)
         measurements = run_benchmark(config, topology, echo)
         if console is None:
             return 0
         comm = communicator_for(None)
         env = rep.environment(str(dist.get_backend()), world_size, topology.spec)
         result = rep.BenchReport(env, _config_dict(args, config, comm.chunk_bytes),
-                                 measurements, p2p)
+                                 measurements, p2p, memcpy=memcpy)
         if args.calibrate:
             result.calibration = _calibrate(result, topology, comm.cost_model, comm.chunk_bytes)
         rep.render_table(result, console)

@@ -28,7 +28,7 @@ from scaledl.collectives.schedule import Action, Collective, Path as StagePath, 
 from scaledl.topology import Topology
 
 __all__ = [
-    "LinkModel", "CostModel", "stage_time", "schedule_time", "calibration_path",
+    "LinkModel", "CostModel", "stage_time", "shm_terms", "schedule_time", "calibration_path",
     "CALIBRATION_ENV",
 ]
 
@@ -111,15 +111,36 @@ def calibration_path() -> Path:
     return Path.home() / ".cache" / "scaledl" / "calibration.json"
 
 
+def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> tuple[float, float, float]:
+    """``(waits, bytes copied, seconds of adds)`` of a shared-memory stage on ``L`` members.
+
+    Per piece of at most one window, allreduce and reduce wait three times and copy the piece
+    twice (in, out) and add ``(L-1)/L`` of it; reduce_scatter waits once, copies its share in and
+    adds it (a piece holds a window's worth of every member's part); allgather and broadcast
+    wait once and copy once (in on one side, out on the others).
+    """
+    nbytes = stage.numel * itemsize
+    members = len(stage.members)
+    collective = stage.collective
+    window = model.shm_window
+    if collective is Collective.REDUCE_SCATTER:
+        window = max(1, window // members) * members
+    pieces = math.ceil(nbytes / window)
+    adds = (members - 1) / members * nbytes * model.gamma
+    if collective in (Collective.ALLREDUCE, Collective.REDUCE):
+        return 3 * pieces, 2 * nbytes, adds
+    if collective is Collective.REDUCE_SCATTER:
+        return pieces, nbytes, adds
+    return pieces, nbytes, 0.0
+
+
 def stage_time(stage: Stage, itemsize: int, model: CostModel) -> float:
     """Seconds a stage takes once every member has reached it.
 
-    Shared memory, ``L`` members, ``n`` bytes in ``w``-byte pieces: allreduce and reduce wait
-    three times per piece and copy the slice twice (in, out) and add ``(L-1)/L`` of it;
-    reduce_scatter waits once per piece, copies it in and adds its share; allgather and
-    broadcast wait once per piece and copy it once (in on one side, out on the others).
-    The backend's own collective is priced as its ring (allreduce: the better of ring and
-    halving-doubling; broadcast, reduce: a binomial tree) on the stage's link class.
+    Shared memory: ``waits x alpha + bytes copied x beta + adds`` of the ``shm`` link class
+    (:func:`shm_terms`).  The backend's own collective is priced as its ring (allreduce: the
+    better of ring and halving-doubling; broadcast, reduce: a binomial tree) on the stage's link
+    class with the backend's per-round overhead and bandwidth factor.
     """
     nbytes = stage.numel * itemsize
     members = len(stage.members)
@@ -127,15 +148,8 @@ def stage_time(stage: Stage, itemsize: int, model: CostModel) -> float:
         return 0.0
     collective = stage.collective
     if stage.path is StagePath.SHM:
-        link = model.shm
-        pieces = math.ceil(nbytes / (model.shm_window if collective not in (
-            Collective.REDUCE_SCATTER,) else max(1, model.shm_window // members) * members))
-        share = (members - 1) / members
-        if collective in (Collective.ALLREDUCE, Collective.REDUCE):
-            return 3 * pieces * link.alpha + 2 * nbytes * link.beta + share * nbytes * model.gamma
-        if collective is Collective.REDUCE_SCATTER:
-            return pieces * link.alpha + nbytes * link.beta + share * nbytes * model.gamma
-        return pieces * link.alpha + nbytes * link.beta
+        waits, copied, adds = shm_terms(stage, itemsize, model)
+        return waits * model.shm.alpha + copied * model.shm.beta + adds
     link = model.link(stage.level)
     beta = link.beta * model.native_beta_factor
     step = model.native_overhead + link.alpha
