@@ -154,3 +154,34 @@ def _auto_takes_shm(rank: int, p: int) -> list[str]:
 def test_auto_chooses_shared_memory_inside_one_host() -> None:
     for lines in run_ranks(2, _auto_takes_shm, timeout=60):
         assert all(line == "auto chose shm:" for line in lines), lines
+
+
+def _arena_buckets(rank: int, p: int) -> tuple[bool, float]:
+    from torch import nn
+
+    from scaledl.collectives.communicator import communicator_for
+
+    scaledl.init()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(30, 200), nn.ReLU(), nn.Linear(200, 7))
+    ref = nn.Sequential(nn.Linear(30, 200), nn.ReLU(), nn.Linear(200, 7))
+    ref.load_state_dict(net.state_dict())
+    model = scaledl.DataParallel(net, bucket_mb=0.02)
+    ddp = torch.nn.parallel.DistributedDataParallel(ref)
+    shm = communicator_for(None).shm
+    in_place = shm is not None and all(shm.locate(b) is not None for b in model.reducer.buffers)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (net, ref))
+    for _ in range(4):
+        x, y = torch.randn(6, 30) * (rank + 1), torch.randint(0, 7, (6,))
+        for wrapped, optimizer in ((model, opt), (ddp, ref_opt)):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(wrapped(x), y).backward()
+            optimizer.step()
+    return in_place, max(float((a - b).abs().max()) for a, b in zip(net.parameters(),
+                                                                       ref.parameters()))
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_data_parallel_buckets_live_in_shared_memory_and_match_ddp(world_size: int) -> None:
+    for in_place, difference in run_ranks(world_size, _arena_buckets, timeout=120):
+        assert in_place and difference < 1e-6

@@ -21,7 +21,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
@@ -37,7 +37,7 @@ from scaledl.topology import (
     TOPOLOGY_ENV, Topology, current_job, host_digest, topology_of_hosts,
 )
 from scaledl.transport.channel import open_channel
-from scaledl.transport.shm_open import open_shm
+from scaledl.transport.shm_open import open_arena, open_shm
 from scaledl.transport.torch_p2p import TorchTransport, resolve_group
 
 __all__ = [
@@ -216,6 +216,27 @@ class Communicator:
         if requested is None:
             requested = topology_of_hosts([m.host for m in members], self.rank)
         return members, requested
+
+    def shared_buffers(
+        self, numels: Sequence[int], dtype: torch.dtype
+    ) -> list[torch.Tensor] | None:
+        """Zeroed 1-D tensors of ``numels`` elements carved from one shared-memory arena, which
+        the shared-memory path reduces in place (no copy in); None when the group has no such
+        path or the arena did not fit (then on every rank).  A collective: every rank of the
+        group calls it with the same sizes."""
+        if self.fabric.hosts is None or self.world_size == 1:
+            return None
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        offsets, total = [], 0
+        for numel in numels:
+            offsets.append(total)
+            total += -(-numel * itemsize // 64) * 64  # each on its own cache lines
+        arena = open_arena(self.channel, self.shm, self.fabric.hosts,
+                           [m.pid for m in self.members], max(total, 1))
+        if arena is None:
+            return None
+        return [arena[start:start + numel * itemsize].view(dtype)
+                for start, numel in zip(offsets, numels)]
 
     def _agree_on_model(self, local: CostModel) -> CostModel:
         if self.world_size == 1:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from scaledl.collectives import shm_ops
+from scaledl.collectives import shm_inplace, shm_ops
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.transport.channel import Channel
@@ -77,7 +77,11 @@ def _run_shm(
 ) -> None:
     lo, hi, collective = stage.lo, stage.hi, stage.collective
     if collective is Collective.ALLREDUCE:
-        shm_ops.allreduce(group, members, buffer, lo, hi, op)
+        where = group.locate(buffer[lo:hi])
+        if where is not None:
+            shm_inplace.allreduce(group, members, buffer, lo, hi, op, where)
+        else:
+            shm_ops.allreduce(group, members, buffer, lo, hi, op)
     elif collective is Collective.REDUCE_SCATTER:
         shm_ops.reduce_scatter(group, members, buffer, lo, hi, op)
     elif collective is Collective.ALLGATHER:

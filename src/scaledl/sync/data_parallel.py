@@ -9,7 +9,9 @@ parameters and buffers.  During backward, gradients are packed into buckets in r
 registration order and each full bucket is averaged with an asynchronous scaledl allreduce
 while backward goes on (:mod:`scaledl.sync.reducer`); the end of backward waits for the last
 ones.  ``no_sync()`` skips the reduction for gradient accumulation (decided at forward time, as
-in DDP).  A backward that raises is survived: the next one reduces normally.
+in DDP).  A backward that raises is survived: the next one reduces normally.  When the ranks
+share a host's memory, the buckets live in a shared-memory arena and the shared-memory path
+reduces them where they are (no copy in; :mod:`scaledl.collectives.shm_inplace`).
 
 A parameter that gets no gradient in a step (a branch not taken, on one rank or all) does not
 hang the job: at the end of backward its slot contributes its accumulated ``.grad`` or zeros,
@@ -30,6 +32,7 @@ from torch import nn
 
 from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
+from scaledl.collectives.communicator import communicator_for
 from scaledl.sync.bucketing import Bucket, plan_buckets
 from scaledl.sync.consistency import broadcast_state, broadcast_tensors, check_same_model
 from scaledl.sync.reducer import GradientReducer, SpanRecorder, SyncStats
@@ -63,7 +66,8 @@ class DataParallel(nn.Module):
         broadcast_state(module, group)
         named = list(module.named_parameters())
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
-        self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline)
+        self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline,
+                                       buffers=_shared_buffers(self.buckets, group))
         self.require_backward_grad_sync = True
         """False inside :meth:`no_sync`; read by :meth:`forward`, as in DDP."""
 
@@ -105,3 +109,15 @@ class DataParallel(nn.Module):
     def bucket_summary(self) -> list[tuple[int, int, int]]:
         """``(index, parameters, bytes)`` of every bucket, in launch order."""
         return [(b.index, len(b.names), b.nbytes) for b in self.buckets]
+
+
+def _shared_buffers(
+    buckets: list[Bucket], group: dist.ProcessGroup | None
+) -> list[torch.Tensor] | None:
+    """The buckets' buffers in shared memory, when the group's ranks share a host's memory and
+    every bucket is a CPU tensor of one dtype, so the shared-memory path reduces them in place;
+    None otherwise (the reducer allocates private ones)."""
+    dtypes = {b.dtype for b in buckets}
+    if not buckets or len(dtypes) != 1 or any(b.device.type != "cpu" for b in buckets):
+        return None
+    return communicator_for(group).shared_buffers([b.numel for b in buckets], dtypes.pop())

@@ -114,6 +114,7 @@ class GradientReducer:
     def __init__(
         self, buckets: Sequence[Bucket], parameters: dict[str, nn.Parameter], launch: Launch,
         timeline: SpanRecorder | None = None, label: str = "allreduce",
+        buffers: Sequence[torch.Tensor] | None = None,
     ) -> None:
         self.buckets = list(buckets)
         self.launch = launch
@@ -121,7 +122,10 @@ class GradientReducer:
         self.label = label
         self.enabled = True
         self.stats = SyncStats()
-        self.buffers = [torch.zeros(b.numel, dtype=b.dtype, device=b.device) for b in buckets]
+        self.buffers = list(buffers) if buffers is not None else [
+            torch.zeros(b.numel, dtype=b.dtype, device=b.device) for b in buckets
+        ]
+        """One flat buffer per bucket (zeroed; given, e.g. in shared memory, or allocated)."""
         self._slots: dict[str, tuple[int, torch.Tensor]] = {}
         self._params: dict[str, nn.Parameter] = {}
         for bucket, buffer in zip(self.buckets, self.buffers):

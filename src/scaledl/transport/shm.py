@@ -51,9 +51,10 @@ YIELD_S = 0.002
 NAP_S = 50e-6
 """One nap of a long wait."""
 ABORTED = 0
-ARRIVED, REDUCED, RELEASED = 0, 2, 3
-PAIR_LINES = 4
-"""Control lines per peer: arrived (two windows), reduced, released."""
+ARRIVED, REDUCED, RELEASED, WHERE = 0, 2, 3, 4
+PAIR_LINES = 5
+"""Control lines per peer: arrived (two windows), reduced, released, and where a piece that
+lives in a shared arena is (arena and offset)."""
 
 
 _ITEMSIZE = {
@@ -96,6 +97,8 @@ class ShmGroup:
     _words: list[np.ndarray] = field(init=False)
     _windows: list[list[torch.Tensor]] = field(init=False)
     _broken: str | None = field(init=False, default=None)
+    _arenas: list[list[torch.Tensor]] = field(init=False, default_factory=list)
+    _arena_bases: list[int] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self._pair = [0] * len(self.peers)
@@ -127,6 +130,61 @@ class ShmGroup:
     def window_of(self, local: int, slot: int, dtype: torch.dtype, numel: int) -> torch.Tensor:
         """The first ``numel`` elements of window ``slot`` of rank ``local`` as ``dtype``."""
         return self._windows[local][slot][:numel * _ITEMSIZE[dtype]].view(dtype)
+
+    # -- arenas: tensors that live in shared memory ---------------------------------------------
+    def add_arena(self, segments: Sequence[Segment]) -> torch.Tensor:
+        """Register an arena (one segment per rank of the host, in local order) and return this
+        rank's as bytes; tensors carved from it are reduced in place, with no copy in."""
+        views = [torch.from_numpy(segment.data(0)) for segment in segments]
+        self._arenas.append(views)
+        self._arena_bases.append(views[self.index].data_ptr())
+        return views[self.index]
+
+    def locate(self, tensor: torch.Tensor) -> tuple[int, int] | None:
+        """``(arena, byte offset)`` of ``tensor`` when it lies in one of this rank's arenas."""
+        start = tensor.data_ptr()
+        end = start + tensor.numel() * tensor.element_size()
+        for arena, base in enumerate(self._arena_bases):
+            if base <= start and end <= base + self._arenas[arena][self.index].numel():
+                return arena, start - base
+        return None
+
+    def arena_of(
+        self, local: int, where: tuple[int, int], dtype: torch.dtype, numel: int
+    ) -> torch.Tensor:
+        """``numel`` elements of ``dtype`` at ``where`` in rank ``local``'s arena."""
+        arena, offset = where
+        return self._arenas[arena][local][offset:offset + numel * _ITEMSIZE[dtype]].view(dtype)
+
+    def begin_shared(self, members: Sequence[int]) -> dict[int, int]:
+        """Start an operation on arena data among ``members``: pair counts, no window."""
+        self._check_usable()
+        counts = {}
+        for peer in members:
+            if peer != self.index:
+                self._pair[peer] += 1
+                counts[peer] = self._pair[peer]
+        return counts
+
+    def publish_shared(self, counts: dict[int, int], where: tuple[int, int]) -> None:
+        """Announce that this rank's data (in its arena at ``where``) is ready."""
+        words = self._words[self.index]
+        code = (where[0] << 40) + where[1] + 1
+        for peer, count in counts.items():
+            words[self._own_line(WHERE, peer)] = code
+            words[self._own_line(ARRIVED, peer, 0)] = -count
+
+    def arrived_shared(self, peer: int, count: int, where: tuple[int, int]) -> None:
+        """Wait for ``peer``'s arena data of operation ``count``; it must sit where ours does."""
+        words = self._words[peer]
+        first = self._peer_line(peer, ARRIVED, 0)
+        if words[first] != -count:
+            self._wait(peer, -1, -count, "bring its data", (first, first))
+        code = (where[0] << 40) + where[1] + 1
+        if words[self._peer_line(peer, WHERE)] != code:
+            self._fail(f"rank {self.peers[peer].global_rank} reduces a tensor at another place "
+                       "of shared memory than this rank; every rank must allocate its shared "
+                       "buffers alike (same model, same order)")
 
     def _own_line(self, kind: int, peer: int, slot: int = 0) -> int:
         """Word index, in this rank's segment, of its counter ``kind`` towards ``peer``."""

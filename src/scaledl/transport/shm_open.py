@@ -22,6 +22,8 @@ import os
 import secrets
 from collections.abc import Sequence
 
+import torch
+
 from scaledl.transport.channel import Channel
 from scaledl.transport.shm import Peer, ShmGroup, control_lines
 from scaledl.transport.shm_segment import (
@@ -29,7 +31,8 @@ from scaledl.transport.shm_segment import (
 )
 
 __all__ = [
-    "open_shm", "shm_supported", "SHM_ENV", "WINDOW_ENV", "DEFAULT_WINDOW_MB", "window_bytes",
+    "open_shm", "open_arena", "join_segments", "shm_supported", "SHM_ENV", "WINDOW_ENV",
+    "DEFAULT_WINDOW_MB", "window_bytes",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,74 +80,111 @@ def open_shm(
     able = int(shm_supported(channel.backend))
     rows = channel.exchange([able, secrets.randbits(62), process_start_time(os.getpid()) or 0])
     if not all(row[0] for row in rows):
-        _tell(channel, "shared memory is off on some rank (SCALEDL_SHM=0, a non-x86 CPU, or a "
-                       "backend other than gloo)", quiet=True)
+        _tell("shared memory is off on some rank (SCALEDL_SHM=0, a non-x86 CPU, or a backend "
+              "other than gloo)", quiet=True)
         return None
-    token, window = rows[0][1], window_bytes()
-    lines = control_lines(len(local))
-    own = _create(token, channel.rank, window, lines) if len(local) > 1 else None
-    failure = own if isinstance(own, str) else ""
-    if not _agree(channel, failure, "create"):
-        _discard(own)
+    window = window_bytes()
+    segments = join_segments(channel, local, rows[0][1], window, SLOTS,
+                             control_lines(len(local)), pids)
+    if segments is None:
         return None
-    assert own is None or isinstance(own, Segment)
-    peers, failure = _map_peers(own, local, channel, token, window, lines, pids, rows)
-    agreed = _agree(channel, failure, "map")
-    if own is not None:
-        own.path.unlink(missing_ok=True)
-    if not agreed or own is None:
-        for peer in peers:
-            peer.segment.close()
-        return None
+    peers = [Peer(rank, channel.global_ranks[rank], pids[rank], rows[rank][2], segment)
+             for rank, segment in zip(local, segments)]
     return ShmGroup(peers, local.index(channel.rank), channel.timeout)
 
 
-def _create(token: int, rank: int, window: int, lines: int) -> Segment | str:
+def open_arena(
+    channel: Channel, group: ShmGroup | None, hosts: Sequence[int], pids: Sequence[int],
+    nbytes: int,
+) -> torch.Tensor | None:
+    """An arena of ``nbytes`` in shared memory for this rank, mapped by its host peers, as a
+    byte tensor (None on every rank if any rank could not make one, and on a rank alone on its
+    host).  Every rank of the group must call this once the group's shared memory is open."""
+    mine = hosts[channel.rank]
+    local = [r for r in range(channel.world_size) if hosts[r] == mine]
+    token = channel.exchange([secrets.randbits(62)])[0][0]
+    size = max(4096, -(-nbytes // 4096) * 4096)
+    segments = join_segments(channel, local, token, size, 1, 0, pids,
+                             "keeps gradient buckets in private memory (copied in and out)")
+    if segments is None or group is None:
+        return None
+    return group.add_arena(segments)
+
+
+def join_segments(
+    channel: Channel, local: Sequence[int], token: int, window: int, slots: int, lines: int,
+    pids: Sequence[int], fallback: str = "uses the network path between ranks of one host",
+) -> list[Segment] | None:
+    """Steps 2-4: create this rank's segment, map its host peers', unlink it; all or none.
+
+    Returns the segments of ``local`` (in that order), or None on every rank if any rank
+    failed (the failing rank logs why).  Every rank of the channel must call this; a rank alone
+    on its host takes part in the agreement only.
+    """
+    own = _create(token, channel.rank, window, slots, lines) if len(local) > 1 else None
+    failure = own if isinstance(own, str) else ""
+    need = Segment.size_of(window, slots, lines)
+    if not _agree(channel, failure, "create", need, fallback):
+        _discard(own)
+        return None
+    assert own is None or isinstance(own, Segment)
+    segments, failure = _map_peers(own, local, channel, token, window, slots, lines, pids)
+    agreed = _agree(channel, failure, "map", need, fallback)
+    if own is not None:
+        own.path.unlink(missing_ok=True)
+    if not agreed or own is None:
+        for segment in segments:
+            segment.close()
+        return None
+    return segments
+
+
+def _create(token: int, rank: int, window: int, slots: int, lines: int) -> Segment | str:
     remove_leftovers()
     try:
-        return Segment.create(token, rank, window, SLOTS, lines)
+        return Segment.create(token, rank, window, slots, lines)
     except SegmentError as error:
         return str(error)
 
 
 def _map_peers(
-    own: Segment | None, local: list[int], channel: Channel, token: int, window: int,
-    lines: int, pids: Sequence[int], rows: list[list[int]],
-) -> tuple[list[Peer], str]:
-    peers: list[Peer] = []
+    own: Segment | None, local: Sequence[int], channel: Channel, token: int, window: int,
+    slots: int, lines: int, pids: Sequence[int],
+) -> tuple[list[Segment], str]:
+    segments: list[Segment] = []
     if own is None:
-        return peers, ""
+        return segments, ""
     for rank in local:
-        global_rank = channel.global_ranks[rank]
         if rank == channel.rank:
-            peers.append(Peer(rank, global_rank, pids[rank], rows[rank][2], own))
+            segments.append(own)
             continue
         path = segment_dir() / f"scaledl-{token:x}-r{rank}-p{pids[rank]}"
         try:
-            segment = Segment.open(path, token, window, SLOTS, lines, pids[rank])
+            segments.append(Segment.open(path, token, window, slots, lines, pids[rank]))
         except SegmentError as error:
-            return peers, str(error)
-        peers.append(Peer(rank, global_rank, pids[rank], rows[rank][2], segment))
-    return peers, ""
+            return segments, str(error)
+    return segments, ""
 
 
-def _agree(channel: Channel, failure: str, step: str) -> bool:
+def _agree(channel: Channel, failure: str, step: str, needed: int, fallback: str) -> bool:
     """Every rank learns whether any failed; the first failing rank's reason is logged."""
     rows = channel.exchange([1 if failure else 0])
     failed = [rank for rank, row in enumerate(rows) if row[0]]
     if not failed:
         return True
     if failure:
-        needed = window_bytes() * SLOTS
-        _tell(channel, f"rank {channel.rank} could not {step} its shared-memory segment "
-                       f"({failure}); each rank needs about {needed / (1 << 20):.0f} MiB in "
-                       f"{segment_dir()}: enlarge it (docker run --shm-size=1g, or mount -o "
-                       f"remount,size=2g {segment_dir()}) or lower {WINDOW_ENV}")
+        _tell(f"rank {channel.rank} could not {step} its shared-memory segment ({failure}); "
+              f"each rank needs about {needed / (1 << 20):.0f} MiB in {segment_dir()}: enlarge "
+              f"it (docker run --shm-size=1g, or mount -o remount,size=2g {segment_dir()}) or "
+              f"lower {WINDOW_ENV}", fallback)
     return False
 
 
-def _tell(channel: Channel, reason: str, quiet: bool = False) -> None:
-    text = f"scaledl uses the network path between ranks of one host: {reason}"
+def _tell(
+    reason: str, fallback: str = "uses the network path between ranks of one host",
+    quiet: bool = False,
+) -> None:
+    text = f"scaledl {fallback}: {reason}"
     if quiet:
         log.info(text)
     else:
