@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import enum
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 __all__ = ["ReduceOp", "SUPPORTED_DTYPES", "check_dtype"]
+
+_SERIAL = 16384
+"""Elements per torch call that stay below its parallel grain (32768): one thread."""
 
 SUPPORTED_DTYPES = (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
@@ -40,7 +44,29 @@ class ReduceOp(str, enum.Enum):
         raise ValueError(f"unknown reduce op {op!r}; use one of: {choices}")
 
     def combine(self, into: torch.Tensor, other: torch.Tensor) -> None:
-        """Fold ``other`` into ``into`` in place."""
+        """Fold ``other`` into ``into`` in place, on the calling thread only for CPU tensors.
+
+        torch would spread a large CPU add over its intra-op threads, which then fight the
+        other ranks of the host (and the backend's own threads) for the same cores; a rank's
+        reduction runs on one core, as in MPI's and NCCL's, with NumPy (torch in slices below
+        its parallel grain for half precision).
+        """
+        if into.device.type != "cpu":
+            self._torch(into, other)
+        elif into.dtype in (torch.float16, torch.bfloat16):
+            for start in range(0, into.numel(), _SERIAL):
+                self._torch(into[start:start + _SERIAL], other[start:start + _SERIAL])
+        else:
+            a, b = into.numpy(), other.numpy()
+            with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
+                if self is ReduceOp.MIN:
+                    np.minimum(a, b, out=a)
+                elif self is ReduceOp.MAX:
+                    np.maximum(a, b, out=a)
+                else:
+                    np.add(a, b, out=a)
+
+    def _torch(self, into: torch.Tensor, other: torch.Tensor) -> None:
         if self is ReduceOp.MIN:
             torch.minimum(into, other, out=into)
         elif self is ReduceOp.MAX:

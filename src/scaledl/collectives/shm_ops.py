@@ -9,7 +9,7 @@ its peers still read the previous one.
 Data moves with NumPy (``numpy.copyto``, ``numpy.add`` and friends), which runs on the calling
 thread only: with torch's default intra-op threads a copy or a sum of a large tensor spreads
 over every core, and two ranks sharing a host then fight each other for them (measured:
-docs/benchmarks.md).  Half-precision sums use torch in slices below its parallel grain.
+docs/benchmarks.md).  Sums go through :meth:`ReduceOp.combine`, which runs on one thread too.
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ __all__ = ["allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "D
 
 DIRECT_BYTES = 64 << 10
 """Pieces up to this size are summed whole by every rank (one wait instead of two)."""
-_TORCH_SLICE = 16384
-"""Elements per torch call for half precision: below torch's parallel grain (32768)."""
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
@@ -46,17 +43,7 @@ def copy(into: torch.Tensor, source: torch.Tensor) -> None:
 
 def combine(op: ReduceOp, into: torch.Tensor, other: torch.Tensor) -> None:
     """Fold ``other`` into ``into`` with ``op`` (AVG sums; the caller divides) on this thread."""
-    if into.dtype in _HALF:
-        for start in range(0, into.numel(), _TORCH_SLICE):
-            op.combine(into[start:start + _TORCH_SLICE], other[start:start + _TORCH_SLICE])
-        return
-    a, b = into.numpy(), other.numpy()
-    if op is ReduceOp.MIN:
-        np.minimum(a, b, out=a)
-    elif op is ReduceOp.MAX:
-        np.maximum(a, b, out=a)
-    else:
-        np.add(a, b, out=a)
+    op.combine(into, other)
 
 
 def _pieces(lo: int, hi: int, step: int) -> list[tuple[int, int]]:

@@ -14,7 +14,6 @@ AVG is run as SUM here; the caller divides once at the end, as for every other s
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -52,8 +51,7 @@ class Paths:
                              "host, or /dev/shm was too small); choose another algorithm")
         members = [group.local_index(member) for member in stage.members]
         try:
-            with np.errstate(all="ignore"):  # overflow to inf is the caller's business, as in torch
-                _run_shm(group, members, stage, buffer, op)
+            _run_shm(group, members, stage, buffer, op)
         except BaseException as error:
             group.abort(f"{type(error).__name__}: {error}")
             raise
