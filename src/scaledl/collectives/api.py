@@ -28,6 +28,7 @@ from scaledl.collectives.registry import (
     ALGORITHMS, AUTO, lookup, parse_algorithm, parse_collective, plan,
 )
 from scaledl.collectives.schedule import Collective
+from scaledl.faults import at_collective
 from scaledl.topology import TOPOLOGY_ENV, Topology, current_job, host_digest
 from scaledl.transport.shm_open import shm_supported
 from scaledl.transport.torch_p2p import TorchTransport, resolve_group
@@ -51,6 +52,7 @@ class _Call:
 
     def begin(self, numel: int, dtype: torch.dtype) -> None:
         """Start a job: in debug mode, check that every rank agrees on the call."""
+        at_collective()  # fault-injection hook point (SCALEDL_FAULT, see scaledl.faults)
         if self.comm.check and self.comm.world_size > 1:
             _check_agreement(self, numel, dtype)
 
