@@ -114,34 +114,59 @@ def test_resume_mid_epoch_yields_exactly_the_rest() -> None:
     full = list(sampler)
     sampler.advance(5)
     state = sampler.state_dict()
-    assert state == {"epoch": 2, "position": 5, "seed": 4, "num_samples": 23, "world_size": 3}
+    assert state == {"epoch": 2, "position": 5, "offset": 0, "seed": 4, "num_samples": 23,
+                     "world_size": 3}
     resumed = ShardedSampler(23, 1, 3, seed=4)
     resumed.load_state_dict(state)
     resumed.set_epoch(2)
     assert list(resumed) == full[5:]
 
 
-@pytest.mark.parametrize(("old_world", "new_world"), [(4, 2), (4, 3), (2, 5), (3, 3)])
-def test_resume_with_another_world_size_continues_from_the_global_point(
-    old_world: int, new_world: int
+@pytest.mark.parametrize(("old_world", "new_world", "num_samples"),
+                         [(4, 2, 40), (4, 3, 40), (2, 5, 40), (3, 3, 40), (3, 2, 36), (3, 2, 37)])
+def test_resume_with_another_world_size_continues_exactly(
+    old_world: int, new_world: int, num_samples: int
 ) -> None:
-    num_samples, consumed_per_rank = 40, 3
+    """The new ranks share exactly the rest of the epoch's order: nothing read twice or skipped
+    (apart from the padding of the rest's uneven tail, which wraps to the start of the order)."""
+    consumed_per_rank = 3
     old = ShardedSampler(num_samples, 0, old_world, seed=1)
     old.set_epoch(6)
-    order = old.global_indices().tolist()
+    order = old.global_indices().tolist()[:num_samples]  # the permutation
     old.advance(consumed_per_rank)
     state = old.state_dict()
     rest = []
     for rank in range(new_world):
         new = ShardedSampler(num_samples, rank, new_world, seed=1)
         new.load_state_dict(state)
+        resized = new_world != old_world
         assert new.epoch == 6
-        assert new.position == consumed_per_rank * old_world // new_world
+        assert (new.offset, new.position) == ((consumed_per_rank * old_world, 0) if resized
+                                              else (0, consumed_per_rank))
         rest.append(list(new))
-    start = new.position * new_world
-    assert start <= consumed_per_rank * old_world < start + new_world
+    start = new.offset + new.position * new_world
     interleaved = [rest[k % new_world][k // new_world] for k in range(sum(map(len, rest)))]
-    assert interleaved[: num_samples - start] == order[start:num_samples]
+    assert start == consumed_per_rank * old_world
+    assert interleaved[: num_samples - start] == order[start:]
+    assert interleaved[num_samples - start:] == order[: len(interleaved) - num_samples + start]
+    assert len(interleaved) - (num_samples - start) < new_world
+
+
+def test_a_second_resize_continues_from_the_offset() -> None:
+    first = ShardedSampler(30, 0, 3, seed=2)
+    first.advance(2)  # 6 samples read by 3 ranks
+    second = [ShardedSampler(30, r, 2, seed=2) for r in range(2)]
+    for sampler in second:
+        sampler.load_state_dict(first.state_dict())
+        sampler.advance(4)  # 8 more by 2 ranks
+    third = ShardedSampler(30, 0, 4, seed=2)
+    third.load_state_dict(second[0].state_dict())
+    assert third.offset == 14 and len(third) == 4
+    same = ShardedSampler(30, 1, 2, seed=2)
+    same.load_state_dict(second[0].state_dict())  # same world size: offset and position kept
+    assert (same.offset, same.position) == (6, 4)
+    third.set_epoch(1)
+    assert third.offset == 0 and len(third) == 8
 
 
 def test_load_state_dict_rejects_another_dataset_or_seed() -> None:

@@ -124,7 +124,8 @@ class ShardedLoader:
             return per_rank // self.batch_size
         return math.ceil(per_rank / self.batch_size)
 
-    def _batches(self) -> list[torch.Tensor]:
+    def batch_indices(self) -> list[torch.Tensor]:
+        """The sample indices of the batches that iterating now would give, in order."""
         indices = self.sampler.remaining_indices()
         batches = list(torch.split(indices, self.batch_size))
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
@@ -132,7 +133,7 @@ class ShardedLoader:
         return batches
 
     def __iter__(self) -> _LoaderIterator:
-        return _LoaderIterator(self._tensors, self._batches(), self.sampler, self.prefetch)
+        return _LoaderIterator(self._tensors, self.batch_indices(), self.sampler, self.prefetch)
 
 
 class _LoaderIterator(Iterator[Batch]):

@@ -18,10 +18,11 @@
 
 The sampler also records how far this rank got (``position``: samples of this epoch already
 consumed, advanced by the loader through :meth:`ShardedSampler.advance`), so a checkpoint taken
-between batches resumes at the exact sample.  Because of step 3, ``position * world_size`` is the
-global point of the epoch, and a job may resume with a different world size: it continues from
-the same global point rounded down to a multiple of the new world size (at most ``p_new - 1``
-samples of the epoch are read a second time; none are skipped).
+between batches resumes at the exact sample.  Because of step 3, ``offset + position *
+world_size`` is the global point of the epoch, and a job may resume with a different world size
+(an elastic job that lost a worker): the new ranks share exactly the rest of the epoch's order
+from that point (their ``offset``), so no sample of the epoch is read twice or skipped; only
+the rest's uneven tail is padded (or truncated) as in step 2.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = ["ShardedSampler", "epoch_generator"]
 logger = logging.getLogger(__name__)
 
 _STATE_KEYS = ("epoch", "position", "seed", "num_samples", "world_size")
+"""Keys every saved state holds (``offset``, added later, defaults to 0)."""
 
 
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
@@ -78,18 +80,28 @@ class ShardedSampler(Sampler[int]):
         self.drop_last = drop_last
         self._epoch = 0
         self._position = 0
+        self._offset = 0
 
     # -- geometry -------------------------------------------------------------------------------
     @property
     def samples_per_rank(self) -> int:
-        """Samples this rank reads per epoch: ``ceil(N/p)``, or ``floor(N/p)`` with drop_last."""
+        """Samples this rank reads per epoch: ``ceil(N/p)``, or ``floor(N/p)`` with drop_last
+        (``N`` less the :attr:`offset` when this world size took over mid-epoch)."""
+        shared = self.num_samples - self._offset
         if self.drop_last:
-            return self.num_samples // self.world_size
-        return math.ceil(self.num_samples / self.world_size)
+            return shared // self.world_size
+        return math.ceil(shared / self.world_size)
+
+    @property
+    def offset(self) -> int:
+        """Samples of the epoch's order read before this world size took over (0 unless a job
+        resumed mid-epoch with another world size)."""
+        return self._offset
 
     @property
     def total_size(self) -> int:
-        """Samples read per epoch by all ranks together (padded or truncated)."""
+        """Samples read per epoch by all ranks together after the offset (padded or
+        truncated)."""
         return self.samples_per_rank * self.world_size
 
     def __len__(self) -> int:
@@ -118,6 +130,7 @@ class ShardedSampler(Sampler[int]):
         if epoch != self._epoch:
             self._epoch = epoch
             self._position = 0
+            self._offset = 0
 
     def rewind(self) -> None:
         """Start the current epoch over (position 0), e.g. for another evaluation pass."""
@@ -134,16 +147,18 @@ class ShardedSampler(Sampler[int]):
 
     # -- indices --------------------------------------------------------------------------------
     def global_indices(self) -> torch.Tensor:
-        """The epoch's global order after padding or truncation (``total_size`` int64 indices)."""
+        """The epoch's global order from the offset on, after padding (wrapping around to the
+        start of the order) or truncation: ``total_size`` int64 indices."""
         if self.shuffle:
             generator = epoch_generator(self.seed, self._epoch)
             order = torch.randperm(self.num_samples, generator=generator)
         else:
             order = torch.arange(self.num_samples)
-        if self.total_size <= self.num_samples:
-            return order[: self.total_size]
-        repeats = math.ceil(self.total_size / self.num_samples)
-        return order.repeat(repeats)[: self.total_size]
+        rest = order[self._offset:]
+        if self.total_size <= rest.numel():
+            return rest[: self.total_size]
+        repeats = math.ceil((self.total_size - rest.numel()) / self.num_samples)
+        return torch.cat([rest, order.repeat(repeats)])[: self.total_size]
 
     def rank_indices(self) -> torch.Tensor:
         """All of this rank's indices for the current epoch, from position 0."""
@@ -158,10 +173,12 @@ class ShardedSampler(Sampler[int]):
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, int]:
-        """``epoch``, ``position``, ``seed``, ``num_samples``, ``world_size``: enough to resume."""
+        """``epoch``, ``position``, ``offset``, ``seed``, ``num_samples``, ``world_size``:
+        enough to resume."""
         return {
             "epoch": self._epoch,
             "position": self._position,
+            "offset": self._offset,
             "seed": self.seed,
             "num_samples": self.num_samples,
             "world_size": self.world_size,
@@ -179,21 +196,24 @@ class ShardedSampler(Sampler[int]):
                     f"{field}={getattr(self, field)}; resume with the same dataset and seed"
                 )
         saved_world, position = int(state["world_size"]), int(state["position"])
-        if saved_world < 1 or position < 0:
+        offset = int(state.get("offset", 0))
+        if saved_world < 1 or position < 0 or not 0 <= offset <= self.num_samples:
             raise ValueError(
-                f"sampler state has world_size={saved_world}, position={position}; "
-                "both must be non-negative (world_size >= 1): the checkpoint is corrupt"
+                f"sampler state has world_size={saved_world}, position={position}, "
+                f"offset={offset}; world_size must be >= 1, position >= 0 and offset within "
+                f"0..{self.num_samples}: the checkpoint is corrupt"
             )
         self._epoch = int(state["epoch"])
+        self._offset = offset
         if saved_world == self.world_size:
             self._position = min(position, self.samples_per_rank)
             return
-        consumed = position * saved_world
-        self._position = min(consumed // self.world_size, self.samples_per_rank)
+        self._offset = min(offset + position * saved_world, self.num_samples)
+        self._position = 0
         logger.info(
-            "resuming epoch %d with world size %d (saved with %d): %d global samples consumed, "
-            "continuing at %d per rank",
-            self._epoch, self.world_size, saved_world, consumed, self._position,
+            "resuming epoch %d with world size %d (saved with %d): the %d samples of the epoch "
+            "not read yet are shared among the new ranks",
+            self._epoch, self.world_size, saved_world, self.num_samples - self._offset,
         )
 
 
