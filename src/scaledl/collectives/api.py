@@ -27,7 +27,7 @@ from scaledl.collectives.ops import SUPPORTED_DTYPES, ReduceOp, check_dtype
 from scaledl.collectives.registry import (
     ALGORITHMS, AUTO, lookup, parse_algorithm, parse_collective, plan,
 )
-from scaledl.collectives.schedule import Collective
+from scaledl.collectives.schedule import Collective, Schedule, Stage
 from scaledl.faults import at_collective
 from scaledl.topology import TOPOLOGY_ENV, Topology, current_job, host_digest
 from scaledl.transport.shm_open import shm_supported
@@ -246,6 +246,16 @@ def resolve_topology(
     return _checked_topology(algorithm, parse_collective(collective), topology, view)
 
 
+def _whole_group_stage(schedule: Schedule) -> Stage | None:
+    """The stage of a schedule that is one stage of every rank in rank order (e.g. ``shm``),
+    which then runs from the caller's tensors without the executor's working copy."""
+    rounds = schedule.rounds
+    stage = rounds[0].stage if len(rounds) == 1 else None
+    if stage is None or schedule.layout is not None:
+        return None
+    return stage if stage.members == tuple(range(schedule.world_size)) else None
+
+
 def _stage(tensor: torch.Tensor, comm: Communicator) -> tuple[torch.Tensor, bool]:
     """A flat contiguous working view of ``tensor`` and whether it must be copied back."""
     needs_host = tensor.is_cuda and comm.backend != "nccl"
@@ -346,8 +356,12 @@ def reduce_scatter(
             call.run(source, out, name)
         else:
             schedule = plan(name, call.collective, call.topology, call.comm.rank, m, call.root)
-            execute_reduce_scatter(schedule, source, out, *call.executor_args(source),
-                                   call.comm.stages)
+            stage = _whole_group_stage(schedule)
+            if stage is not None:
+                call.comm.stages.scatter(stage, source, out, call.op)
+            else:
+                execute_reduce_scatter(schedule, source, out, *call.executor_args(source),
+                                       call.comm.stages)
         call.op.finish(out, p)
         if copy_back:
             output.detach().copy_(out.view_as(output))
@@ -375,9 +389,13 @@ def allgather(
             call.run(out, shard, name)
         else:
             schedule = plan(name, call.collective, call.topology, rank, m, call.root)
-            transport, _, chunk_numel, workspace = call.executor_args(shard)
-            execute_allgather(schedule, shard, out, transport, chunk_numel, workspace,
-                              call.comm.stages)
+            stage = _whole_group_stage(schedule)
+            if stage is not None:
+                call.comm.stages.gather(stage, shard, out)
+            else:
+                transport, _, chunk_numel, workspace = call.executor_args(shard)
+                execute_allgather(schedule, shard, out, transport, chunk_numel, workspace,
+                                  call.comm.stages)
         if copy_back:
             output.detach().copy_(out.view_as(output))
 

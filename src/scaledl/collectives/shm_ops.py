@@ -92,18 +92,22 @@ def allreduce(
 
 
 def reduce_scatter(
-    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int, op: ReduceOp
+    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int,
+    op: ReduceOp, target: torch.Tensor | None = None,
 ) -> None:
-    """Member ``k`` ends with part ``k`` of ``buffer[lo:hi]`` reduced over ``members``.
+    """Member ``k`` ends with part ``k`` of ``buffer[lo:hi]`` reduced over ``members``: in place,
+    or in ``target`` (as long as the part) when given.
 
     Pieces run across the parts: piece ``t`` holds the ``t``-th stretch of every part, so each
-    rank reduces an equal share of every piece straight into its own buffer.
+    rank reduces an equal share of every piece straight into its result.
     """
     me, count_of = group.index, len(members)
     parts = split(lo, hi, count_of)
     longest = parts[0][1] - parts[0][0]
     step = _elements(group, buffer, count_of)
     position = members.index(me)
+    own_lo = parts[position][0]
+    result = buffer[own_lo:parts[position][1]] if target is None else target
     for offset in range(0, longest, step):
         slot, counts = group.begin(members)
         stretch = min(step, longest - offset)
@@ -114,30 +118,37 @@ def reduce_scatter(
                 copy(mine[index * step:index * step + s_hi - s_lo], buffer[s_lo:s_hi])
         group.publish(ARRIVED, counts, slot)
         s_lo, s_hi = spans[position]
-        target = buffer[s_lo:max(s_lo, s_hi)]
+        out = result[s_lo - own_lo:max(s_lo, s_hi) - own_lo]
         start = position * step
+        if target is not None:
+            copy(out, mine[start:start + out.numel()])
         for peer, count in counts.items():
             window = group.window_of(peer, group.arrived(peer, count), buffer.dtype,
                                      step * count_of)
-            combine(op, target, window[start:start + target.numel()])
+            combine(op, out, window[start:start + out.numel()])
         group.publish(RELEASED, counts)
 
 
 def allgather(
-    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int
+    group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int,
+    shard: torch.Tensor | None = None,
 ) -> None:
-    """Member ``k`` contributes part ``k`` of ``buffer[lo:hi]``; every member ends with all."""
+    """Member ``k`` contributes part ``k`` of ``buffer[lo:hi]`` (or ``shard``, when given);
+    every member ends with all parts in ``buffer``."""
     me = group.index
     parts = split(lo, hi, len(members))
     longest = parts[0][1] - parts[0][0]
     step = _elements(group, buffer)
     own_lo, own_hi = parts[members.index(me)]
+    source = buffer[own_lo:own_hi] if shard is None else shard
+    if shard is not None:
+        copy(buffer[own_lo:own_hi], shard)
     for offset in range(0, longest, step):
         slot, counts = group.begin(members)
         stretch = min(step, longest - offset)
         mine = group.window_of(me, slot, buffer.dtype, step)
         length = max(0, min(own_hi, own_lo + offset + stretch) - (own_lo + offset))
-        copy(mine[:length], buffer[own_lo + offset:own_lo + offset + length])
+        copy(mine[:length], source[offset:offset + length])
         group.publish(ARRIVED, counts, slot)
         for peer, (p_lo, p_hi) in zip(members, parts):
             if peer == me:

@@ -14,6 +14,8 @@ AVG is run as SUM here; the caller divides once at the end, as for every other s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 
@@ -50,8 +52,34 @@ class Paths:
             raise ValueError("this group has no shared-memory path (its ranks do not share a "
                              "host, or /dev/shm was too small); choose another algorithm")
         members = [group.local_index(member) for member in stage.members]
+        self._guarded(lambda shm: _run_shm(shm, members, stage, buffer, op))
+
+    def scatter(
+        self, stage: Stage, source: torch.Tensor, output: torch.Tensor, op: ReduceOp
+    ) -> None:
+        """A whole-group reduce_scatter stage from ``source`` straight into ``output`` (no
+        working copy of the input)."""
+        if stage.path is Path.SHM and self.shm is not None:
+            members = [self.shm.local_index(member) for member in stage.members]
+            self._guarded(lambda group: shm_ops.reduce_scatter(
+                group, members, source, stage.lo, stage.hi, op, output))
+        else:
+            self.channel.subchannel(stage.members).reduce_scatter(output, source, _torch_op(op))
+
+    def gather(self, stage: Stage, shard: torch.Tensor, output: torch.Tensor) -> None:
+        """A whole-group allgather stage of ``shard`` into ``output``."""
+        if stage.path is Path.SHM and self.shm is not None:
+            members = [self.shm.local_index(member) for member in stage.members]
+            self._guarded(lambda group: shm_ops.allgather(
+                group, members, output, stage.lo, stage.hi, shard))
+        else:
+            self.channel.subchannel(stage.members).allgather(output, shard)
+
+    def _guarded(self, run: Callable[[ShmGroup], None]) -> None:
+        group = self.shm
+        assert group is not None
         try:
-            _run_shm(group, members, stage, buffer, op)
+            run(group)
         except BaseException as error:
             group.abort(f"{type(error).__name__}: {error}")
             raise
