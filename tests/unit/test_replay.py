@@ -23,7 +23,7 @@ def _replay(name: str, collective: Collective, topology: Topology, numel: int, r
     ranks = range(topology.world_size)
     schedules = [plan(name, collective, topology, r, numel, root) for r in ranks]
     return replay(schedules, lambda a, b: UNIFORM, itemsize=4,
-                  stage_time=lambda stage: ALPHA + BETA * 4 * stage.numel)
+                  stage_time=lambda stage, sharers: ALPHA + BETA * 4 * stage.numel)
 
 
 @pytest.mark.parametrize("name", [n for n, a in ALGORITHMS.items() if a.scheduled])

@@ -34,7 +34,7 @@ def _full(spec: str, collective: Collective, topo: Topology, numel: int, root: i
         return Link(link.alpha, link.beta)
 
     return replay(schedules, link_of, 4, NET.overhead, NET.gamma, NET.chunk_bytes, topo.node,
-                  lambda stage: stage_time(stage, 4, model)).makespan
+                  lambda stage, sharers: stage_time(stage, 4, model, sharers)).makespan
 
 
 SPECS = [

@@ -62,8 +62,8 @@ def _predict(
             link = model.link(topology.link_axis(a, b))
             return Link(link.alpha, link.beta * beta_factor)
 
-        def stage_cost(stage: Stage) -> float:
-            return stage_time(stage, itemsize, model)
+        def stage_cost(stage: Stage, sharers: int) -> float:
+            return stage_time(stage, itemsize, model, sharers)
 
         return replay(
             schedules, link_of, itemsize, per_round, model.gamma, model.chunk_bytes, topology.node,

@@ -134,13 +134,14 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> tuple[float, flo
     return pieces, nbytes, 0.0
 
 
-def stage_time(stage: Stage, itemsize: int, model: CostModel) -> float:
+def stage_time(stage: Stage, itemsize: int, model: CostModel, sharers: int = 1) -> float:
     """Seconds a stage takes once every member has reached it.
 
     Shared memory: ``waits x alpha + bytes copied x beta + adds`` of the ``shm`` link class
     (:func:`shm_terms`).  The backend's own collective is priced as its ring (allreduce: the
     better of ring and halving-doubling; broadcast, reduce: a binomial tree) on the stage's link
-    class with the backend's per-round overhead and bandwidth factor.
+    class with the backend's per-round overhead and bandwidth factor; ``sharers`` stages of one
+    host that leave it at once share its interface, so their bytes move that much slower.
     """
     nbytes = stage.numel * itemsize
     members = len(stage.members)
@@ -151,7 +152,7 @@ def stage_time(stage: Stage, itemsize: int, model: CostModel) -> float:
         waits, copied, adds = shm_terms(stage, itemsize, model)
         return waits * model.shm.alpha + copied * model.shm.beta + adds
     link = model.link(stage.level)
-    beta = link.beta * model.native_beta_factor
+    beta = link.beta * model.native_beta_factor * (max(sharers, 1) if stage.level > 0 else 1)
     step = model.native_overhead + link.alpha
     if collective in (Collective.BROADCAST, Collective.REDUCE):
         return math.ceil(math.log2(members)) * (step + nbytes * beta)
@@ -171,8 +172,9 @@ def schedule_time(
     per_round = model.overhead if overhead is None else overhead
     total = 0.0
     for round_ in schedule.rounds:
-        if round_.stage is not None:
-            total += stage_time(round_.stage, itemsize, model)
+        if round_.stage is not None:  # a host's ranks run their stages of a level at once
+            sharers = topology.ranks_per_node if round_.stage.level > 0 else 1
+            total += stage_time(round_.stage, itemsize, model, sharers)
             continue
         wire = 0.0
         reduced = 0

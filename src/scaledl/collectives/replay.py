@@ -16,7 +16,8 @@ round (by round index) share the host's interface; contention inside the network
 
 A stage round (a whole sub-collective on a path) starts when every member has reached it (the
 ``k``-th stage a rank runs among some members meets the ``k``-th stage of each of them) and ends
-``stage_time(stage)`` later on all of them.
+``stage_time(stage, sharers)`` later on all of them (``sharers``: the host's ranks whose stages
+of that round leave the host and so share its interface).
 
 The replay also checks the plans against each other: every send must meet a receive of the same
 size, every stage the same stage on its other members, and no rank may wait forever (a deadlock
@@ -80,14 +81,17 @@ def _outgoing(
 def _host_sharers(
     schedules: Sequence[Schedule], node_of: Callable[[int], int] | None
 ) -> dict[tuple[int, int], int]:
-    """(node, round index) -> how many of the node's ranks send off the host in that round."""
+    """(node, round index) -> how many of the node's ranks send off the host in that round (by
+    transfers, or by a stage whose members span hosts)."""
     if node_of is None:
         return {}
     counts: dict[tuple[int, int], int] = {}
     for schedule in schedules:
         node = node_of(schedule.rank)
         for index, round_ in enumerate(schedule.rounds):
-            if any(t.is_send and node_of(t.peer) != node for t in round_.transfers):
+            peers = round_.stage.members if round_.stage is not None else [
+                t.peer for t in round_.transfers if t.is_send]
+            if any(node_of(peer) != node for peer in peers):
                 counts[(node, index)] = counts.get((node, index), 0) + 1
     return counts
 
@@ -127,12 +131,13 @@ def _index_stages(schedules: Sequence[Schedule]) -> dict[tuple[int, int], tuple[
 def replay(
     schedules: Sequence[Schedule], link_of: LinkOf, itemsize: int, overhead: float = 0.0,
     gamma: float = 0.0, chunk_bytes: int = 1 << 20, node_of: Callable[[int], int] | None = None,
-    stage_time: Callable[[Stage], float] | None = None,
+    stage_time: Callable[[Stage, int], float] | None = None,
 ) -> ReplayResult:
     """Replay ``schedules`` (one per rank, in rank order) and return each rank's finish time.
 
     With ``node_of``, ranks of one host share its interface for messages that leave the host;
-    ``stage_time`` prices stage rounds (required when a schedule has one).
+    ``stage_time(stage, sharers)`` prices stage rounds (required when a schedule has one), with
+    ``sharers`` the ranks of the host whose stages of that round leave the host.
     """
     p = len(schedules)
     context = _Context(schedules, link_of, itemsize, overhead, gamma, chunk_bytes, node_of,
@@ -177,7 +182,7 @@ class _Context:
     node_of: Callable[[int], int] | None
     sharers: dict[tuple[int, int], int]
     stages: dict[tuple[int, int], tuple[int, ...]]
-    stage_time: Callable[[Stage], float] | None
+    stage_time: Callable[[Stage, int], float] | None
 
     def outgoing(self, rank: int, index: int) -> dict[Link, float]:
         node = self.node_of(rank) if self.node_of is not None else 0
@@ -248,5 +253,6 @@ def _try_stage(
         if started is None:
             return False
         begun.append(started)
-    clock[rank] = max(begun) + ctx.stage_time(stage)
+    node = ctx.node_of(rank) if ctx.node_of is not None else 0
+    clock[rank] = max(begun) + ctx.stage_time(stage, ctx.sharers.get((node, index), 1))
     return True

@@ -133,19 +133,32 @@ def cost(
     e_class = klass[matched]
     edge = alphas[e_class] + out[node[matched], e_class] * betas[e_class]
     if compiled.stages:
-        _price_stages(compiled, network, own, post, edge)
+        _price_stages(compiled, network, host, own, post, edge)
     a0, a1, a2 = (float(a) for a in alphas)
     b0, b1, b2 = (float(b) for b in betas)
     return Costs(own, post, edge, klass, out, (a0, a1, a2), (b0, b1, b2))
 
 
-def _price_stages(compiled: Compiled, network: Network, own: Arr, post: Arr, edge: Arr) -> None:
+def _price_stages(
+    compiled: Compiled, network: Network, host: Arr, own: Arr, post: Arr, edge: Arr
+) -> None:
     """A stage node ends ``stage_time`` after the last of its members started it: its own cost
-    and every marker edge into it carry that time, and it pays no per-round overhead."""
+    and every marker edge into it carry that time, and it pays no per-round overhead.  Stages of
+    one host and round that leave the host share its interface (as the full replay has it)."""
     assert compiled.stages is not None and compiled.recv_virtual is not None
     model = network.to_cost_model()
-    seconds = {node: stage_time(stage, compiled.itemsize, model)
-               for node, stage in compiled.stages.items()}
+    r_max = compiled.max_rounds
+    leaving: dict[tuple[int, int], int] = {}
+    for node, stage in compiled.stages.items():
+        rank = node // r_max
+        if any(host[member] != host[rank] for member in stage.members):
+            key = (int(host[rank]), node % r_max)
+            leaving[key] = leaving.get(key, 0) + 1
+    seconds = {
+        node: stage_time(stage, compiled.itemsize, model,
+                         leaving.get((int(host[node // r_max]), node % r_max), 1))
+        for node, stage in compiled.stages.items()
+    }
     nodes = np.fromiter(seconds, dtype=np.int64, count=len(seconds))
     times = np.fromiter(seconds.values(), dtype=np.float64, count=len(seconds))
     own[nodes] = times
