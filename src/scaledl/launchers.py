@@ -8,7 +8,8 @@
 3. MPICH / Intel MPI (Hydra, PMI): ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``,
    ``MPI_LOCALNRANKS``;
 4. SLURM's ``srun``: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
-   ``SLURM_NTASKS_PER_NODE`` or ``SLURM_TASKS_PER_NODE``, and the first host of
+   ``SLURM_STEP_TASKS_PER_NODE`` (else ``SLURM_TASKS_PER_NODE``, else
+   ``SLURM_NTASKS_PER_NODE``), and the first host of
    ``SLURM_JOB_NODELIST`` as the master address; only in a task of a job step that ``srun``
    launched, which ``SLURM_STEP_ID`` tells apart from an ``sbatch`` script (see
    :func:`in_srun_step`).
@@ -112,8 +113,9 @@ _LAUNCHERS = (
 """Launchers in priority order; the first whose rank or world-size variable is set wins."""
 
 
-def _tasks_per_node(value: str, node_rank: int | None) -> int:
-    """``SLURM_TASKS_PER_NODE`` such as ``"4(x2),3"``: the task count of host ``node_rank``.
+def _tasks_per_node(name: str, value: str, node_rank: int | None) -> int:
+    """A Slurm task list such as ``"4(x2),3"`` (variable ``name``): the count of host
+    ``node_rank``.
 
     Every count and repetition must be at least 1: a host with no task cannot hold this rank.
     """
@@ -122,11 +124,20 @@ def _tasks_per_node(value: str, node_rank: int | None) -> int:
         match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
         if match is None or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
             raise ValueError(
-                f"SLURM_TASKS_PER_NODE={value!r} is not a list of task counts >= 1 like "
-                "'4(x2),3'; unset it or set SLURM_NTASKS_PER_NODE"
+                f"{name}={value!r} is not a list of task counts >= 1 like '4(x2),3'; unset it "
+                "or set SLURM_NTASKS_PER_NODE"
             )
         counts += [int(match.group(1))] * int(match.group(2) or 1)
     return counts[node_rank] if node_rank is not None and node_rank < len(counts) else counts[0]
+
+
+_SLURM_STEP_COUNTS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+"""What srun tells its tasks about the step's tasks per node, most specific first.
+
+``SLURM_NTASKS_PER_NODE`` is no such count: it is an *input* of srun (the same as
+``--ntasks-per-node``) that a task inherits from its batch script, so ``srun --ntasks=2`` inside
+``sbatch --ntasks-per-node=3`` gives its tasks ``SLURM_NTASKS_PER_NODE=3`` beside
+``SLURM_STEP_TASKS_PER_NODE=2`` (seen on Slurm 22.05).  It counts only when neither is set."""
 
 
 def _local_world_size(
@@ -134,8 +145,10 @@ def _local_world_size(
 ) -> tuple[int | None, str]:
     """The launcher's ranks-per-host and the variable it came from (``None`` if not given)."""
     size = _optional_int(env, names.local_world_size, 1)
-    if size is None and names.launcher == "slurm" and env.get("SLURM_TASKS_PER_NODE", "").strip():
-        return _tasks_per_node(env["SLURM_TASKS_PER_NODE"], node_rank), "SLURM_TASKS_PER_NODE"
+    if names.launcher == "slurm":
+        for name in _SLURM_STEP_COUNTS:
+            if env.get(name, "").strip():
+                return _tasks_per_node(name, env[name], node_rank), name
     return size, names.local_world_size
 
 

@@ -75,11 +75,13 @@ def test_srun_three_tasks(slurm: dict[str, str], tmp_path: Path) -> None:
 
 BATCH_SCRIPT = """#!/bin/sh
 #SBATCH --nodes=1
-#SBATCH --ntasks-per-node=2
+#SBATCH --ntasks-per-node=3
 set -e
-srun {probe}
+srun --ntasks=2 {probe}
 {train} --workers 2
 """
+"""A step smaller than the allocation: its tasks inherit ``SLURM_NTASKS_PER_NODE=3`` from the
+script (srun reads it as ``--ntasks-per-node``), while the step has 2 tasks on the node."""
 
 
 def test_sbatch_script(slurm: dict[str, str], tmp_path: Path,

@@ -67,9 +67,20 @@ def test_slurm_takes_master_from_nodelist() -> None:
     assert read_launch_env(SLURM) == LaunchEnv(6, 8, 2, 4, "gpu07", 29500, "slurm", 1)
 
 
-def test_slurm_ntasks_per_node_wins_over_tasks_per_node() -> None:
-    environ = {**SLURM, "SLURM_NTASKS_PER_NODE": "4", "SLURM_TASKS_PER_NODE": "garbage"}
-    assert read_launch_env(environ).local_world_size == 4
+def test_slurm_step_counts_win_over_inherited_ntasks_per_node() -> None:
+    # a task of `srun --ntasks=2` in `sbatch --ntasks-per-node=3` (as Slurm 22.05 starts it):
+    # SLURM_NTASKS_PER_NODE is the script's, inherited (srun reads it as --ntasks-per-node)
+    environ = {**SLURM, "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1",
+               "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "vm", "SLURM_NTASKS_PER_NODE": "3",
+               "SLURM_TASKS_PER_NODE": "2", "SLURM_STEP_TASKS_PER_NODE": "2"}
+    assert read_launch_env(environ).local_world_size == 2
+
+
+def test_slurm_step_tasks_per_node_reads_this_node() -> None:
+    environ = {**SLURM, "SLURM_NTASKS": "3", "SLURM_PROCID": "2", "SLURM_NODEID": "1",
+               "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "2",
+               "SLURM_STEP_TASKS_PER_NODE": "2,1"}
+    assert read_launch_env(environ).local_world_size == 1
 
 
 def test_slurm_uneven_tasks_per_node_reads_this_node() -> None:
