@@ -5,7 +5,8 @@ Each launcher starts ``scaledl train`` (which must train exactly as 2 local work
 on one host, oversubscribed, and on emulated hosts: the launchers' own remote start-up
 (``ssh``) replaced by a stand-in that runs the remote command here inside a UTS namespace
 named after the host, so each emulated host has its own host name and the launcher its own
-idea of which ranks share a host (2+2 ranks: a 2x2 layout; 2+1: uneven, so flat).  A rank
+idea of which ranks share a host (2+2 ranks, numbered host by host or round-robin: a 2x2
+layout; 2+1: uneven, so flat).  A rank
 killed with SIGKILL must end the job promptly with the launcher's report, leaving nothing.
 
 Skipped, with the reason, where a launcher is not installed (.ci/run installs both) or, for the
@@ -145,23 +146,34 @@ def test_three_ranks_on_one_host(mpi: Mpi, tmp_path: Path) -> None:
     check_collectives(reports)
 
 
-@pytest.mark.parametrize("mpi", LAUNCHERS)
-@pytest.mark.parametrize(("hosts", "topology"), [("nodea:2,nodeb:2", "2x2"),
-                                                 ("nodea:2,nodeb:1", "3")])
-def test_emulated_hosts(mpi: Mpi, hosts: str, topology: str, tmp_path: Path, agent: Path) -> None:
+A, B = "nodea", "nodeb"
+EMULATED = [
+    pytest.param(OPENMPI, "nodea:2,nodeb:2", [], [A, A, B, B], "2x2", id="openmpi-block"),
+    pytest.param(OPENMPI, "nodea:2,nodeb:2", ["--map-by", "node"], [A, B, A, B], "2x2",
+                 id="openmpi-cyclic"),
+    pytest.param(OPENMPI, "nodea:2,nodeb:1", [], [A, A, B], "3", id="openmpi-uneven"),
+    pytest.param(MPICH, "nodea,nodeb", [], [A, B, A, B], "2x2", id="mpich-cyclic"),
+    pytest.param(MPICH, "nodea:2,nodeb:1", [], [A, A, B], "3", id="mpich-uneven"),
+]
+"""(launcher, host list, placement options, host of each rank, layout scaledl must find)."""
+
+
+@pytest.mark.parametrize(("mpi", "hosts", "placement", "expected_hosts", "topology"), EMULATED)
+def test_emulated_hosts(mpi: Mpi, hosts: str, placement: list[str], expected_hosts: list[str],
+                        topology: str, tmp_path: Path, agent: Path) -> None:
     _skip_without(mpi)
-    counts = {name: int(count) for name, count in (item.split(":") for item in hosts.split(","))}
-    world_size = sum(counts.values())
-    expected_hosts = [name for name, count in counts.items() for _ in range(count)]
+    world_size = len(expected_hosts)
     # the emulated host names resolve nowhere: Gloo is told to use loopback
     env = clean_env(MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
     command = mpi.command(world_size, hosts, agent, ["MASTER_ADDR", "MASTER_PORT"])
-    job = run_job([*command, *probe_command(tmp_path)], env, tmp_path)
+    job = run_job([*command, *placement, *probe_command(tmp_path)], env, tmp_path)
     reports = read_reports(tmp_path, world_size, job)
     for rank, report in enumerate(reports):
+        host = expected_hosts[rank]
         assert report["launcher"] == mpi.launcher
-        assert report["hostname"] == expected_hosts[rank]
-        assert report["local_world_size"] == counts[expected_hosts[rank]]
+        assert report["hostname"] == host
+        assert report["local_rank"] == expected_hosts[:rank].count(host)
+        assert report["local_world_size"] == expected_hosts.count(host)
         assert report["hosts"] == expected_hosts
         assert report["topology"] == report["job_topology"] == topology
     assert reports[0]["hierarchical"] == (topology == "2x2")
