@@ -71,16 +71,19 @@ class StageRunner(Protocol):
 def build_ops(schedule: Schedule, chunk_numel: int) -> tuple[Op, ...]:
     """Cut ``schedule`` into chunk ops in posting order, with their dependencies.
 
-    A stage is a barrier: it waits for every earlier op, and every later op that touches the
-    buffer waits for it (it may rewrite any part of its slice).
+    A stage runs when the cursor reaches it (every earlier op is then complete), and a later op
+    that touches its slice waits for it, as for a receive that rewrites the slice; later ops on
+    other slices may be posted before it runs, so a pipelined plan overlaps a stage (CPU work
+    through shared memory) with transfers in flight.
     """
     ops: list[Op] = []
     history: list[tuple[int, int, bool]] = []  # (lo, hi, writes) of every earlier op
     for round_ in schedule.rounds:
         if round_.stage is not None:
             stage = round_.stage
-            ops.append(Op(Action.STAGE, -1, 0, stage.lo, stage.hi, len(ops) - 1, stage))
-            history.append((0, max(schedule.numel, 1), True))
+            after = _last_conflict(history, stage.lo, stage.hi, Action.RECV_COPY)
+            ops.append(Op(Action.STAGE, -1, 0, stage.lo, stage.hi, after, stage))
+            history.append((stage.lo, stage.hi, True))
             continue
         pieces = [
             [(a, min(t.hi, a + chunk_numel)) for a in range(t.lo, t.hi, chunk_numel)]

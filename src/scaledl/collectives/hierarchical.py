@@ -78,11 +78,12 @@ def _inter_allreduce(
 
 
 def _intra(
-    collective: Collective, intra: tuple[int, ...], rank: int, numel: int, path: Path | None,
+    collective: Collective, intra: tuple[int, ...], rank: int, lo: int, hi: int,
+    path: Path | None,
 ) -> list[Round | None]:
-    blocks = split(0, numel, len(intra))
+    blocks = split(lo, hi, len(intra))
     if path is not None:
-        return [stage_round(Stage(collective, intra, 0, numel, path, 0))]
+        return [stage_round(Stage(collective, intra, lo, hi, path, 0))]
     if collective is Collective.REDUCE_SCATTER:
         return ring.reduce_scatter_rounds(intra, rank, blocks, 0)
     return ring.allgather_rounds(intra, rank, blocks, 0)
@@ -91,16 +92,28 @@ def _intra(
 def _allreduce(
     topology: Topology, rank: int, numel: int, paths: Sequence[str],
 ) -> tuple[Round, ...]:
+    """Per segment: reduce-scatter inside the host, allreduce of the shard across hosts,
+    allgather inside the host; segment ``k``'s host stages are placed between segment
+    ``k-1``'s inter-host rounds and segment ``k-2``'s allgather, so the executor runs the
+    shared-memory work of one segment while the network moves another's."""
     intra = topology.node_ranks(topology.node(rank))
-    lo, hi = split(0, numel, len(intra))[intra.index(rank)]
     members = _inter_members(topology, topology.local_rank(rank))
     local_path = torus.level_path(paths, 0)
     inter = paths[1] if len(paths) > 1 else "ring"
-    return join_rounds(
-        _intra(Collective.REDUCE_SCATTER, intra, rank, numel, local_path),
-        _inter_allreduce(inter, members, rank, lo, hi, outer_level(topology)),
-        _intra(Collective.ALLGATHER, intra, rank, numel, local_path),
-    )
+    level = outer_level(topology)
+
+    def inner(lo: int, hi: int) -> list[Round | None]:
+        return _intra(Collective.REDUCE_SCATTER, intra, rank, lo, hi, local_path)
+
+    def outer(lo: int, hi: int) -> list[Round | None]:
+        shard_lo, shard_hi = split(lo, hi, len(intra))[intra.index(rank)]
+        return _inter_allreduce(inter, members, rank, shard_lo, shard_hi, level)
+
+    def inner_back(lo: int, hi: int) -> list[Round | None]:
+        return _intra(Collective.ALLGATHER, intra, rank, lo, hi, local_path)
+
+    return join_rounds(torus.pipelined(torus.segments(numel, local_path), inner, outer,
+                                       inner_back))
 
 
 def _rooted(

@@ -19,6 +19,8 @@ number of latency steps drops from ``2(p-1)`` to ``2 sum_d (n_d - 1)`` (42 inste
 Each axis runs on a path of its own (BlueConnect's point): ring rounds over the transport, or one
 stage per direction on shared memory (an axis inside a CPU host) or on the backend's own
 reduce-scatter / allgather (NCCL inside a GPU host); ``auto`` picks per axis from the cost model.
+When the innermost axis runs as stages, a large allreduce is pipelined in segments (up to 8 of
+at least 8 MiB of float32): one segment's stages overlap another's network transfers.
 
 Source: Cho et al., "PowerAI DDL", arXiv 1708.02188 (2017); Cho et al., "BlueConnect:
 Decomposing all-reduce for deep learning on heterogeneous network hierarchy", SysML 2019.
@@ -36,7 +38,7 @@ from scaledl.topology import Topology
 
 __all__ = [
     "plan", "SUPPORTS", "stage_members", "stage_axes", "staged_rounds", "stage_layout",
-    "plan_stages", "level_path", "spec_name", "LEVELS",
+    "plan_stages", "level_path", "spec_name", "LEVELS", "segments", "pipelined",
 ]
 
 SUPPORTS = frozenset({Collective.ALLREDUCE, Collective.REDUCE_SCATTER, Collective.ALLGATHER})
@@ -64,17 +66,51 @@ def level_path(paths: Sequence[str], level: int) -> Path | None:
     return Path(name) if name in (Path.SHM.value, Path.NATIVE.value) else None
 
 
+SEGMENT_NUMEL = 1 << 21
+"""Elements per segment of a pipelined allreduce (8 MiB of float32)."""
+MAX_SEGMENTS = 8
+
+Phase = Callable[[int, int], list[Round | None]]
+
+
+def segments(numel: int, inner: Path | None) -> list[tuple[int, int]]:
+    """The slices an allreduce pipelines: one, unless the innermost level runs as stages
+    (shared memory, the backend's own) and the buffer holds at least two segments."""
+    if inner is None or numel < 2 * SEGMENT_NUMEL:
+        return [(0, numel)]
+    return split(0, numel, min(MAX_SEGMENTS, numel // SEGMENT_NUMEL))
+
+
+def pipelined(
+    pieces: Sequence[tuple[int, int]], inner: Phase, outer: Phase, inner_back: Phase,
+) -> list[Round | None]:
+    """Segment ``k``'s inner reduce-scatter, segment ``k-1``'s outer levels and segment
+    ``k-2``'s inner allgather, step after step: the executor posts a segment's network transfers
+    before it runs the next segment's stage, so the shared-memory work of one segment overlaps
+    the network time of another."""
+    rounds: list[Round | None] = []
+    count = len(pieces)
+    for step in range(count + 2):
+        if step < count:
+            rounds += inner(*pieces[step])
+        if 0 <= step - 1 < count:
+            rounds += outer(*pieces[step - 1])
+        if 0 <= step - 2 < count:
+            rounds += inner_back(*pieces[step - 2])
+    return rounds
+
+
 def staged_rounds(
     stages: Sequence[Sequence[int]], rank: int, lo: int, hi: int, *,
     reduce_scatter: bool = True, allgather: bool = True,
-    paths: Sequence[Path | None] = (), levels: Sequence[int] = (),
+    paths: Sequence[Path | None] = (), levels: Sequence[int] = (), first_tag: int = 0,
 ) -> list[Round | None]:
     """Reduce-scatter through ``stages`` in order, then allgather back in reverse: ring rounds,
     or for a stage whose entry in ``paths`` is a path, one :class:`Stage` on it (priced at the
-    link class ``levels[i]``)."""
+    link class ``levels[i]``).  Stage ``i`` uses tag ``first_tag + i``."""
     plans = []
     region = (lo, hi)
-    for tag, members in enumerate(stages):
+    for tag, members in enumerate(stages, first_tag):
         blocks = split(region[0], region[1], len(members))
         plans.append((tuple(members), blocks, tag, region))
         region = blocks[list(members).index(rank)]
@@ -127,7 +163,7 @@ def plan_stages(
     p = world_size
     stages = stages_of(rank)
     if collective is Collective.ALLREDUCE:
-        rounds = join_rounds(staged_rounds(stages, rank, 0, numel, paths=paths, levels=levels))
+        rounds = join_rounds(_allreduce(stages, rank, numel, paths, levels))
         return Schedule(collective, name, rank, p, numel, rounds)
     if collective in (Collective.REDUCE_SCATTER, Collective.ALLGATHER):
         scatter = collective is Collective.REDUCE_SCATTER
@@ -140,6 +176,32 @@ def plan_stages(
     layout = stage_layout(stages_of, p)
     identity = layout == tuple(range(p))
     return Schedule(collective, name, rank, p, numel * p, rounds, None if identity else layout)
+
+
+def _allreduce(
+    stages: Sequence[Sequence[int]], rank: int, numel: int, paths: Sequence[Path | None],
+    levels: Sequence[int],
+) -> list[Round | None]:
+    inner = paths[0] if paths else None
+    pieces = segments(numel, inner) if len(stages) > 1 else [(0, numel)]
+    if len(pieces) == 1:
+        return staged_rounds(stages, rank, 0, numel, paths=paths, levels=levels)
+    first = list(stages[0])
+
+    def inner_rs(lo: int, hi: int) -> list[Round | None]:
+        return staged_rounds(stages[:1], rank, lo, hi, allgather=False, paths=paths[:1],
+                             levels=levels[:1])
+
+    def outer(lo: int, hi: int) -> list[Round | None]:
+        shard = split(lo, hi, len(first))[first.index(rank)]
+        return staged_rounds(stages[1:], rank, *shard, paths=paths[1:], levels=levels[1:],
+                             first_tag=1)
+
+    def inner_ag(lo: int, hi: int) -> list[Round | None]:
+        return staged_rounds(stages[:1], rank, lo, hi, reduce_scatter=False, paths=paths[:1],
+                             levels=levels[:1])
+
+    return pipelined(pieces, inner_rs, outer, inner_ag)
 
 
 def plan(
