@@ -185,3 +185,27 @@ def _arena_buckets(rank: int, p: int) -> tuple[bool, float]:
 def test_data_parallel_buckets_live_in_shared_memory_and_match_ddp(world_size: int) -> None:
     for in_place, difference in run_ranks(world_size, _arena_buckets, timeout=120):
         assert in_place and difference < 1e-6
+
+
+def _uneven_hosts(rank: int, p: int) -> tuple[list[int], bool, bool, bool]:
+    import os
+
+    from scaledl.collectives.communicator import communicator_for
+
+    os.environ["SCALEDL_HOSTNAME"] = "a" if rank < 2 else "b"  # hosts of 2 and 1 ranks
+    scaledl.init()
+    comm = communicator_for(None)
+    joined = sorted(peer.global_rank for peer in comm.shm.peers) if comm.shm else []
+    whole = _one("allreduce", rank, p, PRIME, torch.float32, "sum", "auto")
+    pair = dist.new_group([0, 1])
+    on_a = True
+    if rank < 2:
+        on_a = communicator_for(pair).fabric.one_host and _one(
+            "allreduce", rank, 2, PRIME, torch.float32, "sum", "shm", pair)
+    return joined, whole, on_a, comm.fabric.one_host
+
+
+def test_uneven_hosts_share_memory_per_host() -> None:
+    results = run_ranks(3, _uneven_hosts, timeout=120)
+    assert [r[0] for r in results] == [[0, 1], [0, 1], []]
+    assert all(whole and on_a and not one_host for _, whole, on_a, one_host in results)
