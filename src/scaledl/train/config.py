@@ -124,7 +124,18 @@ class RunConfig:
     resume: str | None = None
     """Checkpoint to resume from: a path, or ``"auto"`` for the latest one in ``out``."""
     checkpoint_every: int | None = None
-    """Steps between checkpoints; ``None`` checkpoints once per epoch."""
+    """Steps between checkpoints; ``None`` checkpoints at the end of every epoch."""
+    checkpoint_seconds: float | None = 300.0
+    """Seconds between checkpoints, besides the steps or epochs above (rank 0's clock, agreed
+    at probe steps); 0 or ``None``: no time-based checkpoints."""
+    max_restarts: int = 0
+    """Times every worker is restarted from the newest good checkpoint after a worker dies,
+    hangs past ``timeout_s`` or raises (torch's elastic agent's ``--max-restarts``)."""
+    min_workers: int | None = None
+    """Go on with fewer workers, down to this many, when one does not come back (elastic);
+    ``None``: the job needs all its workers."""
+    log_samples: bool = False
+    """Write every step's sample indices to ``samples/rank-N.jsonl`` (data coverage audit)."""
     eval_every: int | None = None
     """Steps between evaluations of the test accuracy; ``None`` evaluates once per epoch."""
     log_every: int = 10
@@ -145,6 +156,14 @@ class RunConfig:
                 f"checkpoint_every {self.checkpoint_every} must be at least 1 step, "
                 "or unset for once per epoch"
             )
+        if self.checkpoint_seconds is not None and not self.checkpoint_seconds >= 0:
+            raise ValueError(f"checkpoint_seconds {self.checkpoint_seconds} must be >= 0 "
+                             "(0: no time-based checkpoints)")
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts {self.max_restarts} must be >= 0")
+        if self.min_workers is not None and self.min_workers < 1:
+            raise ValueError(f"min_workers {self.min_workers} must be at least 1, or unset for "
+                             "a job that needs all its workers")
         if self.eval_every is not None and self.eval_every < 1:
             raise ValueError(f"eval_every {self.eval_every} must be at least 1 step, or unset "
                              "for once per epoch")

@@ -3,13 +3,19 @@
 Each step is ``forward -> loss -> backward -> strategy.step()``; the strategy's collectives run
 on the communicator thread while backward goes on, and the time they ran and the time this
 thread waited for them become the step's ``comm_s`` and ``wait_s``.  Rank 0 writes
-``metrics.jsonl`` (one line per step, one per evaluation), checkpoints (atomically, holding model,
-optimizer, strategy, sampler position and RNG states), plots, and the merged Chrome trace.
+``metrics.jsonl`` (one line per step, one per evaluation, one per restart), checkpoints (in the
+background, atomically, holding model, optimizer, strategy, sampler position and RNG states),
+plots, and the merged Chrome trace.
 
-Resuming loads the checkpoint on every rank (the run directory must be shared between hosts), so
-a resumed run continues at the exact sample: with the same world size it reproduces the
-uninterrupted run bitwise.  A different world size is accepted: the sampler continues from the
-same point of the epoch (see :class:`scaledl.data.ShardedSampler`), and the log says so.
+Where a run starts is :mod:`scaledl.train.resume`'s decision: a restarted worker resumes from
+its job's newest good checkpoint on its own.  With the same world size the run then reproduces
+the uninterrupted one bitwise; with another (an elastic job that lost a worker) the rest of the
+epoch is shared exactly among the remaining workers.  Checkpoints come every
+``checkpoint_every`` steps (else at every epoch's end), every ``checkpoint_seconds`` (see
+:mod:`scaledl.train.checkpoint_schedule`) and at the end; a step never waits for the disk
+(:mod:`scaledl.train.checkpoint_writer`).  Fault plans (:mod:`scaledl.faults`) fire before a
+step.  Asynchronous strategies evaluate on rank 0 alone and end without collectives, so a dead
+worker that the parameter server dropped cannot stall the others (:mod:`scaledl.train.finish`).
 """
 
 from __future__ import annotations
@@ -24,15 +30,20 @@ import torch.distributed as dist
 from torch import nn
 
 from scaledl import collectives
+from scaledl.faults import at_step
+from scaledl.strategies.parameter_server import ParameterServerStrategy
 from scaledl.topology import Topology
-from scaledl.train.checkpoint import (
-    LATEST_NAME, capture_rng, list_checkpoints, load_checkpoint, load_latest, restore_rng,
-    write_checkpoint,
-)
-from scaledl.train.config import TrainConfig
-from scaledl.train.metrics import MetricsWriter, RunStats, RunSummary, StepTimes
+from scaledl.train import finish
+from scaledl.train.checkpoint import capture_rng, restore_rng
+from scaledl.train.checkpoint_schedule import CheckpointSchedule
+from scaledl.train.checkpoint_writer import CheckpointWriter
+from scaledl.train.config import SERVER_STRATEGIES, TrainConfig
+from scaledl.train.metrics import METRICS_NAME, MetricsWriter, RunStats, StepTimes
 from scaledl.train.plots import plot_metrics
 from scaledl.train.progress import ProgressDisplay
+from scaledl.train.restarts import job_id, restart_record, restart_totals
+from scaledl.train.resume import JOB_KEY, check_resumable, clear_old_run, find_resume
+from scaledl.train.sample_log import SampleLog
 from scaledl.train.setup import RunParts, build_run
 from scaledl.train.timeline import Timeline, merge_timelines
 
@@ -50,11 +61,20 @@ class Trainer:
         self.out = Path(config.run.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.timeline = Timeline(self.rank)
-        checkpoint, state = self._find_checkpoint()
+        self.job = job_id()
+        self.asynchronous = config.parallel.strategy in SERVER_STRATEGIES
+        resume = find_resume(config, self.out, self.job)
+        state = resume.state
+        restart = restart_record(self.out / METRICS_NAME, self.job,
+                                 int(state["step"]) if state else 0, self.world_size,
+                                 state.get("world_size") if state else None) \
+            if self.rank == 0 else None
         if state is not None:
-            self._check_resumable(state, checkpoint)
+            check_resumable(config, state, resume.path, self.world_size)
         elif self.rank == 0:
-            self._clear_old_checkpoints()
+            clear_old_run(self.out)
+        if self.rank == 0:
+            finish.clear_reports(self.out)
         model_state = state["strategy"]["model"] if state is not None else None
         explicit = topology if topology.explicit else None
         self.parts: RunParts = build_run(config, self.rank, self.world_size, explicit,
@@ -62,56 +82,48 @@ class Trainer:
         self.step, self.epoch = 0, 0
         if state is not None:
             self._restore(state)
-        self.metrics = (
-            MetricsWriter(self.out / "metrics.jsonl", truncate_after_step=self.step)
-            if self.rank == 0 else None
-        )
-        if self.metrics is not None:
-            self.metrics.log_run(
-                model=config.model.name, dataset=config.data.dataset, world_size=self.world_size,
-                strategy=config.parallel.strategy, topology=topology.spec, start_step=self.step,
-                config=config.to_dict(),
-            )
+        self._open_metrics(topology, restart)
         self.stats = RunStats()
         self._staleness: float | None = None
+        strategy = self.parts.strategy
+        self.writer = CheckpointWriter(self.out) if self.rank == 0 else None
+        collective = not self.asynchronous and strategy.num_workers > 1
+        self.schedule = CheckpointSchedule(config.run.checkpoint_every,
+                                           config.run.checkpoint_seconds,
+                                           self._agree if collective else None)
+        self.schedule.start(self.step)
+        self._on_disk = self.step if state is not None else -1
+        self.samples = self._sample_log(state is not None) if config.run.log_samples else None
 
-    # -- resume ---------------------------------------------------------------------------------
-    def _find_checkpoint(self) -> tuple[Path | None, dict[str, Any] | None]:
-        """The checkpoint to resume from and its state; ``auto`` takes the newest one that
-        loads, skipping (with a warning) a newer one that is corrupt."""
-        resume = self.config.run.resume
-        if not resume:
-            return None, None
-        if resume == "auto":
-            found = load_latest(self.out)
-            return found if found is not None else (None, None)
-        return Path(resume), load_checkpoint(resume)
+    def _open_metrics(self, topology: Topology, restart: dict[str, Any] | None) -> None:
+        self.metrics = (
+            MetricsWriter(self.out / METRICS_NAME, flush_interval_s=0.0,
+                          truncate_after_step=self.step) if self.rank == 0 else None
+        )
+        if self.metrics is None:
+            return
+        config = self.config
+        self.metrics.log_run(
+            model=config.model.name, dataset=config.data.dataset, world_size=self.world_size,
+            strategy=config.parallel.strategy, topology=topology.spec, start_step=self.step,
+            config=config.to_dict(), launch_id=self.job,
+        )
+        if restart is not None:
+            self.metrics.write(restart)
+            log.warning("restart: resumed at step %d with %d workers; %d steps to redo, %.1f s "
+                        "lost", self.step, self.world_size, restart["steps_redone"],
+                        restart["time_lost_s"] or 0.0)
 
-    def _clear_old_checkpoints(self) -> None:
-        """A fresh run owns its directory: an older run's checkpoints would outrank its own, and
-        its metrics would mix with the new ones."""
-        old = list_checkpoints(self.out)
-        for _, path in old:
-            path.unlink(missing_ok=True)
-        (self.out / LATEST_NAME).unlink(missing_ok=True)
-        (self.out / "metrics.jsonl").unlink(missing_ok=True)
-        if old:
-            log.info("fresh run: removed %d checkpoints of an earlier run from %s (use --resume "
-                     "auto to continue a run instead)", len(old), self.out)
+    def _sample_log(self, resumed: bool) -> SampleLog | None:
+        """Every rank's sample log, with rank 0's start time as the attempt's name."""
+        attempt = torch.tensor([time.time()], dtype=torch.float64)
+        collectives.broadcast(attempt, 0, algorithm="native")
+        if not self.parts.strategy.is_worker:
+            return None
+        return SampleLog(self.out, self.rank, self.world_size, float(attempt[0]),
+                         self.step if resumed else None, self.job)
 
-    def _check_resumable(self, state: dict[str, Any], path: Path | None) -> None:
-        saved = state.get("config", {})
-        for section, key in (("model", "name"), ("data", "dataset"), ("parallel", "strategy")):
-            theirs = saved.get(section, {}).get(key)
-            ours = getattr(getattr(self.config, section), key)
-            if theirs is not None and theirs != ours:
-                raise ValueError(f"checkpoint {path} was trained with {section}.{key}="
-                                 f"{theirs!r}, not {ours!r}; resume with the same {key}")
-        if state.get("world_size") != self.world_size:
-            log.warning("resuming %s written by %s workers with %d workers: the data order "
-                        "continues from the same point of the epoch", path,
-                        state.get("world_size"), self.world_size)
-
+    # -- checkpoints ----------------------------------------------------------------------------
     def _restore(self, state: dict[str, Any]) -> None:
         self.parts.strategy.load_state_dict(state["strategy"])
         self.parts.sampler.load_state_dict(state["sampler"])
@@ -119,28 +131,49 @@ class Trainer:
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         log.info("resumed at step %d (epoch %d)", self.step, self.epoch)
 
-    def _save(self) -> None:
-        self.parts.strategy.prepare_checkpoint()
-        if self.rank != 0:
+    def _agree(self, decision: torch.Tensor) -> None:
+        collectives.broadcast(decision, 0, algorithm="native",
+                              group=self.parts.strategy.worker_group)
+
+    def _save(self, wait: bool = False) -> None:
+        """A checkpoint of the state after ``self.step`` (every worker of a synchronous strategy
+        calls it; rank 0 alone with an asynchronous one); ``wait``: on disk before returning."""
+        if not self.asynchronous:
+            self.parts.strategy.prepare_checkpoint()
+        self.schedule.saved(self.step)
+        if wait:
+            self._on_disk = self.step
+        if self.writer is None:
             return
-        state = self.parts.strategy.state_dict()
         payload = {
             "step": self.step, "epoch": self.epoch, "world_size": self.world_size,
-            "config": self.config.to_dict(), "strategy": state,
-            "sampler": self.parts.sampler.state_dict(), "rng": capture_rng(),
+            "config": self.config.to_dict(), "strategy": self.parts.strategy.state_dict(),
+            "sampler": self.parts.sampler.state_dict(), "rng": capture_rng(), JOB_KEY: self.job,
         }
-        path = write_checkpoint(self.out, self.step, payload)
-        log.info("checkpoint %s", path.name)
+        self.writer.submit(self.step, payload, wait=wait)
+
+    @property
+    def _checkpoints(self) -> bool:
+        """Whether this rank takes part in checkpoints."""
+        return self.rank == 0 or not self.asynchronous
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Train for the configured epochs; return the summary (``RunSummary`` fields, test
-        accuracy, paths) on every rank.  A dedicated parameter-server rank serves instead."""
-        strategy = self.parts.strategy
-        if not strategy.is_worker:
-            log.info("rank %d serves parameters", self.rank)
-            strategy.serve()
-            return self._finish(self.stats.summary(), None)
+        accuracy, restarts, dropped workers, paths).  A parameter-server rank serves instead."""
+        try:
+            if not self.parts.strategy.is_worker:
+                log.info("rank %d serves parameters", self.rank)
+                self.parts.strategy.serve()
+                return self._finish(None)
+            return self._finish(self._train())
+        finally:
+            if self.writer is not None:
+                self.writer.close(self.config.parallel.timeout_s)
+            if self.samples is not None:
+                self.samples.close()
+
+    def _train(self) -> float | None:
         epochs = self.config.optim.epochs
         display = ProgressDisplay(self.rank == 0 and self.config.run.progress,
                                   total=epochs * len(self.parts.loader), done=self.step)
@@ -152,24 +185,29 @@ class Trainer:
                 accuracy = self.evaluate()
                 self._log_eval(accuracy)
                 self.epoch += 1
-                if self.config.run.checkpoint_every is None:
-                    self._save()
+                if self.config.run.checkpoint_every is None and self._checkpoints:
+                    self._save(wait=self.epoch == epochs)
         if accuracy is None:
             accuracy = self.evaluate()
-        strategy.finish()
-        return self._finish(self.stats.summary(), accuracy)
+        if self._on_disk != self.step and self._checkpoints:
+            self._save(wait=True)
+        return accuracy
 
     def _train_epoch(self, display: ProgressDisplay) -> None:
-        every, evals = self.config.run.checkpoint_every, self.config.run.eval_every
-        for x, y in self.parts.loader:
+        evals = self.config.run.eval_every
+        batches = self.parts.loader.batch_indices() if self.samples is not None else []
+        for index, (x, y) in enumerate(self.parts.loader):
+            at_step(self.step + 1)
             self.timeline.begin_step(self.step)
             loss, correct, times = self._train_step(x, y)
             self.step += 1
+            if self.samples is not None:
+                self.samples.record(self.step, self.epoch, batches[index])
             global_batch = x.shape[0] * self.parts.strategy.num_workers
             self.stats.add(times, global_batch)
             self._log_step(loss, correct / max(1, x.shape[0]), global_batch, times)
             display.advance(loss, correct / max(1, x.shape[0]), global_batch / times.step_s)
-            if every is not None and self.step % every == 0:
+            if self._checkpoints and self.schedule.due(self.step):
                 self._save()
             if evals is not None and self.step % evals == 0:
                 self._log_eval(self.evaluate())
@@ -193,8 +231,8 @@ class Trainer:
         correct = int((output.argmax(dim=1) == y).sum())
         return float(loss.detach()), correct, StepTimes(elapsed, sync.comm_s, sync.wait_s)
 
-    def _log_eval(self, accuracy: float) -> None:
-        if self.metrics is not None:
+    def _log_eval(self, accuracy: float | None) -> None:
+        if self.metrics is not None and accuracy is not None:
             self.metrics.log_eval(self.step, self.epoch, test_accuracy=accuracy)
 
     def _log_step(self, loss: float, accuracy: float, samples: int, times: StepTimes) -> None:
@@ -207,53 +245,67 @@ class Trainer:
         )
 
     @torch.no_grad()
-    def evaluate(self) -> float:
+    def evaluate(self) -> float | None:
         """Test accuracy of the strategy's evaluation module (the center variable for elastic
-        averaging) over the whole test set, each worker scoring every ``num_workers``-th sample,
-        the counts summed with an allreduce over the workers."""
+        averaging) over the whole test set: each worker scores every ``num_workers``-th sample
+        and an allreduce sums the counts; with an asynchronous strategy rank 0 scores it all
+        alone (the other workers return None), so a dropped worker cannot stall it."""
         strategy = self.parts.strategy
+        if self.asynchronous and self.rank != 0:
+            return None
+        alone = self.asynchronous or strategy.num_workers == 1
         strategy.synchronize()
         model = strategy.evaluation_module()
         model.eval()
         test = self.parts.test_set
-        indices = torch.arange(strategy.worker_rank, len(test), strategy.num_workers)
+        share, shares = (0, 1) if alone else (strategy.worker_rank, strategy.num_workers)
+        indices = torch.arange(share, len(test), shares)
         counts = torch.zeros(2, dtype=torch.int64)
         for chunk in indices.split(512):
             x, y = test.gather(chunk)
             counts[0] += int((model(x).argmax(dim=1) == y).sum())
             counts[1] += chunk.numel()
-        collectives.allreduce(counts, algorithm="native", group=strategy.worker_group)
+        if not alone:
+            collectives.allreduce(counts, algorithm="native", group=strategy.worker_group)
         return float(counts[0]) / max(1, int(counts[1]))
 
     # -- the end --------------------------------------------------------------------------------
-    def _finish(self, summary: RunSummary, accuracy: float | None) -> dict[str, Any]:
-        self.timeline.save(self.out / f"timeline-rank{self.rank}.json")
-        staleness = self._gather_staleness()
-        dist.barrier()
-        self.parts.strategy.close()
+    def _finish(self, accuracy: float | None) -> dict[str, Any]:
+        strategy = self.parts.strategy
+        if self.asynchronous:
+            assert isinstance(strategy, ParameterServerStrategy)
+            self.timeline.save(self._part(self.rank))
+            staleness, dropped = finish.end_asynchronously(
+                strategy, self.out, self.rank, self.world_size, self.stats,
+                self.config.parallel.timeout_s)
+        else:
+            strategy.finish()
+            self.timeline.save(self._part(self.rank))
+            staleness = finish.gather_staleness(self.stats.pushes, self.stats.staleness_sum,
+                                                self.world_size)
+            finish.world_barrier()
+            dropped = []
+        strategy.close()
+        summary = self.stats.summary()
         result: dict[str, Any] = {**summary.to_dict(), "test_accuracy": accuracy,
                                   "out": str(self.out), "world_size": self.world_size,
-                                  "workers": self.parts.strategy.num_workers,
-                                  "staleness_per_worker": staleness}
+                                  "workers": strategy.num_workers,
+                                  "staleness_per_worker": staleness, "dropped_workers": dropped}
         if self.rank != 0:
             return result
         assert self.metrics is not None
-        self.metrics.log_summary(summary)
+        result.update(restart_totals(self.out / METRICS_NAME))
+        self.metrics.write({"kind": "summary", "time": time.time(), **summary.to_dict(),
+                            **{key: result[key] for key in ("restarts", "steps_redone",
+                                                            "time_lost_s", "dropped_workers")}})
         self.metrics.close()
-        parts = [self.out / f"timeline-rank{r}.json" for r in range(self.world_size)]
+        parts = [self._part(r) for r in range(self.world_size) if self._part(r).is_file()]
         merge_timelines(parts, self.out / "timeline.json")
         for part in parts:
             part.unlink(missing_ok=True)
-        result["plots"] = [str(p) for p in plot_metrics(self.out / "metrics.jsonl", self.out)]
+        finish.clear_reports(self.out)
+        result["plots"] = [str(p) for p in plot_metrics(self.out / METRICS_NAME, self.out)]
         return result
 
-    def _gather_staleness(self) -> list[float | None] | None:
-        """Every rank's mean staleness (``None`` for a rank that pushed nothing, e.g. a server),
-        gathered on every rank; ``None`` when no rank pushed to a parameter server."""
-        mine = torch.tensor([self.stats.pushes, self.stats.staleness_sum], dtype=torch.int64)
-        everyone = torch.zeros(self.world_size * 2, dtype=torch.int64)
-        collectives.allgather(everyone, mine, algorithm="native")
-        pairs = everyone.view(-1, 2).tolist()
-        if not any(pushes for pushes, _ in pairs):
-            return None
-        return [total / pushes if pushes else None for pushes, total in pairs]
+    def _part(self, rank: int) -> Path:
+        return self.out / f"timeline-rank{rank}.json"

@@ -1,0 +1,86 @@
+"""Where a run starts: a checkpoint of its own job (a restart), the one ``--resume`` names, or
+nothing (a fresh run, which then owns its directory).
+
+Every rank decides alone, from the run directory (which must be shared between hosts): the
+processes of a failed attempt have all stopped before a restarted one starts, so every rank
+sees the same files and makes the same choice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaledl.train.checkpoint import (
+    LATEST_NAME, list_checkpoints, load_checkpoint, load_latest,
+)
+from scaledl.train.config import TrainConfig
+from scaledl.train.metrics import METRICS_NAME
+
+__all__ = ["Resume", "find_resume", "clear_old_run", "check_resumable", "JOB_KEY"]
+
+log = logging.getLogger(__name__)
+
+JOB_KEY = "launch_id"
+"""Checkpoint key holding the identity of the job that wrote it
+(:func:`scaledl.train.restarts.job_id`)."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The checkpoint a run starts from."""
+
+    path: Path | None
+    """Its file (None: a fresh run)."""
+    state: dict[str, Any] | None
+    """Its loaded state (None: a fresh run)."""
+    restarted: bool = False
+    """Whether it was written by this very job: the run is a restart."""
+
+
+def find_resume(config: TrainConfig, out: Path, job: str | None) -> Resume:
+    """A restart's newest good checkpoint; else ``--resume`` (a path, or ``auto``: the newest
+    good one in ``out``, skipping corrupt ones); else nothing."""
+    resume = config.run.resume
+    latest = load_latest(out) if job is not None or resume == "auto" else None
+    if latest is not None and job is not None and latest[1].get(JOB_KEY) == job:
+        log.info("restarted: resuming from %s, this job's newest good checkpoint",
+                 latest[0].name)
+        return Resume(latest[0], latest[1], restarted=True)
+    if not resume:
+        return Resume(None, None)
+    if resume == "auto":
+        return Resume(None, None) if latest is None else Resume(*latest)
+    return Resume(Path(resume), load_checkpoint(resume))
+
+
+def clear_old_run(out: Path) -> None:
+    """A fresh run owns its directory: an older run's checkpoints would outrank its own, and
+    its metrics would mix with the new ones."""
+    old = list_checkpoints(out)
+    for _, path in old:
+        path.unlink(missing_ok=True)
+    (out / LATEST_NAME).unlink(missing_ok=True)
+    (out / METRICS_NAME).unlink(missing_ok=True)
+    if old:
+        log.info("fresh run: removed %d checkpoints of an earlier run from %s (use --resume "
+                 "auto to continue a run instead)", len(old), out)
+
+
+def check_resumable(config: TrainConfig, state: dict[str, Any], path: Path | None,
+                    world_size: int) -> None:
+    """``ValueError`` when the checkpoint was trained with another model, data set or strategy;
+    a log line when its world size differs (the data order goes on from the same point)."""
+    saved = state.get("config", {})
+    for section, key in (("model", "name"), ("data", "dataset"), ("parallel", "strategy")):
+        theirs = saved.get(section, {}).get(key)
+        ours = getattr(getattr(config, section), key)
+        if theirs is not None and theirs != ours:
+            raise ValueError(f"checkpoint {path} was trained with {section}.{key}="
+                             f"{theirs!r}, not {ours!r}; resume with the same {key}")
+    if state.get("world_size") != world_size:
+        log.warning("resuming %s written by %s workers with %d workers: the rest of the "
+                    "epoch is shared exactly among the new workers", path,
+                    state.get("world_size"), world_size)

@@ -1,0 +1,90 @@
+"""A restarted worker finds its own job's checkpoint (and only its own); the restart's cost is
+read from the metrics the failed attempt left; the sample log keeps the last attempt's steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from scaledl.train.checkpoint import write_checkpoint
+from scaledl.train.config import build_config
+from scaledl.train.metrics import MetricsWriter
+from scaledl.train.restarts import LAUNCH_ID_ENV, job_id, restart_record, restart_totals
+from scaledl.train.resume import JOB_KEY, find_resume
+from scaledl.train.sample_log import SampleLog, effective_samples
+
+
+def test_job_id_prefers_scaledl_and_ignores_torchruns_placeholder() -> None:
+    assert job_id({LAUNCH_ID_ENV: "abc", "TORCHELASTIC_RUN_ID": "x"}) == "abc"
+    assert job_id({"TORCHELASTIC_RUN_ID": "rdzv7"}) == "rdzv7"
+    assert job_id({"TORCHELASTIC_RUN_ID": "none"}) is None and job_id({}) is None
+
+
+def _checkpoint(out: Path, step: int, job: str | None) -> None:
+    write_checkpoint(out, step, {"step": step, "epoch": 0, "world_size": 2, "config": {},
+                                 JOB_KEY: job, "w": torch.full((2,), float(step))})
+
+
+@pytest.mark.parametrize(("resume", "job", "expected"), [
+    (None, "job-a", (6, True)),      # a restart of job a resumes on its own
+    (None, "job-b", (None, False)),  # another job starts fresh
+    (None, None, (None, False)),     # no identity: no restart
+    ("auto", "job-b", (6, False)),   # --resume auto continues someone else's run
+])
+def test_find_resume(tmp_path: Path, resume: str | None, job: str | None,
+                     expected: tuple[int | None, bool]) -> None:
+    _checkpoint(tmp_path, 3, "job-a")
+    _checkpoint(tmp_path, 6, "job-a")
+    config = build_config({}, {"out": str(tmp_path), "resume": resume})
+    found = find_resume(config, tmp_path, job)
+    step = None if found.state is None else found.state["step"]
+    assert (step, found.restarted) == expected
+
+
+def _metrics(path: Path, job: str, steps: int, start: float = 1000.0) -> None:
+    with MetricsWriter(path) as metrics:
+        metrics.write({"kind": "run", "time": start, "launch_id": job})
+        for step in range(1, steps + 1):
+            metrics.write({"kind": "step", "step": step, "epoch": 0, "time": start + step})
+
+
+def test_restart_record_counts_the_steps_redone_and_the_time_lost(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    _metrics(path, "job-a", 13)
+    record = restart_record(path, "job-a", 8, 2, 3)
+    assert record is not None
+    assert record["steps_redone"] == 5 and record["failed_after_step"] == 13
+    assert record["time_lost_s"] > 0 and (record["world_size"], record["previous_world_size"]) \
+        == (2, 3)
+    assert restart_record(path, "job-b", 8, 2, 3) is None  # another job's metrics
+    assert restart_record(tmp_path / "none.jsonl", "job-a", 8, 2, 3) is None
+    from_scratch = restart_record(path, "job-a", 0, 2, None)
+    assert from_scratch is not None and from_scratch["steps_redone"] == 13
+
+
+def test_restart_totals_add_up_every_restart(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    with MetricsWriter(path) as metrics:
+        for redone, lost, before, after in ((3, 2.0, 3, 3), (4, 1.5, 3, 2)):
+            metrics.write({"kind": "restart", "steps_redone": redone, "time_lost_s": lost,
+                           "previous_world_size": before, "world_size": after})
+    assert restart_totals(path) == {"restarts": 2, "steps_redone": 7, "time_lost_s": 3.5,
+                                    "world_sizes": [3, 3, 2]}
+    assert restart_totals(tmp_path / "none.jsonl")["restarts"] == 0
+
+
+def test_effective_samples_keep_the_last_attempt_of_every_step(tmp_path: Path) -> None:
+    first = [SampleLog(tmp_path, rank, 2, 1.0, None, "job") for rank in range(2)]
+    for step in (1, 2, 3):  # step 3 is lost: the restart resumes from step 2
+        for rank, log in enumerate(first):
+            log.record(step, 0, torch.tensor([10 * step + rank]))
+    second = SampleLog(tmp_path, 0, 1, 2.0, 2, "job")  # one worker left
+    second.record(3, 0, torch.tensor([99]))
+    for log in (*first, second):
+        log.close()
+    assert sorted(effective_samples(tmp_path)[0]) == [10, 11, 20, 21, 99]
+    lines = (tmp_path / "samples" / "rank-00000.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["resumed_step"] == 2
