@@ -24,20 +24,15 @@ import logging
 import os
 import shutil
 import socket
-import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
-from scaledl.cli.launch import under_launcher
+from scaledl.cli.launch import run_agent, under_launcher
 from scaledl.horovod.runtime import ALGORITHM_ENV
 
 __all__ = ["add_parser", "run", "parse_hosts", "local_slots"]
 
 log = logging.getLogger(__name__)
-
-INTERRUPTED = 130
-
 
 def add_parser(subparsers: Any) -> None:
     """Register ``scaledl run``."""
@@ -152,28 +147,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _launch(count: int, command: list[str]) -> int:
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
-    with tempfile.TemporaryDirectory(prefix="scaledl-run-") as logs:
-        config = LaunchConfig(
-            min_nodes=1, max_nodes=1, nproc_per_node=count, run_id=str(uuid.uuid4()),
-            rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-            monitor_interval=0.1, logs_specs=DefaultLogsSpecs(log_dir=logs))
-        log.info("scaledl run: %d processes: %s", count, " ".join(command))
-        try:
-            elastic_launch(config, command[0])(*command[1:])
-        except ChildFailedError as error:
-            rank, failure = error.get_first_failure()
-            code = failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode
-            log.error("scaledl run: rank %d exited with code %d; the other processes were "
-                      "stopped", rank, code)
-            return code
-        except SignalException as error:
-            return 128 + int(error.sigval)
-        except KeyboardInterrupt:
-            return INTERRUPTED
-    return 0
-
+    log.info("scaledl run: %d processes: %s", count, " ".join(command))
+    outcome = run_agent(count, command[0], command[1:])
+    if outcome.rank is not None:
+        log.error("scaledl run: rank %d %s; the other processes were stopped", outcome.rank,
+                  outcome.cause)
+    return outcome.code

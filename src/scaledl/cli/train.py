@@ -20,10 +20,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from scaledl.cli.launch import run_distributed, under_launcher
+from scaledl.cli.launch import FaultPolicy, die_with_launcher, run_distributed, under_launcher
 from scaledl.cli.paths import check_output_dir
+from scaledl.faults import FAULT_ENV, check_fault_spec
 from scaledl.topology import TOPOLOGY_ENV
-from scaledl.train.config import TrainConfig, build_config, load_toml
+from scaledl.train.config import SERVER_STRATEGIES, TrainConfig, build_config, load_toml
 
 __all__ = ["add_parser", "run"]
 
@@ -56,6 +57,11 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("out", str, "run directory"),
     ("resume", str, "checkpoint to resume from, or 'auto' for the latest in --out"),
     ("checkpoint_every", int, "steps between checkpoints (default: every epoch)"),
+    ("checkpoint_seconds", float, "seconds between checkpoints as well (default 300; 0: off)"),
+    ("max_restarts", int, "restart every worker from the last good checkpoint after a "
+                          "failure, up to this many times (default 0)"),
+    ("min_workers", int, "go on with fewer workers, down to this many, when one does not "
+                         "come back (elastic; default: all are needed)"),
     ("eval_every", int, "steps between test evaluations (default: every epoch)"),
     ("timeout_s", float, "seconds a blocking call may take before a dead peer is reported"),
     ("synthetic_size", int, "samples of the synthetic data set"),
@@ -75,6 +81,11 @@ def add_parser(subparsers: Any) -> None:
                         "[optim], [parallel], [run] tables; flags override it")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar")
+    parser.add_argument("--log-samples", dest="log_samples", action="store_true", default=None,
+                        help="write every step's sample indices to samples/rank-N.jsonl")
+    parser.add_argument("--inject-fault", dest="inject_fault", default=None, metavar="SPEC",
+                        help=f"rehearse a failure, e.g. rank:1,step:5,kind:crash (sets "
+                             f"{FAULT_ENV}; see docs/reliability.md)")
     parser.set_defaults(handler=run)
 
 
@@ -82,6 +93,7 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     file_values = load_toml(args.config) if args.config else {}
     overrides = {name: getattr(args, name) for name, _, _ in FLAGS}
     overrides["progress"] = args.progress
+    overrides["log_samples"] = args.log_samples
     return build_config(file_values, overrides)
 
 
@@ -93,6 +105,7 @@ def _preflight(config: TrainConfig, workers: int) -> None:
 
     validate_config(config, workers)
     _check_layout(config)
+    _check_faults(config, workers)
     check_output_dir(config.run.out, "--out")
     data = config.data
     for split in ("train", "test"):
@@ -119,28 +132,67 @@ def _check_layout(config: TrainConfig) -> None:
         )
 
 
+def _check_faults(config: TrainConfig, workers: int) -> None:
+    """The fault-tolerance options fit the job, and a fault plan parses."""
+    run = config.run
+    if run.min_workers is not None and run.min_workers > workers:
+        raise ValueError(f"min_workers {run.min_workers} exceeds the {workers} workers; give "
+                         f"--min-workers {workers} or less")
+    if run.min_workers is not None and run.min_workers < workers and not run.max_restarts:
+        raise ValueError(f"min_workers {run.min_workers} needs --max-restarts 1 or more: the "
+                         "remaining workers go on by restarting from the last checkpoint")
+    if run.min_workers is not None and config.parallel.strategy in SERVER_STRATEGIES:
+        raise ValueError(f"min_workers does not apply to {config.parallel.strategy!r}: an "
+                         "asynchronous strategy drops a dead worker and the others go on; drop "
+                         "--min-workers")
+    spec = os.environ.get(FAULT_ENV, "").strip()
+    if spec:
+        check_fault_spec(spec, workers)
+
+
+def _policy(config: TrainConfig, workers: int) -> FaultPolicy:
+    """Asynchronous strategies drop a dead worker; rank 0 (where the summary is written and,
+    with ``--servers 0``, the server runs) and dedicated servers are essential."""
+    servers = config.parallel.servers
+    return FaultPolicy(max_restarts=config.run.max_restarts,
+                       min_workers=config.run.min_workers,
+                       drop_dead_workers=config.parallel.strategy in SERVER_STRATEGIES,
+                       essential_ranks=(0, *range(workers - servers, workers)) if servers
+                       else (0,))
+
+
 def run(args: argparse.Namespace) -> int:
     """Check everything, then launch the workers (or be one)."""
+    if args.inject_fault is not None:
+        check_fault_spec(args.inject_fault)
+        os.environ[FAULT_ENV] = args.inject_fault  # handed to the workers by the agent
     config = _config(args)
     workers = config.parallel.workers or os.cpu_count() or 1
     if under_launcher():
-        _check_launched_workers(config.parallel.workers)
+        _check_launched_workers(config.parallel.workers, config.run.min_workers)
     else:
         _preflight(config, workers)
         log.info("config: %s", json.dumps(config.to_dict(), sort_keys=True))
-    code = run_distributed(workers, args.argv, lambda: _worker(config))
+    code = run_distributed(workers, args.argv, lambda: _worker(config),
+                           policy=_policy(config, workers))
     if code not in (0, 2) and not under_launcher():
-        log.error("training failed (exit code %d); the worker messages above name the cause",
-                  code)
+        restarts = config.run.max_restarts
+        log.error("training failed (exit code %d)%s; the run directory keeps the last good "
+                  "checkpoint (--resume auto continues from it)", code,
+                  f" after {restarts} restart(s)" if restarts else "")
     return code
 
 
-def _check_launched_workers(workers: int | None) -> None:
+def _check_launched_workers(workers: int | None, min_workers: int | None) -> None:
     """Under a launcher the job has the launcher's world size; a different ``--workers`` is an
-    error (else the run would train at one size while its summary records another)."""
+    error (else the run would train at one size while its summary records another), unless
+    the job is elastic and the size is within ``--min-workers``..``--workers``."""
     from scaledl.bootstrap import read_launch_env
 
     launch = read_launch_env()
+    if workers is not None and min_workers is not None and \
+            min_workers <= launch.world_size <= workers:
+        return
     if workers is not None and workers != launch.world_size:
         raise ValueError(
             f"--workers {workers} but {launch.launcher} started {launch.world_size} rank(s); "
@@ -153,6 +205,7 @@ def _worker(config: TrainConfig) -> int:
     from scaledl import bootstrap
     from scaledl.train.trainer import Trainer
 
+    die_with_launcher()
     topology = bootstrap.init(timeout=config.parallel.timeout_s,
                               topology=config.parallel.topology)
     try:
@@ -193,6 +246,7 @@ def _report(result: dict[str, Any], config: TrainConfig) -> None:
          "n/a" if hidden is None else f"{100 * hidden:.1f} %"),
     ]
     rows += _staleness_rows(result)
+    rows += _fault_rows(result)
     rows.append(("run directory", str(out)))
     for name, value in rows:
         table.add_row(name, value)
@@ -210,3 +264,17 @@ def _staleness_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("staleness, max (rank 0)", str(result["max_staleness"])),
         ("mean staleness per rank", shown),
     ]
+
+
+def _fault_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """Summary rows on restarts and dropped workers, when there were any."""
+    rows = []
+    if result.get("restarts"):
+        sizes = result.get("world_sizes") or []
+        shrunk = f" (workers {' -> '.join(map(str, sizes))})" if len(set(sizes)) > 1 else ""
+        rows += [("restarts", f"{result['restarts']}{shrunk}"),
+                 ("steps redone", str(result["steps_redone"])),
+                 ("time lost to failures", f"{result['time_lost_s']:.1f} s")]
+    if result.get("dropped_workers"):
+        rows.append(("workers dropped (died)", ", ".join(map(str, result["dropped_workers"]))))
+    return rows
