@@ -22,7 +22,7 @@ LAYERS: dict[str, float] = {
     "sync": 4,
     "strategies": 5, "horovod": 5,
     "data": 6, "models": 6,
-    "train": 7,
+    "train": 7, "integrations": 7,
     "bench": 8, "sim": 8, "cluster": 8,
     "cli": 9,
 }
