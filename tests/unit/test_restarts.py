@@ -88,3 +88,17 @@ def test_effective_samples_keep_the_last_attempt_of_every_step(tmp_path: Path) -
     assert sorted(effective_samples(tmp_path)[0]) == [10, 11, 20, 21, 99]
     lines = (tmp_path / "samples" / "rank-00000.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["resumed_step"] == 2
+
+
+def test_tidy_run_dir_removes_what_killed_writers_leave(tmp_path: Path) -> None:
+    from scaledl.train.resume import tidy_run_dir
+
+    _checkpoint(tmp_path, 3, "job")
+    (tmp_path / ".tmp-checkpoint-step000006.pt.0a1b").write_bytes(b"half")
+    (tmp_path / ".metrics.jsonl.tmp").write_text("{")
+    (tmp_path / ".ranks").mkdir()
+    (tmp_path / ".ranks" / "rank-00001.json").write_text("{}")
+    assert sorted(tidy_run_dir(tmp_path)) == [".metrics.jsonl.tmp", ".ranks",
+                                              ".tmp-checkpoint-step000006.pt.0a1b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-step000003.pt", "latest"]
+    assert tidy_run_dir(tmp_path / "missing") == []

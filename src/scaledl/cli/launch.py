@@ -135,7 +135,8 @@ def _failure(error: BaseException) -> JobOutcome:
 def run_agent(nproc: int, entrypoint: str, args: Sequence[str], max_restarts: int = 0,
               env: Mapping[str, str] | None = None) -> JobOutcome:
     """Run ``entrypoint args`` as ``nproc`` local workers under one torch elastic agent (a
-    standalone rendezvous on this machine) and return how the job ended."""
+    standalone rendezvous on this machine) and return how the job ended.  The workers get this
+    process's environment with ``env`` added."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -169,7 +170,8 @@ def launch_local(
 ) -> JobOutcome:
     """Run ``scaledl <module_argv>`` as ``nproc`` local workers and return how they ended.
 
-    Workers get ``OMP_NUM_THREADS=1`` unless ``env`` or this environment sets it.  ``policy``
+    Workers get this environment with ``env`` added, and ``OMP_NUM_THREADS=1`` unless one of
+    them sets it.  ``policy``
     says what a failure does; dropping dead workers or going on with fewer needs one agent per
     worker (:func:`scaledl.cli.agents.launch_agents`).
     """
@@ -187,10 +189,11 @@ def run_distributed(
     nproc: int, module_argv: Sequence[str], worker: Callable[[], int],
     env: Mapping[str, str] | None = None, policy: FaultPolicy | None = None,
 ) -> int:
-    """Run ``worker()`` here when under a launcher, else launch ``nproc`` local workers; return
-    the exit code (a failed launch logs the rank that failed first and why)."""
+    """Run ``worker()`` here when under a launcher, else launch ``nproc`` local workers with
+    ``env`` added to their environment; return the exit code (a failed launch logs the rank
+    that failed first and why)."""
     _check_nproc(nproc)
-    if under_launcher(env):
+    if under_launcher():
         return worker()
     outcome = launch_local(nproc, module_argv, env, policy)
     if outcome.rank is not None:

@@ -97,7 +97,7 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     return build_config(file_values, overrides)
 
 
-def _preflight(config: TrainConfig, workers: int) -> None:
+def _preflight(config: TrainConfig, workers: int, fault: str | None) -> None:
     """Fail before launching for anything a user can get wrong."""
     from scaledl.data import load_dataset
     from scaledl.train.checkpoint import latest_checkpoint, load_checkpoint
@@ -106,6 +106,8 @@ def _preflight(config: TrainConfig, workers: int) -> None:
     validate_config(config, workers)
     _check_layout(config)
     _check_faults(config, workers)
+    if fault is not None:
+        check_fault_spec(fault, workers)
     check_output_dir(config.run.out, "--out")
     data = config.data
     for split in ("train", "test"):
@@ -145,9 +147,6 @@ def _check_faults(config: TrainConfig, workers: int) -> None:
         raise ValueError(f"min_workers does not apply to {config.parallel.strategy!r}: an "
                          "asynchronous strategy drops a dead worker and the others go on; drop "
                          "--min-workers")
-    spec = os.environ.get(FAULT_ENV, "").strip()
-    if spec:
-        check_fault_spec(spec, workers)
 
 
 def _policy(config: TrainConfig, workers: int) -> FaultPolicy:
@@ -163,18 +162,25 @@ def _policy(config: TrainConfig, workers: int) -> FaultPolicy:
 
 def run(args: argparse.Namespace) -> int:
     """Check everything, then launch the workers (or be one)."""
-    if args.inject_fault is not None:
-        check_fault_spec(args.inject_fault)
-        os.environ[FAULT_ENV] = args.inject_fault  # handed to the workers by the agent
     config = _config(args)
     workers = config.parallel.workers or os.cpu_count() or 1
+    fault = args.inject_fault if args.inject_fault is not None else \
+        os.environ.get(FAULT_ENV, "").strip() or None
     if under_launcher():
         _check_launched_workers(config.parallel.workers, config.run.min_workers)
+        if args.inject_fault is not None:
+            check_fault_spec(args.inject_fault)
+            os.environ[FAULT_ENV] = args.inject_fault  # this worker reads its plan from it
     else:
-        _preflight(config, workers)
+        _preflight(config, workers, fault)
         log.info("config: %s", json.dumps(config.to_dict(), sort_keys=True))
     code = run_distributed(workers, args.argv, lambda: _worker(config),
+                           env={FAULT_ENV: fault} if fault else None,
                            policy=_policy(config, workers))
+    if not under_launcher():
+        from scaledl.train.resume import tidy_run_dir
+
+        tidy_run_dir(Path(config.run.out))
     if code not in (0, 2) and not under_launcher():
         restarts = config.run.max_restarts
         log.error("training failed (exit code %d)%s; the run directory keeps the last good "

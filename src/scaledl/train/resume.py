@@ -9,6 +9,7 @@ sees the same files and makes the same choice.
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,11 @@ from scaledl.train.checkpoint import (
     LATEST_NAME, list_checkpoints, load_checkpoint, load_latest,
 )
 from scaledl.train.config import TrainConfig
+from scaledl.train.finish import REPORTS_DIR
 from scaledl.train.metrics import METRICS_NAME
 
-__all__ = ["Resume", "find_resume", "clear_old_run", "check_resumable", "JOB_KEY"]
+__all__ = ["Resume", "find_resume", "clear_old_run", "check_resumable", "tidy_run_dir",
+           "JOB_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,24 @@ def clear_old_run(out: Path) -> None:
     if old:
         log.info("fresh run: removed %d checkpoints of an earlier run from %s (use --resume "
                  "auto to continue a run instead)", len(old), out)
+
+
+def tidy_run_dir(out: Path) -> list[str]:
+    """Remove what killed processes may leave in a run directory: temporary files of checkpoint
+    and metrics writes (``.tmp-*``, ``.metrics.jsonl.tmp``) and the asynchronous ranks' report
+    directory.  The launcher calls it when a job has ended, however it ended; returns the names
+    removed."""
+    if not out.is_dir():
+        return []
+    removed = []
+    for entry in out.iterdir():
+        if entry.name.startswith(".tmp-") or entry.name == f".{METRICS_NAME}.tmp":
+            entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+        elif entry.name == REPORTS_DIR and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
 
 
 def check_resumable(config: TrainConfig, state: dict[str, Any], path: Path | None,
