@@ -26,7 +26,8 @@ CLEARED_NAMES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
 CLEARED_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_", "SLURM_", "TORCHELASTIC_")
 
 __all__ = ["PROBE", "JOB_TIMEOUT_S", "Job", "clean_env", "run_job", "read_reports",
-           "check_collectives", "step_losses", "train_args", "require", "free_port"]
+           "check_collectives", "survivors_name", "step_losses", "train_args", "train_summary",
+           "probe_command", "require", "free_port"]
 
 
 def require(binary: str) -> str | None:
@@ -111,6 +112,13 @@ def check_collectives(reports: list[dict[str, Any]]) -> None:
         assert report["broadcast"] == [float(world_size - 1)]
     algorithms = {tuple(sorted(report["allreduce"])) for report in reports}
     assert len(algorithms) == 1, f"ranks ran different algorithms: {algorithms}"
+
+
+def survivors_name(output: str, rank: int) -> bool:
+    """Whether a surviving rank's scaledl error names the dead ``rank`` (``TransportError: send
+    of ... to rank R failed`` / ``recv ... from rank R failed``)."""
+    return any(f"rank {rank} failed" in line for line in output.splitlines()
+               if "TransportError:" in line)
 
 
 def step_losses(run_dir: Path) -> list[float]:
