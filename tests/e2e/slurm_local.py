@@ -5,13 +5,16 @@ whatever it has, so ``srun -n 3`` fits; no cgroups, no accounting), starts a pri
 with a fresh key, ``slurmctld`` and ``slurmd`` in the foreground as children of the test,
 waits until the node is idle and yields the environment that points ``srun``/``sbatch`` at it.
 On the way out, also after a failure, every job is cancelled, the daemons are stopped (SIGTERM,
-then SIGKILL) and the directory removed.  Nothing outside the directory is touched.
+then SIGKILL) and the directory removed; should the test process itself be killed, the daemons
+get SIGTERM from the kernel (``PR_SET_PDEATHSIG``).  Nothing outside the directory is touched.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -27,6 +30,8 @@ __all__ = ["local_slurm", "missing_slurm", "SLURM_BINARIES"]
 SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "squeue", "scancel")
 START_TIMEOUT_S = 30.0
 """How long the node may take to register as idle."""
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option: the signal a process gets when its parent dies (linux/prctl.h)."""
 CPUS = 4
 """CPUs the node claims (``SlurmdParameters=config_overrides``): room for 3-4 small tasks."""
 
@@ -86,11 +91,16 @@ def _config(root: Path, node: str) -> str:
     ])
 
 
+def _die_with_parent() -> None:
+    """In the daemon, before exec: SIGTERM when the test process dies, even by SIGKILL."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def _start(command: list[str], stack: ExitStack, log: Path) -> subprocess.Popen[bytes]:
     """Start a daemon in the foreground; on exit it gets SIGTERM, then SIGKILL after 10 s."""
     with log.open("ab") as sink:
         proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
 
     def stop() -> None:
         if proc.poll() is None:
