@@ -13,7 +13,7 @@ from torch.optim import Optimizer
 
 from scaledl.strategies.base import Strategy
 from scaledl.sync.data_parallel import DataParallel
-from scaledl.sync.reducer import SpanRecorder, SyncStats
+from scaledl.sync.stats import SpanRecorder, SyncStats
 from scaledl.topology import Topology
 
 __all__ = ["AllreduceSGD"]

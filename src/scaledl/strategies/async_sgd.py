@@ -30,7 +30,7 @@ from scaledl.strategies.parameter_server.links import Link
 from scaledl.strategies.parameter_server.strategy import (
     ParameterServerStrategy, optimizer_momentum,
 )
-from scaledl.sync.reducer import SpanRecorder
+from scaledl.sync.stats import SpanRecorder
 
 __all__ = ["AsyncSGD", "AsyncMSGD", "HogwildSGD"]
 

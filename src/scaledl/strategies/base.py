@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
-from scaledl.sync.reducer import SyncStats
+from scaledl.sync.stats import SyncStats
 
 __all__ = ["Strategy"]
 

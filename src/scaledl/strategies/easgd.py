@@ -43,7 +43,7 @@ from scaledl import collectives
 from scaledl.strategies.elastic import check_alpha, flatten_parameters
 from scaledl.strategies.periodic import PeriodicStrategy, check_optimizer_momentum
 from scaledl.sync.consistency import broadcast_tensors
-from scaledl.sync.reducer import SpanRecorder
+from scaledl.sync.stats import SpanRecorder
 
 __all__ = ["ElasticStrategy", "default_alpha"]
 

@@ -37,7 +37,7 @@ from torch.optim import Optimizer
 from scaledl import collectives
 from scaledl.strategies.elastic import flatten_parameters
 from scaledl.strategies.periodic import PeriodicStrategy, check_optimizer_momentum
-from scaledl.sync.reducer import SpanRecorder
+from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology
 
 __all__ = ["LocalSGD", "OuterOptimizerFactory"]

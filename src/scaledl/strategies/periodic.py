@@ -6,7 +6,7 @@ to rank.  :class:`PeriodicStrategy` gives them:
 
 * one flat parameter buffer (:func:`~scaledl.strategies.elastic.flatten_parameters`), so an
   exchange is one message, and the same starting model on every rank (rank 0's, broadcast);
-* communication accounting (:class:`~scaledl.sync.reducer.SyncStats`) and timeline spans;
+* communication accounting (:class:`~scaledl.sync.stats.SyncStats`) and timeline spans;
 * exact checkpoints of diverged workers.  The trainer saves rank 0's ``state_dict()`` only, and
   a collective inside ``state_dict()`` would hang the other ranks, so gathering is a separate
   collective step: call :meth:`PeriodicStrategy.prepare_checkpoint` on **every** rank, then
@@ -20,7 +20,6 @@ to rank.  :class:`PeriodicStrategy` gives them:
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import torch
@@ -32,7 +31,7 @@ from scaledl.collectives import CollectiveHandle
 from scaledl.strategies.base import Strategy
 from scaledl.strategies.elastic import check_momentum, check_tau, flatten_parameters
 from scaledl.sync.consistency import broadcast_state
-from scaledl.sync.reducer import SpanRecorder, SyncStats
+from scaledl.sync.stats import SpanRecorder, SyncStats, wait_and_charge
 
 __all__ = ["PeriodicStrategy", "check_optimizer_momentum", "process_group_size"]
 
@@ -122,18 +121,8 @@ class PeriodicStrategy(Strategy):
     def _wait_timed(self, label: str, handle: CollectiveHandle, nbytes: int) -> None:
         """Wait for ``handle``; add its run time and the wait (not its bytes) to the stats and
         its spans to the timeline."""
-        blocked = time.perf_counter()
-        handle.wait()
-        now = time.perf_counter()
-        self._stats.wait_s += now - blocked
-        self._stats.comm_s += handle.duration
-        if self.timeline is None:
-            return
-        if now - blocked > 0:
-            self.timeline.record(f"wait for {label}", "wait", blocked, now, "compute")
-        if handle.started_at is not None and handle.finished_at is not None:
-            self.timeline.record(f"{self.name} {label}", "comm", handle.started_at,
-                                 handle.finished_at, "comm", bytes=nbytes)
+        wait_and_charge(handle, self._stats, self.timeline, comm_span=f"{self.name} {label}",
+                        wait_span=f"wait for {label}", span_bytes=nbytes)
 
     # -- checkpoints -----------------------------------------------------------------------------
     def prepare_checkpoint(self) -> None:

@@ -27,7 +27,7 @@ from torch.optim import Optimizer
 from scaledl.collectives.communicator import communicator_for
 from scaledl.strategies.easgd import ElasticStrategy
 from scaledl.strategies.elastic import elastic_difference
-from scaledl.sync.reducer import SpanRecorder
+from scaledl.sync.stats import SpanRecorder
 from scaledl.transport.base import Transport
 
 __all__ = ["RoundRobinEASGD"]

@@ -43,7 +43,7 @@ from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
 from scaledl.strategies.easgd import ElasticStrategy
 from scaledl.strategies.elastic import check_beta, elastic_difference
-from scaledl.sync.reducer import SpanRecorder
+from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology
 
 __all__ = ["SyncEASGD", "FORMS"]

@@ -5,7 +5,8 @@ from scaledl.sync.bucketing import Bucket, plan_buckets
 from scaledl.sync.data_parallel import DataParallel
 from scaledl.sync.ddp_hook import ddp_hook
 from scaledl.sync.propagation import ReduceBroadcast
-from scaledl.sync.reducer import GradientReducer, SpanRecorder, SyncStats
+from scaledl.sync.reducer import GradientReducer
+from scaledl.sync.stats import SpanRecorder, SyncStats
 
 __all__ = [
     "Bucket", "plan_buckets", "DataParallel", "ddp_hook", "ReduceBroadcast",

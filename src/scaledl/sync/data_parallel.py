@@ -35,7 +35,8 @@ from scaledl.collectives import CollectiveHandle
 from scaledl.collectives.communicator import communicator_for
 from scaledl.sync.bucketing import Bucket, plan_buckets
 from scaledl.sync.consistency import broadcast_state, broadcast_tensors, check_same_model
-from scaledl.sync.reducer import GradientReducer, SpanRecorder, SyncStats
+from scaledl.sync.reducer import GradientReducer
+from scaledl.sync.stats import SpanRecorder, SyncStats
 from scaledl.topology import Topology
 
 __all__ = ["DataParallel"]

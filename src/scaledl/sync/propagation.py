@@ -24,7 +24,6 @@ per-layer wait; call ``synchronize()`` first in that case.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -36,7 +35,8 @@ from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
 from scaledl.sync.bucketing import Bucket, layer_of, plan_buckets
 from scaledl.sync.consistency import broadcast_state, check_same_model
-from scaledl.sync.reducer import GradientReducer, SpanRecorder, SyncStats
+from scaledl.sync.reducer import GradientReducer
+from scaledl.sync.stats import SpanRecorder, SyncStats, wait_and_charge
 from scaledl.topology import Topology
 
 __all__ = ["ReduceBroadcast", "ROOTED_ALGORITHMS"]
@@ -142,17 +142,9 @@ class ReduceBroadcast(nn.Module):
     def _receive(self, layer: _Layer) -> None:
         if layer.handle is None:
             return
-        blocked = time.perf_counter()
-        layer.handle.wait()
-        now = time.perf_counter()
-        stats = self.reducer.stats
-        stats.wait_s += now - blocked
-        stats.comm_s += layer.handle.duration
-        stats.bytes += layer.flat.numel() * layer.flat.element_size()
-        if self.timeline is not None and layer.handle.started_at and layer.handle.finished_at:
-            self.timeline.record(f"broadcast {layer.name}", "comm", layer.handle.started_at,
-                                 layer.handle.finished_at, "comm")
-            self.timeline.record(f"wait {layer.name}", "wait", blocked, now, "compute")
+        wait_and_charge(layer.handle, self.reducer.stats, self.timeline,
+                        comm_span=f"broadcast {layer.name}", wait_span=f"wait {layer.name}")
+        self.reducer.stats.bytes += layer.flat.numel() * layer.flat.element_size()
         if self.rank != self.root:
             layer.unpack()
         layer.handle = None

@@ -25,87 +25,31 @@ sets it at forward time, as DDP decides ``no_sync`` in its forward.
 The reduction itself (allreduce-average, or reduce to a root) is the ``launch`` callable, so the
 same machinery serves data parallelism and the reduce-broadcast strategy.  Time spent by the
 collectives (on the communicator's thread) and time the training thread was blocked waiting for
-them are accumulated in :class:`SyncStats`, from which the share of communication hidden behind
-backward computation follows.
+them are accumulated in :class:`~scaledl.sync.stats.SyncStats`, from which the share of
+communication hidden behind backward computation follows.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from scaledl.collectives import CollectiveHandle
 from scaledl.sync.bucketing import Bucket
+from scaledl.sync.stats import SpanRecorder, SyncStats, charge_run, charge_wait
 
-__all__ = ["GradientReducer", "SyncStats", "SpanRecorder", "Launch"]
+# SpanRecorder and SyncStats live in scaledl.sync.stats; re-exported here only until
+# scaledl/train/setup.py imports SpanRecorder from there.
+__all__ = ["GradientReducer", "Launch", "SpanRecorder", "SyncStats"]
 
 log = logging.getLogger(__name__)
 
 Launch = Callable[[Bucket, torch.Tensor], "CollectiveHandle | None"]
 """Start the collective of one bucket's flat buffer; return its handle (None if synchronous)."""
-
-
-class SpanRecorder(Protocol):
-    """Where timing spans go (``scaledl.train.timeline.Timeline`` implements it)."""
-
-    def record(
-        self, name: str, category: str, start_s: float, end_s: float, lane: str, **args: Any
-    ) -> None:
-        """Record a span measured with ``time.perf_counter()``."""
-        ...
-
-
-@dataclass
-class SyncStats:
-    """Communication accounting, accumulated until :meth:`reset`."""
-
-    syncs: int = 0
-    """Backward passes whose gradients were reduced."""
-    comm_s: float = 0.0
-    """Seconds the collectives ran (measured where they ran)."""
-    wait_s: float = 0.0
-    """Seconds the training thread was blocked waiting for collectives."""
-    bytes: int = 0
-    """Bytes of gradient reduced (or, for parameter-server strategies, bytes sent and received)."""
-    pushes: int = 0
-    """Updates this worker sent to a parameter server (asynchronous strategies)."""
-    staleness_sum: int = 0
-    """Sum over those updates of their staleness: how many other updates the server applied
-    between this worker's read of the parameters and the arrival of its update."""
-    staleness_max: int = 0
-    """Largest staleness of one of those updates."""
-
-    @property
-    def hidden_fraction(self) -> float:
-        """Share of communication time that overlapped computation: ``1 - wait / comm``."""
-        if self.comm_s <= 0:
-            return 1.0
-        return min(1.0, max(0.0, 1.0 - self.wait_s / self.comm_s))
-
-    @property
-    def mean_staleness(self) -> float | None:
-        """Mean staleness of this worker's updates (``None`` when it sent none)."""
-        return self.staleness_sum / self.pushes if self.pushes else None
-
-    def record_push(self, staleness: int) -> None:
-        """Account one update sent to a server, which reported ``staleness``."""
-        self.pushes += 1
-        self.staleness_sum += staleness
-        self.staleness_max = max(self.staleness_max, staleness)
-
-    def reset(self) -> SyncStats:
-        """Return the totals so far and start again from zero."""
-        totals = dataclasses.replace(self)
-        for item in dataclasses.fields(self):
-            setattr(self, item.name, item.default)
-        return totals
 
 
 class GradientReducer:
@@ -222,27 +166,15 @@ class GradientReducer:
         for bucket, handle in zip(self.buckets, self._handles):
             if handle is not None:
                 handle.wait()
-            self._account(bucket, handle)
-        now = time.perf_counter()
-        self.stats.wait_s += now - blocked
+                charge_run(self.stats, self.timeline, f"{self.label} bucket {bucket.index}",
+                           handle, span_bytes=bucket.nbytes)
+            self.stats.bytes += bucket.nbytes
+        charge_wait(self.stats, self.timeline, "wait for gradients", blocked, time.perf_counter())
         self.stats.syncs += 1
-        if self.timeline is not None:
-            self.timeline.record("wait for gradients", "wait", blocked, now, "compute")
         for name, param in self._params.items():
             view = self._slots[name][1]
             if param.grad is None or param.grad.data_ptr() != view.data_ptr():
                 param.grad = view
-
-    def _account(self, bucket: Bucket, handle: CollectiveHandle | None) -> None:
-        self.stats.bytes += bucket.nbytes
-        if handle is None or handle.started_at is None or handle.finished_at is None:
-            return
-        self.stats.comm_s += handle.duration
-        if self.timeline is not None:
-            self.timeline.record(
-                f"{self.label} bucket {bucket.index}", "comm", handle.started_at,
-                handle.finished_at, "comm", bytes=bucket.nbytes,
-            )
 
     def remove(self) -> None:
         """Remove the hooks (the model goes back to plain local gradients)."""

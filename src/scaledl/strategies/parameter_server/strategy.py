@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import torch
@@ -40,7 +38,7 @@ from scaledl.strategies.parameter_server.layout import Layout, check_timeout, pl
 from scaledl.strategies.parameter_server.links import Link, LocalLink, RemoteLink
 from scaledl.strategies.parameter_server.server import ShardServer
 from scaledl.strategies.parameter_server.shard import ServerShard
-from scaledl.sync.reducer import SpanRecorder, SyncStats
+from scaledl.sync.stats import SpanRecorder, SyncStats, blocking_exchange
 
 __all__ = ["ParameterServerStrategy", "check_optimizer", "optimizer_momentum"]
 
@@ -227,17 +225,9 @@ class ParameterServerStrategy(Strategy):
             layout.destroy_groups()
 
     # -- helpers for subclasses --------------------------------------------------------------------
-    @contextlib.contextmanager
-    def communicating(self, name: str, nbytes: int) -> Iterator[None]:
+    def communicating(self, name: str, nbytes: int) -> contextlib.AbstractContextManager[None]:
         """Account a blocking exchange with the servers (time, bytes, timeline span)."""
-        start = time.perf_counter()
-        yield
-        end = time.perf_counter()
-        self._stats.comm_s += end - start
-        self._stats.wait_s += end - start
-        self._stats.bytes += nbytes
-        if self.timeline is not None:
-            self.timeline.record(name, "comm", start, end, "comm", bytes=nbytes)
+        return blocking_exchange(self._stats, self.timeline, name, nbytes)
 
     def gather_gradient(self, out: torch.Tensor) -> torch.Tensor:
         """Copy every parameter's gradient (zeros where none) into the flat ``out``, plus the
