@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from scaledl.cli import bench, cluster, train
+from scaledl.cli import bench_collectives, cluster, train
 from scaledl.cli.launch import LAUNCHER_VARIABLES
 from scaledl.cli.main import main
 from tests.harness import free_port
@@ -31,7 +31,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from scaledl.cli import bench_algorithms, bench_train
     from scaledl.cluster import netns
 
-    for module in (train, bench, bench_train):
+    for module in (train, bench_collectives, bench_train):
         monkeypatch.setattr(module, "run_distributed", reached)
     monkeypatch.setattr(algorithms_run, "run_all", reached)
     monkeypatch.setattr(bench_algorithms, "_console", reached)

@@ -17,6 +17,7 @@ from scaledl.bench.algorithms_result import (
     MethodResult, failed_result, median_result, read_result, time_to_target,
 )
 from scaledl.bench.algorithms_run import child_environment, error_reason
+from scaledl.cli.bench_algorithms import render_table
 from scaledl.cli.main import main
 
 T0 = 1_000_000.0
@@ -126,7 +127,7 @@ def test_table_json_and_plots_are_written(tmp_path: Path) -> None:
                        _write_run(tmp_path / "e", [(4, 1.0, 0.7), (8, 1.0, 0.88)]))
     bad = failed_result(METHODS["easgd"], SPEC, "failed", "exit code 1: boom [/x/y.cc:78]")
     buffer = io.StringIO()
-    report.render_table([good, bad], SPEC, Console(file=buffer, width=200))
+    render_table([good, bad], SPEC, Console(file=buffer, width=200))
     text = buffer.getvalue()
     assert "Sync EASGD" in text and "0.8800" in text and "25 %" in text and "12 %" in text
     assert "failed: exit code 1: boom [/x/y.cc:78]" in text

@@ -18,12 +18,11 @@ from scaledl.bench.report import (
     busbw_factor,
     format_bytes,
     native_ratios,
-    render_table,
     report_from_dict,
     write_json,
     write_plot,
 )
-from scaledl.cli.bench import message_sizes, parse_bytes
+from scaledl.cli.bench_collectives import message_sizes, parse_bytes, render_table
 from scaledl.collectives.auto import CostModel, LinkModel, schedule_time
 from scaledl.collectives.registry import plan
 from scaledl.collectives.schedule import Collective

@@ -1,5 +1,6 @@
-"""How ``scaledl bench algorithms`` shows its results: a rich table, a JSON file, and two PNG
-plots (test accuracy against training time and against epochs, one line per method)."""
+"""How ``scaledl bench algorithms`` records its results: the table's cells (shown on the console
+by :mod:`scaledl.cli.bench_algorithms`, and as markdown), a JSON file, and two PNG plots (test
+accuracy against training time and against epochs, one line per method)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import Any
 from scaledl.bench.algorithms import METHODS, BenchSpec
 from scaledl.bench.algorithms_result import MethodResult
 
-__all__ = ["COLUMNS", "table_row", "render_table", "markdown_table", "environment", "to_json",
-           "write_json", "write_plots", "PLOT_NAMES"]
+__all__ = ["COLUMNS", "table_row", "markdown_table", "environment", "to_json", "write_json",
+           "write_plots", "PLOT_NAMES"]
 
 PLOT_NAMES = ("accuracy_vs_time.png", "accuracy_vs_epoch.png")
 """File names of the two plots in the plot directory."""
@@ -49,22 +50,6 @@ def table_row(result: MethodResult) -> list[str]:
         _fmt(result.updates_per_s, ",.0f"), _fmt(result.mean_staleness, ".2f"),
         _fmt(result.roughness, ".3f"), "",
     ]
-
-
-def render_table(results: list[MethodResult], spec: BenchSpec, console: Any) -> None:
-    """Print one row per method on a rich ``console``."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"{spec.model} on {spec.dataset}, {spec.workers} workers (+1 server "
-                        f"rank for the parameter-server methods), {spec.epochs} epochs, batch "
-                        f"{spec.batch_size}/worker, lr {spec.lr:g}; target accuracy "
-                        f"{spec.target:g}")
-    for name in COLUMNS:
-        table.add_column(name, justify="left" if name in ("method", "note") else "right")
-    for result in results:
-        table.add_row(*(Text(cell) for cell in table_row(result)))  # no markup in reasons
-    console.print(table)
 
 
 def environment() -> dict[str, Any]:

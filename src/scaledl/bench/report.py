@@ -22,7 +22,7 @@ from typing import Any
 
 __all__ = [
     "format_bytes", "busbw_factor", "Measurement", "P2PResult",
-    "BenchReport", "environment", "native_ratios", "header_lines", "render_table", "write_json",
+    "BenchReport", "environment", "native_ratios", "header_lines", "write_json",
     "write_plot", "report_from_dict",
 ]
 
@@ -213,40 +213,6 @@ def header_lines(report: BenchReport) -> list[str]:
         f"{env['topology']}, dtype {cfg['dtype']}, chunk {format_bytes(cfg['chunk_bytes'])}, "
         f"OMP_NUM_THREADS={env['omp_num_threads']}, torch threads {env['torch_threads']}",
     ]
-
-
-def render_table(report: BenchReport, console: Any) -> None:
-    """Print the header, the results table, the p2p ceiling and the ratios vs native."""
-    from rich.table import Table
-
-    console.print("[bold]scaledl bench collectives[/bold]")
-    for line in header_lines(report):
-        console.print(line, markup=False, highlight=False)
-    p2p = report.p2p_gbps
-    if report.p2p is not None and p2p is not None:
-        console.print(f"point-to-point rank 0 -> 1, {format_bytes(report.p2p.nbytes)}: "
-                      f"{p2p:.3f} GB/s (median of {len(report.p2p.times_s)})")
-    if report.memcpy is not None:
-        console.print(f"memory copy on one core, {format_bytes(report.memcpy.nbytes)}: "
-                      f"{report.memcpy.gbps:.3f} GB/s (the shared-memory ceiling)")
-    table = Table(show_lines=False)
-    for title in ("size", "collective", "algorithm", "iters", "avg us", "median us", "min us",
-                  "max us", "algbw GB/s", "busbw GB/s", "busbw/p2p"):
-        table.add_column(title, justify="left" if title in ("collective", "algorithm") else "right")
-    for m in report.measurements:
-        fraction = f"{m.busbw_gbps / p2p:.2f}" if p2p else "-"
-        table.add_row(
-            format_bytes(m.nbytes), m.collective, m.algorithm, str(len(m.times_s)),
-            *(f"{us:.1f}" for us in (m.avg_us, m.median_us, m.min_us, m.max_us)),
-            f"{m.algbw_gbps:.3f}", f"{m.busbw_gbps:.3f}", fraction,
-        )
-    console.print(table)
-    baseline = "torch" if any(m.algorithm == "torch" for m in report.measurements) else "native"
-    for ratio in native_ratios(report.measurements, baseline):
-        console.print(
-            f"{ratio['collective']} at {format_bytes(ratio['nbytes'])}: "
-            f"{ratio['algorithm']} / {baseline} busbw = {ratio['busbw_ratio']:.2f}x"
-        )
 
 
 def write_json(report: BenchReport, path: Path) -> None:

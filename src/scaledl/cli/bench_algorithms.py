@@ -16,14 +16,16 @@ from scaledl.bench.algorithms import (
     METHODS, BenchSpec, available_methods, check_model, default_target, resolve_dataset,
     select_methods,
 )
+from scaledl.bench.algorithms_report import COLUMNS, table_row
+from scaledl.bench.algorithms_result import MethodResult
 from scaledl.cli.paths import check_output_dir, check_output_file
 
-__all__ = ["add_parser", "run", "build_spec"]
+__all__ = ["add_parser", "run", "build_spec", "render_table"]
 
 DEFAULT_OUT = Path("runs/bench-algorithms")
 
 
-def add_parser(kinds: Any, handler: Any) -> None:
+def add_parser(kinds: Any) -> None:
     """Register the ``algorithms`` benchmark under ``scaledl bench``."""
     p = kinds.add_parser(
         "algorithms", help="every training method (EASGD family, async, sync) with one budget",
@@ -60,7 +62,7 @@ def add_parser(kinds: Any, handler: Any) -> None:
     p.add_argument("--plot-dir", type=Path, default=None,
                    help="write accuracy_vs_time.png, accuracy_vs_epoch.png and table.md "
                         "here (default: --out)")
-    p.set_defaults(handler=handler)
+    p.set_defaults(handler=run)
 
 
 def build_spec(args: argparse.Namespace) -> BenchSpec:
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     runs = run_all(methods, spec, args.out, args.repeats,
                    lambda line: say(line, markup=False, highlight=False))
     results = [median_result(per_method) for per_method in runs]
-    report.render_table(results, spec, console)
+    render_table(results, spec, console)
     data = report.to_json(results, spec, env, ["scaledl", *getattr(args, "argv", [])],
                           skipped if args.methods is None else [])
     if args.json is not None:
@@ -128,3 +130,19 @@ def run(args: argparse.Namespace) -> int:
         say(f"wrote {path}", markup=False, highlight=False)
     (plot_dir / "table.md").write_text(report.markdown_table(results))
     return 0 if any(r.status == "ok" for r in results) else 1
+
+
+def render_table(results: list[MethodResult], spec: BenchSpec, console: Any) -> None:
+    """Print one row per method on a rich ``console``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"{spec.model} on {spec.dataset}, {spec.workers} workers (+1 server "
+                        f"rank for the parameter-server methods), {spec.epochs} epochs, batch "
+                        f"{spec.batch_size}/worker, lr {spec.lr:g}; target accuracy "
+                        f"{spec.target:g}")
+    for name in COLUMNS:
+        table.add_column(name, justify="left" if name in ("method", "note") else "right")
+    for result in results:
+        table.add_row(*(Text(cell) for cell in table_row(result)))  # no markup in reasons
+    console.print(table)

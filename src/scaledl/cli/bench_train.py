@@ -17,7 +17,7 @@ from scaledl.topology import parse_axes
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(kinds: Any, handler: Any) -> None:
+def add_parser(kinds: Any) -> None:
     """Register the ``train`` benchmark under ``scaledl bench``."""
     p = kinds.add_parser(
         "train", help="samples/s of scaledl DataParallel vs torch DDP on the same job",
@@ -35,7 +35,7 @@ def add_parser(kinds: Any, handler: Any) -> None:
     p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size of both")
     p.add_argument("--json", type=Path, default=None, help="write results as JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write a bar chart (PNG) here")
-    p.set_defaults(handler=handler)
+    p.set_defaults(handler=run)
 
 
 def _config(args: argparse.Namespace) -> TrainBenchConfig:

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scaledl.cli.bench import parse_bytes
+from scaledl.cli.bench_collectives import parse_bytes
 from scaledl.collectives.registry import ALGORITHMS
 from scaledl.models.registry import available_models
 from scaledl.collectives.auto import CostModel
