@@ -250,6 +250,19 @@ def test_loader_position_resumes_at_the_exact_sample() -> None:
     assert torch.equal(torch.cat(seen + rest), everything)
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_resumed_finished_epoch_yields_no_batch(prefetch: int) -> None:
+    """A checkpoint taken after an epoch's last batch resumes with nothing left of the epoch:
+    the loader must give no batch at all (an empty batch would be one training step more)."""
+    dataset = _dataset()
+    sampler = ShardedSampler(len(dataset), 0, 2, seed=8)
+    assert len(list(ShardedLoader(dataset, 4, sampler))) > 0
+    resumed = ShardedSampler(len(dataset), 0, 2, seed=8)
+    resumed.load_state_dict(sampler.state_dict())
+    loader = ShardedLoader(dataset, 4, resumed, prefetch=prefetch)
+    assert loader.batch_indices() == [] and list(loader) == []
+
+
 def _wait_for_threads(baseline: int) -> int:
     deadline = time.monotonic() + 5
     while threading.active_count() > baseline and time.monotonic() < deadline:

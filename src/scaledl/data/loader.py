@@ -127,6 +127,8 @@ class ShardedLoader:
     def batch_indices(self) -> list[torch.Tensor]:
         """The sample indices of the batches that iterating now would give, in order."""
         indices = self.sampler.remaining_indices()
+        if indices.numel() == 0:  # torch.split would give one empty batch
+            return []
         batches = list(torch.split(indices, self.batch_size))
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
