@@ -23,7 +23,7 @@ from scaledl.bench.report import (
     write_plot,
 )
 from scaledl.cli.bench_collectives import message_sizes, parse_bytes, render_table
-from scaledl.collectives.auto import CostModel, LinkModel, schedule_time
+from scaledl.collectives.cost import CostModel, LinkCost, schedule_time
 from scaledl.collectives.registry import plan
 from scaledl.collectives.schedule import Collective
 from scaledl.topology import Topology
@@ -139,7 +139,7 @@ def test_schedule_features_of_a_ring() -> None:
 
 
 def test_calibrate_recovers_known_alpha_beta() -> None:
-    truth = CostModel(links=(LinkModel(30e-6, 1 / 2.5e9),), overhead=20e-6,
+    truth = CostModel(links=(LinkCost(30e-6, 1 / 2.5e9),), overhead=20e-6,
                       native_overhead=5e-6, native_beta_factor=1.7)
     topology = Topology.flat(4)
     measured = _synthetic(truth, topology, 4)

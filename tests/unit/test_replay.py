@@ -8,7 +8,8 @@ import math
 import pytest
 
 from scaledl.collectives.registry import ALGORITHMS, plan
-from scaledl.collectives.replay import Link, replay
+from scaledl.collectives.cost import LinkCost
+from scaledl.collectives.replay import replay
 from scaledl.collectives.schedule import (
     Action, Collective, Round, Schedule, ScheduleError, Transfer,
 )
@@ -16,7 +17,7 @@ from scaledl.topology import Topology
 from tests.helpers_loopback import topologies
 
 ALPHA, BETA = 1e-5, 1e-9
-UNIFORM = Link(ALPHA, BETA)
+UNIFORM = LinkCost(ALPHA, BETA)
 
 
 def _replay(name: str, collective: Collective, topology: Topology, numel: int, root: int = 0):

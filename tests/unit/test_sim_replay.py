@@ -7,7 +7,8 @@ import math
 import pytest
 
 from scaledl.collectives.registry import ALGORITHMS, plan
-from scaledl.collectives.replay import Link, replay
+from scaledl.collectives.cost import LinkCost
+from scaledl.collectives.replay import replay
 from scaledl.collectives.schedule import (
     Action, Collective, Round, Schedule, ScheduleError, Transfer,
 )
@@ -28,9 +29,9 @@ def _full_replay(name: str, collective: Collective, topo: Topology, numel: int, 
                  net: Network) -> float:
     schedules = [plan(name, collective, topo, r, numel, root) for r in range(topo.world_size)]
 
-    def link_of(a: int, b: int) -> Link:
+    def link_of(a: int, b: int) -> LinkCost:
         link = net.link_of_axis(topo.link_axis(a, b))
-        return Link(link.alpha, link.beta)
+        return LinkCost(link.alpha, link.beta)
 
     return replay(schedules, link_of, 4, net.overhead, net.gamma, net.chunk_bytes,
                   topo.node).makespan

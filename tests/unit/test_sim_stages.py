@@ -14,7 +14,8 @@ import pytest
 
 from scaledl.collectives.cost import stage_time
 from scaledl.collectives.registry import plan
-from scaledl.collectives.replay import Link, replay
+from scaledl.collectives.cost import LinkCost
+from scaledl.collectives.replay import replay
 from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.fastreplay import cost, makespan
@@ -29,9 +30,9 @@ def _full(spec: str, collective: Collective, topo: Topology, numel: int, root: i
     schedules = [plan(spec, collective, topo, r, numel, root) for r in range(topo.world_size)]
     model = NET.to_cost_model()
 
-    def link_of(a: int, b: int) -> Link:
+    def link_of(a: int, b: int) -> LinkCost:
         link = NET.link_of_axis(topo.link_axis(a, b))
-        return Link(link.alpha, link.beta)
+        return LinkCost(link.alpha, link.beta)
 
     return replay(schedules, link_of, 4, NET.overhead, NET.gamma, NET.chunk_bytes, topo.node,
                   lambda stage, sharers: stage_time(stage, 4, model, sharers)).makespan

@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scaledl.bench.report import Measurement
-from scaledl.collectives.auto import CostModel, Fabric, LinkModel, choose, schedule_time
+from scaledl.collectives.auto import Fabric, choose
+from scaledl.collectives.cost import CostModel, LinkCost, schedule_time
 from scaledl.collectives.cost import shm_terms
 from scaledl.collectives.registry import ALGORITHMS, plan, plan_numel
 from scaledl.collectives.schedule import Action, Collective, Schedule
@@ -152,7 +153,7 @@ def calibrate(
     link_fit = fit_two([s.rounds for s in scheduled], [s.critical_bytes for s in scheduled],
                        [max(s.seconds - s.known_seconds, 1e-9) for s in scheduled])
     overhead = min(prior.overhead, link_fit.first)
-    link = LinkModel(link_fit.first - overhead, link_fit.second)
+    link = LinkCost(link_fit.first - overhead, link_fit.second)
     model = replace(prior, links=tuple(link for _ in prior.links), overhead=overhead)
     summary: dict[str, object] = {
         "link": {"per_round_s": link_fit.first, "alpha_s": link.alpha, "beta_s_per_byte":
@@ -186,7 +187,7 @@ def _fit_shm(
         return model, {"skipped": "shm measured at fewer than two sizes"}
     fit = fit_two([r[0] for r in rows], [r[1] for r in rows],
                   [max(r[3] - r[2], 1e-9) for r in rows])
-    fitted = replace(model, shm=LinkModel(fit.first, fit.second))
+    fitted = replace(model, shm=LinkCost(fit.first, fit.second))
     return fitted, {"alpha_s": fit.first, "beta_s_per_byte": fit.second,
                     "bandwidth_gbps": 1e-9 / fit.second if fit.second else None,
                     "rms_relative_error": fit.rms_relative_error, "points": fit.points}

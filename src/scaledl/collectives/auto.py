@@ -21,15 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scaledl.collectives.cost import (
-    CALIBRATION_ENV, CostModel, LinkModel, calibration_path, schedule_time, stage_time,
+    CALIBRATION_ENV, CostModel, LinkCost, calibration_path, schedule_time, stage_time,
 )
 from scaledl.collectives.registry import ALGORITHMS, lookup, parse_algorithm, plan
-from scaledl.collectives.replay import Link, replay
+from scaledl.collectives.replay import replay
 from scaledl.collectives.schedule import Collective, Stage
 from scaledl.topology import Topology
 
 __all__ = [
-    "LinkModel", "CostModel", "Choice", "Fabric", "choose", "choose_paths", "level_options",
+    "LinkCost", "CostModel", "Choice", "Fabric", "choose", "choose_paths", "level_options",
     "check_paths", "CALIBRATION_ENV", "stage_time",
     "schedule_time", "calibration_path",
 ]
@@ -58,9 +58,9 @@ def _predict(
     if p <= REPLAY_LIMIT:
         schedules = [plan(name, collective, topology, rank, numel, root) for rank in range(p)]
 
-        def link_of(a: int, b: int) -> Link:
+        def link_of(a: int, b: int) -> LinkCost:
             link = model.link(topology.link_axis(a, b))
-            return Link(link.alpha, link.beta * beta_factor)
+            return LinkCost(link.alpha, link.beta * beta_factor)
 
         def stage_cost(stage: Stage, sharers: int) -> float:
             return stage_time(stage, itemsize, model, sharers)

@@ -30,7 +30,8 @@ import torch
 import torch.distributed as dist
 
 from scaledl.bootstrap import host_name
-from scaledl.collectives.auto import CostModel, Fabric, LinkModel
+from scaledl.collectives.auto import CostModel, Fabric
+from scaledl.collectives.cost import LinkCost
 from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
 from scaledl.collectives.stages import Paths
 from scaledl.topology import (
@@ -105,10 +106,10 @@ def _model_to_tensor(model: CostModel) -> torch.Tensor:
 def _model_from_tensor(tensor: torch.Tensor) -> CostModel:
     values = tensor.tolist()
     count = int(values[0])
-    links = tuple(LinkModel(values[1 + 2 * i], values[2 + 2 * i]) for i in range(count))
+    links = tuple(LinkCost(values[1 + 2 * i], values[2 + 2 * i]) for i in range(count))
     rest = values[1 + 2 * count:]
     return CostModel(links, rest[0], rest[1], int(rest[2]), rest[3], rest[4],
-                     LinkModel(rest[5], rest[6]), int(rest[7]))
+                     LinkCost(rest[5], rest[6]), int(rest[7]))
 
 
 def debug_enabled(environ: Mapping[str, str] | None = None) -> bool:

@@ -28,7 +28,7 @@ from scaledl.collectives.schedule import Action, Collective, Path as StagePath, 
 from scaledl.topology import Topology
 
 __all__ = [
-    "LinkModel", "CostModel", "stage_time", "shm_terms", "schedule_time", "calibration_path",
+    "LinkCost", "CostModel", "stage_time", "shm_terms", "schedule_time", "calibration_path",
     "CALIBRATION_ENV",
 ]
 
@@ -36,22 +36,46 @@ CALIBRATION_ENV = "SCALEDL_CALIBRATION"
 
 
 @dataclass(frozen=True)
-class LinkModel:
-    """One link class: latency ``alpha`` (seconds) and inverse bandwidth ``beta`` (s/byte)."""
+class LinkCost:
+    """What a message costs on one class of links: ``alpha + bytes x beta`` seconds.
+
+    The one (alpha, beta) pair of scaledl: the cost model's link classes (:class:`CostModel`),
+    the replay's links (:mod:`scaledl.collectives.replay`) and the simulator's named link
+    classes (``scaledl.sim.network.LinkClass``, a subclass) are all this.
+    """
 
     alpha: float
+    """Latency, seconds."""
     beta: float
+    """Inverse bandwidth, seconds per byte (0: free)."""
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.beta < 0:
-            raise ValueError(f"link latency {self.alpha} and s/byte {self.beta} must be >= 0")
+        for what, value in (("latency", self.alpha), ("seconds per byte", self.beta)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"{self.describe()} has {what} {value}; latencies and seconds per byte "
+                    "must be finite and >= 0 (0: free)"
+                )
+
+    def describe(self) -> str:
+        """How error messages name this link."""
+        return "link"
+
+    @property
+    def gbytes_per_s(self) -> float:
+        """Bandwidth in GB/s (10^9 bytes per second); infinite for ``beta == 0``."""
+        return math.inf if self.beta == 0 else 1e-9 / self.beta
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` over this link alone."""
+        return self.alpha + nbytes * self.beta
 
 
 @dataclass(frozen=True)
 class CostModel:
     """Parameters of the schedule cost model."""
 
-    links: tuple[LinkModel, ...] = (LinkModel(40e-6, 1 / 3.0e9), LinkModel(60e-6, 1 / 1.25e9))
+    links: tuple[LinkCost, ...] = (LinkCost(40e-6, 1 / 3.0e9), LinkCost(60e-6, 1 / 1.25e9))
     """One model per topology axis, innermost first; outer axes reuse the last entry.  Defaults:
     loopback TCP on the project's 2-core machine inside a host, 10 Gbit/s Ethernet between."""
     overhead: float = 40e-6
@@ -64,14 +88,14 @@ class CostModel:
     """Per-round cost of the backend's own collectives, seconds."""
     native_beta_factor: float = 1.3
     """How much slower the backend's own collectives move bytes than scaledl's pipeline."""
-    shm: LinkModel = LinkModel(5e-6, 1 / 10e9)
+    shm: LinkCost = LinkCost(5e-6, 1 / 10e9)
     """Shared memory among ranks of one host: ``alpha`` per wait for the peers (one piece has
     up to three), ``beta`` per byte copied; the adds cost ``gamma``.  Default: measured on the
     project's 2-core machine (docs/benchmarks.md)."""
     shm_window: int = 4 << 20
     """Bytes of one shared-memory window: larger slices stream through it in pieces."""
 
-    def link(self, axis: int) -> LinkModel:
+    def link(self, axis: int) -> LinkCost:
         """The model of a link that crosses ``axis``."""
         return self.links[min(max(axis, 0), len(self.links) - 1)]
 
@@ -83,9 +107,9 @@ class CostModel:
     def from_json(cls, text: str) -> CostModel:
         """Parse a calibration file (one without the shared-memory class keeps its default)."""
         data = json.loads(text)
-        links = tuple(LinkModel(**link) for link in data.pop("links"))
+        links = tuple(LinkCost(**link) for link in data.pop("links"))
         if "shm" in data:
-            data["shm"] = LinkModel(**data["shm"])
+            data["shm"] = LinkCost(**data["shm"])
         return cls(links=links, **data)
 
     @classmethod

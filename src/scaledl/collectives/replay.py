@@ -31,17 +31,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from scaledl.collectives.cost import LinkCost
 from scaledl.collectives.schedule import Action, Schedule, ScheduleError, Stage, Transfer
 
-__all__ = ["Link", "ReplayResult", "replay"]
-
-
-@dataclass(frozen=True)
-class Link:
-    """Latency (s) and inverse bandwidth (s/byte) of one message's path."""
-
-    alpha: float
-    beta: float
+__all__ = ["ReplayResult", "replay", "LinkOf"]
 
 
 @dataclass(frozen=True)
@@ -56,19 +49,20 @@ class ReplayResult:
         return max(self.finish, default=0.0)
 
 
-LinkOf = Callable[[int, int], Link]
+LinkOf = Callable[[int, int], LinkCost]
+"""The cost of the link between two ranks."""
 
 
 def _outgoing(
     rank: int, transfers: Sequence[Transfer], link_of: LinkOf, itemsize: int, sharers: int = 1,
     node_of: Callable[[int], int] | None = None,
-) -> dict[Link, float]:
+) -> dict[LinkCost, float]:
     """Bytes ``rank`` sends in one round, per link class: they leave through one interface.
 
     Sends that leave the host count ``sharers`` times: that many ranks of the host use its
     network interface in the same round.
     """
-    totals: dict[Link, float] = {}
+    totals: dict[LinkCost, float] = {}
     for t in transfers:
         if t.is_send:
             link = link_of(rank, t.peer)
@@ -184,7 +178,7 @@ class _Context:
     stages: dict[tuple[int, int], tuple[int, ...]]
     stage_time: Callable[[Stage, int], float] | None
 
-    def outgoing(self, rank: int, index: int) -> dict[Link, float]:
+    def outgoing(self, rank: int, index: int) -> dict[LinkCost, float]:
         node = self.node_of(rank) if self.node_of is not None else 0
         return _outgoing(rank, self.schedules[rank].rounds[index].transfers, self.link_of,
                          self.itemsize, self.sharers.get((node, index), 1), self.node_of)

@@ -22,7 +22,7 @@ round are the ones in flight together):
   non-blocking fabric, ``k = 1``, never binds beyond the host interfaces.
 
 Receives do not compete with sends (full-duplex links).  ``overhead`` is a per-round software
-cost and ``gamma`` the reduction cost per byte, as in :class:`scaledl.collectives.auto.CostModel`.
+cost and ``gamma`` the reduction cost per byte, as in :class:`scaledl.collectives.cost.CostModel`.
 Where bytes pass through the host CPU (TCP), ``cpu_beta`` is the CPU time per byte at each end
 (``cpu_beta_link`` more for bytes that cross hosts) and ``cpu_contention`` the ranks per core
 when they outnumber the cores: a round then lasts at least ``(sent + received) x cpu_beta x
@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from scaledl.collectives.auto import CostModel
+from scaledl.collectives.cost import CostModel, LinkCost
 
 __all__ = ["LinkClass", "Network", "INTRA", "INTER", "UPLINK", "CLASS_NAMES"]
 
@@ -43,21 +43,21 @@ INTRA, INTER, UPLINK = 0, 1, 2
 CLASS_NAMES = ("intra-host", "inter-host", "rack uplink")
 
 
-@dataclass(frozen=True)
-class LinkClass:
-    """One class of links: latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte)."""
+@dataclass(frozen=True, init=False)
+class LinkClass(LinkCost):
+    """A named class of links: its latency ``alpha`` (s) and inverse bandwidth ``beta``
+    (s/byte) are a :class:`~scaledl.collectives.cost.LinkCost`; the name labels reports."""
 
     name: str
-    alpha: float
-    beta: float
+    """What the class is (a preset's name, ``intra-host``, ...)."""
 
-    def __post_init__(self) -> None:
-        for what, value in (("latency", self.alpha), ("seconds per byte", self.beta)):
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(
-                    f"link {self.name!r} has {what} {value}; latencies and seconds per byte "
-                    "must be finite and >= 0 (0: free)"
-                )
+    def __init__(self, name: str, alpha: float, beta: float) -> None:
+        object.__setattr__(self, "name", name)
+        super().__init__(alpha, beta)
+
+    def describe(self) -> str:
+        """How error messages name this link."""
+        return f"link {self.name!r}"
 
     @classmethod
     def from_bandwidth(cls, name: str, latency_s: float, gbytes_per_s: float) -> LinkClass:
@@ -67,15 +67,6 @@ class LinkClass:
                 f"link {name!r} has bandwidth {gbytes_per_s} GB/s; give a bandwidth > 0"
             )
         return cls(name, latency_s, 1.0 / (gbytes_per_s * 1e9))
-
-    @property
-    def gbytes_per_s(self) -> float:
-        """Bandwidth in GB/s (10^9 bytes per second); infinite for ``beta == 0``."""
-        return math.inf if self.beta == 0 else 1e-9 / self.beta
-
-    def time(self, nbytes: float) -> float:
-        """Seconds to move ``nbytes`` over this link alone."""
-        return self.alpha + nbytes * self.beta
 
 
 @dataclass(frozen=True)
@@ -148,9 +139,7 @@ class Network:
 
     def to_cost_model(self) -> CostModel:
         """The same parameters in ``auto``'s calibration format (one link per axis)."""
-        from scaledl.collectives.auto import LinkModel
-
-        links = tuple(LinkModel(link.alpha, link.beta) for link in self.classes)
+        links = tuple(LinkCost(link.alpha, link.beta) for link in self.classes)
         return CostModel(links=links, overhead=self.overhead, gamma=self.gamma,
                          chunk_bytes=self.chunk_bytes)
 
