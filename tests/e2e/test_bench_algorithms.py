@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from scaledl.bench.algorithms import METHODS, BenchSpec, available_methods
-from scaledl.bench.algorithms_run import LAUNCH_VARIABLES, run_method
+from scaledl.bench.methods import METHODS, BenchSpec, available_methods
+from scaledl.bench.methods_run import LAUNCH_VARIABLES, run_method
 
 TIMEOUT_S = 120
 

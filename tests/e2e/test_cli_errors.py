@@ -27,13 +27,13 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def reached(*args: Any, **kwargs: Any) -> int:
         raise AssertionError("the command started its work before refusing the bad option")
 
-    from scaledl.bench import algorithms_run
+    from scaledl.bench import methods_run
     from scaledl.cli import bench_algorithms, bench_train
     from scaledl.cluster import netns
 
     for module in (train, bench_collectives, bench_train):
         monkeypatch.setattr(module, "run_distributed", reached)
-    monkeypatch.setattr(algorithms_run, "run_all", reached)
+    monkeypatch.setattr(methods_run, "run_all", reached)
     monkeypatch.setattr(bench_algorithms, "_console", reached)
     monkeypatch.setattr(netns, "preflight", lambda: None)  # no root needed to check options
     monkeypatch.setattr(cluster, "_run_ephemeral", reached)

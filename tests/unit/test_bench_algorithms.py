@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from scaledl.bench import algorithms_report as report
-from scaledl.bench.algorithms import METHODS, BenchSpec, select_methods, train_command
-from scaledl.bench.algorithms_result import (
+from scaledl.bench import methods_report as report
+from scaledl.bench.methods import METHODS, BenchSpec, select_methods, train_command
+from scaledl.bench.methods_result import (
     MethodResult, failed_result, median_result, read_result, time_to_target,
 )
-from scaledl.bench.algorithms_run import child_environment, error_reason
+from scaledl.bench.methods_run import child_environment, error_reason
 from scaledl.cli.bench_algorithms import render_table
 from scaledl.cli.main import main
 

@@ -1,4 +1,5 @@
-"""Benchmark results and their presentation: busbw formulas, the table, JSON and the plot.
+"""Benchmark results and their presentation: busbw formulas, header lines, JSON and the plot
+(the console table is :func:`scaledl.cli.bench_collectives.render_table`).
 
 Bandwidths follow nccl-tests (``doc/PERFORMANCE.md``): ``algbw = S / t`` with ``S`` the bytes of
 the whole buffer (for reduce_scatter and allgather the full ``p x shard`` buffer), and

@@ -1,8 +1,8 @@
 """``scaledl bench algorithms``: every training method with the same budget on a real data set,
 one ``scaledl train`` run after another; a rich table, ``--json`` and two PNG plots.
 
-The methods, their options and the budget are defined in :mod:`scaledl.bench.algorithms`, the
-numbers read back from each run in :mod:`scaledl.bench.algorithms_result`.
+The methods, their options and the budget are defined in :mod:`scaledl.bench.methods`, the
+numbers read back from each run in :mod:`scaledl.bench.methods_result`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from scaledl.bench.algorithms import (
+from scaledl.bench.methods import (
     METHODS, BenchSpec, available_methods, check_model, default_target, resolve_dataset,
     select_methods,
 )
-from scaledl.bench.algorithms_report import COLUMNS, table_row
-from scaledl.bench.algorithms_result import MethodResult
+from scaledl.bench.methods_report import COLUMNS, table_row
+from scaledl.bench.methods_result import MethodResult
 from scaledl.cli.paths import check_output_dir, check_output_file
 
 __all__ = ["add_parser", "run", "build_spec", "render_table"]
@@ -99,9 +99,9 @@ def _console() -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Validate everything, run every method, then show and write the results."""
-    from scaledl.bench import algorithms_report as report
-    from scaledl.bench.algorithms_result import median_result
-    from scaledl.bench.algorithms_run import run_all
+    from scaledl.bench import methods_report as report
+    from scaledl.bench.methods_result import median_result
+    from scaledl.bench.methods_run import run_all
 
     available = available_methods()
     methods = select_methods(args.methods, available)

@@ -1,4 +1,4 @@
-"""The training-algorithm comparison behind ``scaledl bench algorithms``: which methods, how each
+"""The training-method comparison behind ``scaledl bench algorithms``: which methods, how each
 one is run, and what is read back from its run directory.
 
 Every method trains the same model on the same data set with the same budget (epochs, batch per
@@ -10,9 +10,9 @@ means 5 processes for them.  What differs is the method itself:
   ``momentum`` (0.9 by default), as in You, Buluç, Demmel (SC17): SGD and EASGD follow their
   Eq. 1-2, MSGD and MEASGD Eq. 3-6;
 * the elastic moving rate ``alpha = 0.9 / workers`` (Zhang et al.'s ``beta = p alpha = 0.9``)
-  and ``tau = 1`` (an exchange every step, as in You et al.'s algorithms) for the EASGD family;
+  and ``tau = 1`` (an exchange every step, as in You et al.'s methods) for the EASGD family;
 * ``tau = 4`` for local SGD (with ``tau = 1`` it would be synchronous SGD again).
-What is read back from each run is defined in :mod:`scaledl.bench.algorithms_result`.
+What is read back from each run is defined in :mod:`scaledl.bench.methods_result`.
 """
 
 from __future__ import annotations

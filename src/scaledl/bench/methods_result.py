@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scaledl.bench.algorithms import BenchSpec, Method, ranks
+from scaledl.bench.methods import BenchSpec, Method, ranks
 from scaledl.train.metrics import read_metrics
 
 __all__ = ["MethodResult", "read_result", "failed_result", "time_to_target", "median_result"]

@@ -12,8 +12,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from scaledl.bench.algorithms import METHODS, BenchSpec
-from scaledl.bench.algorithms_result import MethodResult
+from scaledl.bench.methods import METHODS, BenchSpec
+from scaledl.bench.methods_result import MethodResult
 
 __all__ = ["COLUMNS", "table_row", "markdown_table", "environment", "to_json", "write_json",
            "write_plots", "PLOT_NAMES"]
@@ -28,7 +28,7 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 COLUMNS = ("method", "ranks", "final acc", "best acc", "s to target", "epochs to target",
            "train s", "comm share", "exposed", "updates/s", "staleness", "roughness", "note")
-"""Table columns (definitions: :mod:`scaledl.bench.algorithms_result`)."""
+"""Table columns (definitions: :mod:`scaledl.bench.methods_result`)."""
 
 
 def _percent(share: float | None) -> str:

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from scaledl.bench.algorithms import BenchSpec, Method, train_command
+from scaledl.bench.methods import BenchSpec, Method, train_command
 from scaledl.processes import stop_process_groups
-from scaledl.bench.algorithms_result import MethodResult, failed_result, read_result
+from scaledl.bench.methods_result import MethodResult, failed_result, read_result
 
 __all__ = ["run_method", "run_all", "error_reason", "child_environment"]
 
