@@ -149,6 +149,8 @@ def test_an_elastic_run_loses_a_worker_for_good_and_finishes_on_two(tmp_path: Pa
     (["--checkpoint-seconds", "-3"], {}, "checkpoint_seconds -3.0 must be >= 0"),
     (["--min-workers", "3"], {}, "min_workers 3 exceeds the 2 workers"),
     (["--min-workers", "1"], {}, "needs --max-restarts 1 or more"),
+    (["--min-workers", "1", "--max-restarts", "1", "--topology", "2"], {},
+     "the layout would not fit fewer workers"),
     (["--min-workers", "1", "--max-restarts", "1", "--strategy", "hogwild-sgd"], {},
      "min_workers does not apply to 'hogwild-sgd'"),
 ])

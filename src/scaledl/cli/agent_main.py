@@ -25,6 +25,8 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
+from scaledl.cli.launch import die_with_launcher
+
 __all__ = ["main", "HEARTBEAT_ATTEMPTS", "LAST_CALL_S"]
 
 HEARTBEAT_ATTEMPTS = 3
@@ -58,6 +60,7 @@ def _failures(result: RunResult | None) -> dict[str, dict[str, Any]]:
 def main(spec: dict[str, Any]) -> int:
     """Run one node's agent as ``spec`` says; return its exit code."""
     logging.basicConfig(level=logging.WARNING, format="[agent %(process)d] %(message)s")
+    die_with_launcher()  # a killed launcher takes its agents (and so their workers) with it
     directory = Path(spec["directory"])
     params = RendezvousParameters(
         backend="c10d", endpoint=f"127.0.0.1:{spec['port']}", run_id=spec["run_id"],

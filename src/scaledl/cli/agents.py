@@ -41,7 +41,7 @@ from scaledl.cli.launch import (
     INTERRUPTED, SHARED_STORE_ENV, FaultPolicy, JobOutcome, launch_environment,
 )
 from scaledl.faults import RELAUNCH_ENV
-from scaledl.processes import stop_process_groups
+from scaledl.processes import signals_raise, stop_process_groups
 from scaledl.train.restarts import LAUNCH_ID_ENV
 
 __all__ = ["launch_agents"]
@@ -49,6 +49,13 @@ __all__ = ["launch_agents"]
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP reached the launcher: stop every agent."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"stopped by {signal_name}")
 
 
 def _agent_command(node: int, port: int, run_id: str, nproc: int, policy: FaultPolicy,
@@ -95,13 +102,16 @@ def _run_once(nproc: int, policy: FaultPolicy, directory: Path, entrypoint: str,
                               start_new_session=True) for node in range(nproc)]
     essential = set(policy.essential_ranks)
     try:
-        while any(proc.poll() is None for proc in procs):
-            failed, _ = _failures(directory, procs)
-            if policy.drop_dead_workers and essential & set(failed):
-                break  # the job cannot go on: stop the others below
-            time.sleep(_POLL_S)
+        with signals_raise(_Stopped):
+            while any(proc.poll() is None for proc in procs):
+                failed, _ = _failures(directory, procs)
+                if policy.drop_dead_workers and essential & set(failed):
+                    break  # the job cannot go on: stop the others below
+                time.sleep(_POLL_S)
     except KeyboardInterrupt:
         return JobOutcome(INTERRUPTED, cause="interrupted")
+    except _Stopped as stop:
+        return JobOutcome(INTERRUPTED, cause=str(stop))
     finally:
         stop_process_groups(procs, grace_s=10.0)
         del store

@@ -97,8 +97,8 @@ def _check_nproc(nproc: int) -> None:
 
 
 def die_with_launcher() -> None:
-    """In a worker of a local launch: be killed when the agent that started it dies (Linux),
-    so that a killed launcher leaves no worker behind."""
+    """In a process of a local launch (a worker, or a per-worker agent): be killed when the
+    process that started it dies (Linux), so that a killed launcher leaves nothing running."""
     if LAUNCH_ID_ENV not in os.environ or not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError, AttributeError):

@@ -14,13 +14,16 @@ import argparse
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from scaledl.cli.launch import FaultPolicy, die_with_launcher, run_distributed, under_launcher
+from scaledl.cli.launch import (
+    SHARED_STORE_ENV, FaultPolicy, die_with_launcher, run_distributed, under_launcher,
+)
 from scaledl.cli.paths import check_output_dir
 from scaledl.faults import FAULT_ENV, check_fault_spec
 from scaledl.topology import TOPOLOGY_ENV
@@ -143,6 +146,10 @@ def _check_faults(config: TrainConfig, workers: int) -> None:
     if run.min_workers is not None and run.min_workers < workers and not run.max_restarts:
         raise ValueError(f"min_workers {run.min_workers} needs --max-restarts 1 or more: the "
                          "remaining workers go on by restarting from the last checkpoint")
+    if run.min_workers is not None and run.min_workers < workers and config.parallel.topology:
+        raise ValueError(f"min_workers {run.min_workers} with --topology "
+                         f"{config.parallel.topology}: the layout would not fit fewer workers; "
+                         "drop --topology or --min-workers")
     if run.min_workers is not None and config.parallel.strategy in SERVER_STRATEGIES:
         raise ValueError(f"min_workers does not apply to {config.parallel.strategy!r}: an "
                          "asynchronous strategy drops a dead worker and the others go on; drop "
@@ -206,12 +213,29 @@ def _check_launched_workers(workers: int | None, min_workers: int | None) -> Non
         )
 
 
+def _check_restartable(env: Mapping[str, str]) -> None:
+    """Under ``torchrun --max-restarts``, torch 2.x hands every attempt one shared store, where a
+    restarted worker finds the dead attempt's addresses and cannot connect (a long Gloo timeout);
+    say so at once, with the fix, instead."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    restarts = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if restarts.isdigit() and int(restarts) > 0:
+        raise ValueError(f"this worker was restarted by torchrun, whose shared store still holds "
+                         f"the failed attempt's addresses; run torchrun with "
+                         f"{SHARED_STORE_ENV}=1 to give each attempt a fresh store")
+    if env.get("TORCHELASTIC_MAX_RESTARTS", "0") not in ("", "0"):
+        log.warning("torchrun --max-restarts: a restart will not connect unless torchrun runs with "
+                    "%s=1 (torch shares one store between attempts)", SHARED_STORE_ENV)
+
+
 def _worker(config: TrainConfig) -> int:
     import scaledl
     from scaledl import bootstrap
     from scaledl.train.trainer import Trainer
 
     die_with_launcher()
+    _check_restartable(os.environ)
     topology = bootstrap.init(timeout=config.parallel.timeout_s,
                               topology=config.parallel.topology)
     try:
