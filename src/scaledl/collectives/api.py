@@ -4,34 +4,29 @@ Each call validates its arguments in the caller (so a mistake raises at once, on
 then runs as a job of the group's :class:`~scaledl.collectives.communicator.Communicator`:
 synchronously, or in order on its worker thread with ``async_op=True`` (returning a handle with
 ``wait()``).  A job flattens the tensor (copying only if it is not contiguous, or if it lives on a
-GPU and the backend is Gloo), resolves ``auto`` with the cost model, plans (cached) and executes.
+GPU and the backend is Gloo) and runs the one call path of every collective
+(:meth:`scaledl.collectives.call.Call.run`): resolve ``auto`` with the cost model, plan (cached),
+execute.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from scaledl.collectives import native
-from scaledl.collectives.auto import CostModel, Fabric, check_paths, choose, choose_paths
+from scaledl.collectives.auto import CostModel, Fabric, check_paths, choose
+from scaledl.collectives.call import Call, flat_view
 from scaledl.collectives.communicator import (
     CollectiveHandle, Communicator, communicator_for, existing_communicator,
 )
-from scaledl.collectives.executor import (
-    Workspace, execute, execute_allgather, execute_reduce_scatter,
-)
-from scaledl.collectives.ops import SUPPORTED_DTYPES, ReduceOp, check_dtype
-from scaledl.collectives.registry import (
-    ALGORITHMS, AUTO, lookup, parse_algorithm, parse_collective, plan,
-)
-from scaledl.collectives.schedule import Collective, Schedule, Stage
-from scaledl.faults import at_collective
+from scaledl.collectives.ops import ReduceOp, check_dtype
+from scaledl.collectives.registry import AUTO, lookup, parse_collective
+from scaledl.collectives.schedule import Collective
 from scaledl.topology import TOPOLOGY_ENV, Topology, current_job, host_digest
 from scaledl.transport.shm_open import shm_supported
-from scaledl.transport.torch_p2p import TorchTransport, resolve_group
+from scaledl.transport.torch_p2p import resolve_group
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
@@ -39,105 +34,6 @@ __all__ = [
 ]
 
 Group = dist.ProcessGroup | None
-
-
-@dataclass(frozen=True)
-class _Call:
-    comm: Communicator
-    collective: Collective
-    algorithm: str
-    topology: Topology
-    op: ReduceOp
-    root: int
-
-    def begin(self, numel: int, dtype: torch.dtype) -> None:
-        """Start a job: in debug mode, check that every rank agrees on the call."""
-        at_collective()  # fault-injection hook point (SCALEDL_FAULT, see scaledl.faults)
-        if self.comm.check and self.comm.world_size > 1:
-            _check_agreement(self, numel, dtype)
-
-    def resolve(self, numel: int, itemsize: int) -> str:
-        """The algorithm to run: the one asked for, ``auto``'s (cached) choice, or for a
-        levelled algorithm given without paths, its best paths per level (cached)."""
-        base, paths = parse_algorithm(self.algorithm)
-        levelled = ALGORITHMS[base].levels if base in ALGORITHMS else False
-        if self.algorithm != AUTO and (paths or not levelled):
-            return self.algorithm
-        key = (self.algorithm, self.collective, numel, itemsize, self.root, self.topology)
-        name = self.comm.choices.get(key)
-        if name is None:
-            comm = self.comm
-            if self.algorithm == AUTO:
-                name = choose(self.collective, self.topology, numel, itemsize, comm.cost_model,
-                              self.root, fabric=comm.fabric).algorithm
-            else:
-                name = choose_paths(base, self.collective, self.topology, numel, itemsize,
-                                    comm.cost_model, comm.fabric, self.root)[0]
-            comm.choices[key] = name
-        return name
-
-    def run(
-        self, buffer: torch.Tensor, shard: torch.Tensor | None = None, name: str | None = None
-    ) -> str:
-        """Run on the flat working ``buffer``; return the algorithm used."""
-        numel = buffer.numel() if shard is None else shard.numel()
-        name = name if name is not None else self.resolve(numel, buffer.element_size())
-        if self.comm.world_size == 1:
-            return name
-        if name == "native":
-            native.run(self.collective, buffer, self.op, self.comm.channel, self.root, shard)
-            return name
-        schedule = plan(name, self.collective, self.topology, self.comm.rank, numel, self.root)
-        rounds = schedule.rounds
-        if len(rounds) == 1 and rounds[0].stage is not None:  # one stage: no dataflow to run
-            self.comm.stages.run(rounds[0].stage, buffer, self.op)
-        else:
-            execute(schedule, buffer, *self.executor_args(buffer), self.comm.stages)
-        return name
-
-    def executor_args(
-        self, like: torch.Tensor
-    ) -> tuple[TorchTransport, ReduceOp, int, Workspace]:
-        """Transport, op, chunk length and workspace for the executor."""
-        chunk_numel = max(1, self.comm.chunk_bytes // like.element_size())
-        return self.comm.transport, self.op, chunk_numel, self.comm.workspace
-
-
-_DTYPE_CODES = {dtype: code for code, dtype in enumerate(SUPPORTED_DTYPES)}
-_COLLECTIVE_CODES = {collective: code for code, collective in enumerate(Collective)}
-_OP_CODES = {op: code for code, op in enumerate(ReduceOp)}
-
-
-def _text_code(text: str) -> int:
-    return int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "little") >> 1
-
-
-def _check_agreement(call: _Call, numel: int, dtype: torch.dtype) -> None:
-    """Debug mode: every rank compares the whole call (collective, element count, dtype, root,
-    op, algorithm, layout) before running, and raises naming both calls on every rank."""
-    fingerprint = [
-        _COLLECTIVE_CODES[call.collective], numel, _DTYPE_CODES[dtype], call.root,
-        _OP_CODES[call.op], _text_code(call.algorithm), call.topology.fingerprint,
-    ]
-    rows = call.comm.channel.exchange(fingerprint)
-    for rank, row in enumerate(rows):
-        if row != rows[0]:
-            raise ValueError(
-                f"collective mismatch: rank 0 called {_describe(rows[0], call)} but rank {rank} "
-                f"called {_describe(row, call)}; every rank must call the same collective with "
-                "the same element count, dtype, root, op, algorithm and topology"
-            )
-
-
-def _describe(row: list[int], call: _Call) -> str:
-    collective, numel, dtype, root, op, algorithm, topology = row
-    name = list(Collective)[collective].value
-    mine = [_text_code(call.algorithm), call.topology.fingerprint]
-    algorithm_text = call.algorithm if algorithm == mine[0] else f"other ({algorithm:x})"
-    layout = call.topology.spec if topology == mine[1] else f"other ({topology:x})"
-    return (f"{name} of {numel} {str(SUPPORTED_DTYPES[dtype]).removeprefix('torch.')} "
-            f"(root {root}, op {list(ReduceOp)[op].value}, algorithm {algorithm_text}, "
-            f"topology {layout})")
 
 
 @dataclass(frozen=True)
@@ -191,7 +87,7 @@ def _topology(topology: Topology | None, view: _GroupView | Communicator) -> Top
 def _prepare(
     collective: Collective, tensors: list[torch.Tensor], op: str | ReduceOp, algorithm: str,
     topology: Topology | None, group: Group, root: int = 0,
-) -> _Call:
+) -> Call:
     for tensor in tensors:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
@@ -207,7 +103,7 @@ def _prepare(
         comm.checked[key] = topo
     if not 0 <= root < comm.world_size:
         raise ValueError(f"root rank {root} is outside the group of {comm.world_size} ranks")
-    return _Call(comm, collective, algorithm, topo, reduce_op, root)
+    return Call(comm, collective, algorithm, topo, reduce_op, root)
 
 
 def _checked_topology(
@@ -246,26 +142,6 @@ def resolve_topology(
     return _checked_topology(algorithm, parse_collective(collective), topology, view)
 
 
-def _whole_group_stage(schedule: Schedule) -> Stage | None:
-    """The stage of a schedule that is one stage of every rank in rank order (e.g. ``shm``),
-    which then runs from the caller's tensors without the executor's working copy."""
-    rounds = schedule.rounds
-    stage = rounds[0].stage if len(rounds) == 1 else None
-    if stage is None or schedule.layout is not None:
-        return None
-    return stage if stage.members == tuple(range(schedule.world_size)) else None
-
-
-def _stage(tensor: torch.Tensor, comm: Communicator) -> tuple[torch.Tensor, bool]:
-    """A flat contiguous working view of ``tensor`` and whether it must be copied back."""
-    needs_host = tensor.is_cuda and comm.backend != "nccl"
-    if tensor.is_contiguous() and not needs_host:
-        return tensor.detach().view(-1), False
-    flat = tensor.detach().reshape(-1)
-    flat = flat.cpu() if needs_host else flat.clone()
-    return flat.contiguous(), True
-
-
 def allreduce(
     tensor: torch.Tensor, op: str | ReduceOp = "sum", algorithm: str = AUTO,
     topology: Topology | None = None, group: Group = None, async_op: bool = False,
@@ -275,7 +151,7 @@ def allreduce(
 
     def job() -> None:
         call.begin(tensor.numel(), tensor.dtype)
-        buffer, copy_back = _stage(tensor, call.comm)
+        buffer, copy_back = flat_view(tensor, call.comm)
         call.run(buffer)
         call.op.finish(buffer, call.comm.world_size)
         if copy_back:
@@ -293,7 +169,7 @@ def broadcast(
 
     def job() -> None:
         call.begin(tensor.numel(), tensor.dtype)
-        buffer, copy_back = _stage(tensor, call.comm)
+        buffer, copy_back = flat_view(tensor, call.comm)
         call.run(buffer)
         if copy_back:
             tensor.detach().copy_(buffer.view_as(tensor))
@@ -314,7 +190,7 @@ def reduce(
     def job() -> None:
         call.begin(tensor.numel(), tensor.dtype)
         is_root = call.comm.rank == dst
-        buffer, copy_back = _stage(tensor, call.comm)
+        buffer, copy_back = flat_view(tensor, call.comm)
         if not is_root:  # work on a reused copy: other ranks' tensors stay unchanged
             buffer = call.comm.workspace.scratch(buffer.numel(), buffer, "reduce").copy_(buffer)
             copy_back = False
@@ -346,23 +222,10 @@ def reduce_scatter(
 
     def job() -> None:
         call.begin(output.numel(), output.dtype)
-        m, p = output.numel(), call.comm.world_size
-        source, _ = _stage(input, call.comm)
-        out, copy_back = _stage(output, call.comm)
-        name = call.resolve(m, output.element_size())
-        if p == 1:
-            out.copy_(source)
-        elif name == "native":
-            call.run(source, out, name)
-        else:
-            schedule = plan(name, call.collective, call.topology, call.comm.rank, m, call.root)
-            stage = _whole_group_stage(schedule)
-            if stage is not None:
-                call.comm.stages.scatter(stage, source, out, call.op)
-            else:
-                execute_reduce_scatter(schedule, source, out, *call.executor_args(source),
-                                       call.comm.stages)
-        call.op.finish(out, p)
+        source, _ = flat_view(input, call.comm)
+        out, copy_back = flat_view(output, call.comm)
+        call.run(source, out)
+        call.op.finish(out, call.comm.world_size)
         if copy_back:
             output.detach().copy_(out.view_as(output))
 
@@ -379,23 +242,9 @@ def allgather(
 
     def job() -> None:
         call.begin(input.numel(), input.dtype)
-        m, p, rank = input.numel(), call.comm.world_size, call.comm.rank
-        shard, _ = _stage(input, call.comm)
-        out, copy_back = _stage(output, call.comm)
-        name = call.resolve(m, input.element_size())
-        if p == 1:
-            out.copy_(shard)
-        elif name == "native":
-            call.run(out, shard, name)
-        else:
-            schedule = plan(name, call.collective, call.topology, rank, m, call.root)
-            stage = _whole_group_stage(schedule)
-            if stage is not None:
-                call.comm.stages.gather(stage, shard, out)
-            else:
-                transport, _, chunk_numel, workspace = call.executor_args(shard)
-                execute_allgather(schedule, shard, out, transport, chunk_numel, workspace,
-                                  call.comm.stages)
+        shard, _ = flat_view(input, call.comm)
+        out, copy_back = flat_view(output, call.comm)
+        call.run(out, shard)
         if copy_back:
             output.detach().copy_(out.view_as(output))
 

@@ -1,0 +1,184 @@
+"""One collective call, the path every public collective takes (:mod:`scaledl.collectives.api`).
+
+A job of the group's communicator runs :meth:`Call.run` on flat working tensors
+(:func:`flat_view`):
+
+1. :meth:`Call.begin`: the fault-injection hook point and, in debug mode (``SCALEDL_DEBUG``),
+   a check that every rank makes the same call;
+2. :meth:`Call.resolve`: the algorithm asked for, ``auto``'s cached choice, or a levelled
+   algorithm's best paths per level;
+3. the backend's own collective for ``native``, else the plan (cached), run by the executor,
+   or straight on its path when the schedule is one stage (for reduce_scatter and allgather,
+   one stage of the whole group in rank order, which runs from the caller's tensors).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from scaledl.collectives import native
+from scaledl.collectives.auto import choose, choose_paths
+from scaledl.collectives.communicator import Communicator
+from scaledl.collectives.executor import (
+    Workspace, execute, execute_allgather, execute_reduce_scatter,
+)
+from scaledl.collectives.ops import SUPPORTED_DTYPES, ReduceOp
+from scaledl.collectives.registry import ALGORITHMS, AUTO, parse_algorithm, plan
+from scaledl.collectives.schedule import Collective, Schedule, Stage
+from scaledl.faults import at_collective
+from scaledl.topology import Topology
+from scaledl.transport.torch_p2p import TorchTransport
+
+__all__ = ["Call", "flat_view", "whole_group_stage"]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One validated call: the group's communicator, the collective, the algorithm as asked
+    (maybe ``auto``), the checked layout, the op and the root."""
+
+    comm: Communicator
+    collective: Collective
+    algorithm: str
+    topology: Topology
+    op: ReduceOp
+    root: int
+
+    def begin(self, numel: int, dtype: torch.dtype) -> None:
+        """Start a job: in debug mode, check that every rank agrees on the call."""
+        at_collective()  # fault-injection hook point (SCALEDL_FAULT, see scaledl.faults)
+        if self.comm.check and self.comm.world_size > 1:
+            _check_agreement(self, numel, dtype)
+
+    def resolve(self, numel: int, itemsize: int) -> str:
+        """The algorithm to run: the one asked for, ``auto``'s (cached) choice, or for a
+        levelled algorithm given without paths, its best paths per level (cached)."""
+        base, paths = parse_algorithm(self.algorithm)
+        levelled = ALGORITHMS[base].levels if base in ALGORITHMS else False
+        if self.algorithm != AUTO and (paths or not levelled):
+            return self.algorithm
+        key = (self.algorithm, self.collective, numel, itemsize, self.root, self.topology)
+        name = self.comm.choices.get(key)
+        if name is None:
+            comm = self.comm
+            if self.algorithm == AUTO:
+                name = choose(self.collective, self.topology, numel, itemsize, comm.cost_model,
+                              self.root, fabric=comm.fabric).algorithm
+            else:
+                name = choose_paths(base, self.collective, self.topology, numel, itemsize,
+                                    comm.cost_model, comm.fabric, self.root)[0]
+            comm.choices[key] = name
+        return name
+
+    def run(self, buffer: torch.Tensor, shard: torch.Tensor | None = None) -> str:
+        """Run on the flat working ``buffer``; return the algorithm used.
+
+        For reduce_scatter and allgather ``buffer`` holds the ``p`` blocks (the input, resp.
+        the output) and ``shard`` this rank's block (the output, resp. the input).
+        """
+        numel = buffer.numel() if shard is None else shard.numel()
+        name = self.resolve(numel, buffer.element_size())
+        if self.comm.world_size == 1:
+            if shard is not None and self.collective is Collective.REDUCE_SCATTER:
+                shard.copy_(buffer)
+            elif shard is not None:  # allgather
+                buffer.copy_(shard)
+        elif name == "native":
+            native.run(self.collective, buffer, self.op, self.comm.channel, self.root, shard)
+        else:
+            schedule = plan(name, self.collective, self.topology, self.comm.rank, numel,
+                            self.root)
+            self._execute(schedule, buffer, shard)
+        return name
+
+    def _execute(
+        self, schedule: Schedule, buffer: torch.Tensor, shard: torch.Tensor | None
+    ) -> None:
+        """Run ``schedule``: a whole-group stage straight on its path, else the executor."""
+        stages = self.comm.stages
+        transport, op, chunk_numel, workspace = self.executor_args(buffer)
+        if shard is None:
+            rounds = schedule.rounds
+            if len(rounds) == 1 and rounds[0].stage is not None:  # one stage: no dataflow
+                stages.run(rounds[0].stage, buffer, op)
+            else:
+                execute(schedule, buffer, transport, op, chunk_numel, workspace, stages)
+            return
+        stage = whole_group_stage(schedule)
+        if self.collective is Collective.REDUCE_SCATTER:
+            if stage is not None:
+                stages.scatter(stage, buffer, shard, op)
+            else:
+                execute_reduce_scatter(schedule, buffer, shard, transport, op, chunk_numel,
+                                       workspace, stages)
+        elif stage is not None:
+            stages.gather(stage, shard, buffer)
+        else:
+            execute_allgather(schedule, shard, buffer, transport, chunk_numel, workspace, stages)
+
+    def executor_args(
+        self, like: torch.Tensor
+    ) -> tuple[TorchTransport, ReduceOp, int, Workspace]:
+        """Transport, op, chunk length and workspace for the executor."""
+        chunk_numel = max(1, self.comm.chunk_bytes // like.element_size())
+        return self.comm.transport, self.op, chunk_numel, self.comm.workspace
+
+
+_DTYPE_CODES = {dtype: code for code, dtype in enumerate(SUPPORTED_DTYPES)}
+_COLLECTIVE_CODES = {collective: code for code, collective in enumerate(Collective)}
+_OP_CODES = {op: code for code, op in enumerate(ReduceOp)}
+
+
+def _text_code(text: str) -> int:
+    return int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "little") >> 1
+
+
+def _check_agreement(call: Call, numel: int, dtype: torch.dtype) -> None:
+    """Debug mode: every rank compares the whole call (collective, element count, dtype, root,
+    op, algorithm, layout) before running, and raises naming both calls on every rank."""
+    fingerprint = [
+        _COLLECTIVE_CODES[call.collective], numel, _DTYPE_CODES[dtype], call.root,
+        _OP_CODES[call.op], _text_code(call.algorithm), call.topology.fingerprint,
+    ]
+    rows = call.comm.channel.exchange(fingerprint)
+    for rank, row in enumerate(rows):
+        if row != rows[0]:
+            raise ValueError(
+                f"collective mismatch: rank 0 called {_describe(rows[0], call)} but rank {rank} "
+                f"called {_describe(row, call)}; every rank must call the same collective with "
+                "the same element count, dtype, root, op, algorithm and topology"
+            )
+
+
+def _describe(row: list[int], call: Call) -> str:
+    collective, numel, dtype, root, op, algorithm, topology = row
+    name = list(Collective)[collective].value
+    mine = [_text_code(call.algorithm), call.topology.fingerprint]
+    algorithm_text = call.algorithm if algorithm == mine[0] else f"other ({algorithm:x})"
+    layout = call.topology.spec if topology == mine[1] else f"other ({topology:x})"
+    return (f"{name} of {numel} {str(SUPPORTED_DTYPES[dtype]).removeprefix('torch.')} "
+            f"(root {root}, op {list(ReduceOp)[op].value}, algorithm {algorithm_text}, "
+            f"topology {layout})")
+
+
+def whole_group_stage(schedule: Schedule) -> Stage | None:
+    """The stage of a schedule that is one stage of every rank in rank order (e.g. ``shm``),
+    which then runs from the caller's tensors without the executor's working copy."""
+    rounds = schedule.rounds
+    stage = rounds[0].stage if len(rounds) == 1 else None
+    if stage is None or schedule.layout is not None:
+        return None
+    return stage if stage.members == tuple(range(schedule.world_size)) else None
+
+
+def flat_view(tensor: torch.Tensor, comm: Communicator) -> tuple[torch.Tensor, bool]:
+    """A flat contiguous working view of ``tensor`` and whether it must be copied back."""
+    needs_host = tensor.is_cuda and comm.backend != "nccl"
+    if tensor.is_contiguous() and not needs_host:
+        return tensor.detach().view(-1), False
+    flat = tensor.detach().reshape(-1)
+    flat = flat.cpu() if needs_host else flat.clone()
+    return flat.contiguous(), True
