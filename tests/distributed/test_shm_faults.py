@@ -151,7 +151,7 @@ def test_a_too_small_segment_directory_falls_back_with_a_warning(tmp_path: Path)
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
         results = run_ranks(2, _small_dir, str(small), timeout=60)
-        for fallback, warnings, correct, choice in results:
+        for fallback, _, correct, choice in results:
             assert fallback and correct and choice != "auto chose shm:"
         warnings = [w for _, ws, _, _ in results for w in ws]
         assert any("enlarge it" in w and "--shm-size" in w for w in warnings), warnings

@@ -12,7 +12,9 @@ import torch
 
 from scaledl.collectives import registry
 from scaledl.collectives.dataflow import compile_schedule, run_ops
-from scaledl.collectives.executor import Workspace, execute, execute_allgather, execute_reduce_scatter
+from scaledl.collectives.executor import (
+    Workspace, execute, execute_allgather, execute_reduce_scatter,
+)
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.registry import ALGORITHMS
 from scaledl.collectives.schedule import Collective

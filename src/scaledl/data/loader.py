@@ -45,6 +45,10 @@ class _Failed:
     error: BaseException
 
 
+_Item = Batch | _Done | _Failed
+"""What the producer thread queues: a batch, the end of the epoch, or its error."""
+
+
 def _tensors_of(dataset: Any) -> tuple[torch.Tensor, ...]:
     """The tensors to gather from: ``(features, labels)`` or a ``TensorDataset``'s tensors."""
     if hasattr(dataset, "features") and hasattr(dataset, "labels"):
@@ -65,7 +69,7 @@ def _gather(tensors: tuple[torch.Tensor, ...], indices: torch.Tensor) -> Batch:
 def _produce(
     tensors: tuple[torch.Tensor, ...],
     batches: list[torch.Tensor],
-    ready: queue.Queue[Any],
+    ready: queue.Queue[_Item],
     stop: threading.Event,
 ) -> None:
     """Thread body: gather each batch and queue it; stop as soon as ``stop`` is set."""
@@ -78,7 +82,7 @@ def _produce(
         _put(ready, _Failed(error), stop)
 
 
-def _put(ready: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
+def _put(ready: queue.Queue[_Item], item: _Item, stop: threading.Event) -> bool:
     while not stop.is_set():
         try:
             ready.put(item, timeout=_POLL_SECONDS)
@@ -155,7 +159,7 @@ class _LoaderIterator(Iterator[Batch]):
         self._sampler = sampler
         self._next = 0
         if prefetch > 0 and batches:
-            self._ready: queue.Queue[Any] = queue.Queue(maxsize=prefetch)
+            self._ready: queue.Queue[_Item] = queue.Queue(maxsize=prefetch)
             self._stop = threading.Event()
             self._thread = threading.Thread(
                 target=_produce,

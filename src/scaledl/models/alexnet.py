@@ -45,4 +45,5 @@ class AlexNet(nn.Module):
         init_weights(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.pool(self.features(x)))
+        logits: torch.Tensor = self.classifier(self.pool(self.features(x)))
+        return logits

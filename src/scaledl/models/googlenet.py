@@ -84,4 +84,5 @@ class GoogLeNet(nn.Module):
         init_weights(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+        logits: torch.Tensor = self.classifier(self.features(x))
+        return logits

@@ -33,4 +33,5 @@ class MLP(nn.Module):
         self.layers = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+        logits: torch.Tensor = self.layers(x)
+        return logits

@@ -101,7 +101,8 @@ class CifarResNet(nn.Module):
         init_weights(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+        logits: torch.Tensor = self.classifier(self.features(x))
+        return logits
 
 
 class ImageNetResNet(nn.Module):
@@ -130,7 +131,8 @@ class ImageNetResNet(nn.Module):
         init_weights(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+        logits: torch.Tensor = self.classifier(self.features(x))
+        return logits
 
 
 def cifar_resnet(depth: int, input_shape: tuple[int, ...], num_classes: int) -> CifarResNet:

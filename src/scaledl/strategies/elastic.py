@@ -56,7 +56,7 @@ def flatten_parameters(module: nn.Module) -> torch.Tensor:
 
 def _existing_buffer(module: nn.Module, params: list[nn.Parameter]) -> torch.Tensor | None:
     """The flat buffer ``params`` already are views of, in order, or ``None``."""
-    flat = getattr(module, _FLAT_ATTRIBUTE, None)
+    flat: torch.Tensor | None = getattr(module, _FLAT_ATTRIBUTE, None)
     if flat is None or flat.numel() != sum(p.numel() for p in params):
         return None
     offset, base = 0, flat.data_ptr()

@@ -19,7 +19,11 @@ from scaledl.topology import Topology
 
 __all__ = ["ddp_hook"]
 
-HookFunction = Callable[[object, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+# torch.distributed imports GradBucket without re-exporting it, so strict mypy cannot see it there.
+HookFunction = Callable[
+    [object, dist.GradBucket],  # type: ignore[name-defined]
+    torch.futures.Future[torch.Tensor],
+]
 
 
 def ddp_hook(
@@ -31,7 +35,7 @@ def ddp_hook(
         collectives.lookup(algorithm, "allreduce")
 
     def scaledl_allreduce_hook(
-        state: object, bucket: dist.GradBucket
+        state: object, bucket: dist.GradBucket  # type: ignore[name-defined]
     ) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
         future: torch.futures.Future[torch.Tensor] = torch.futures.Future()

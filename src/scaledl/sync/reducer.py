@@ -78,8 +78,9 @@ class GradientReducer:
                 view = buffer[offset:offset + numel].view_as(param)
                 self._slots[name] = (bucket.index, view)
                 self._params[name] = param
-        self._hooks = [
-            param.register_post_accumulate_grad_hook(self._hook_for(name))
+        self._hooks = [  # torch leaves Tensor.register_post_accumulate_grad_hook unannotated
+            param.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
+                self._hook_for(name))
             for name, param in self._params.items()
         ]
         self._begin_step()
