@@ -30,6 +30,7 @@ Nothing here runs when ``SCALEDL_FAULT`` is unset: the hooks cost one attribute 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -228,8 +229,9 @@ def at_collective() -> None:
 
 def _fire(fault: Fault) -> None:
     log.warning("%s (%s)", fault.describe(), FAULT_ENV)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
+    for handler in logging.getLogger().handlers:  # the line must be out before a SIGKILL
+        with contextlib.suppress(ValueError, OSError):  # a closed stream
+            handler.flush()
     if fault.kind == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault.kind == "lose":
