@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from scaledl.collectives.auto import CostModel, Fabric, check_paths, choose
-from scaledl.collectives.call import Call, flat_view
+from scaledl.collectives.call import Call
 from scaledl.collectives.communicator import (
     CollectiveHandle, Communicator, communicator_for, existing_communicator,
 )
@@ -148,16 +148,7 @@ def allreduce(
 ) -> CollectiveHandle | None:
     """Reduce ``tensor`` over all ranks of ``group``, in place on every rank."""
     call = _prepare(Collective.ALLREDUCE, [tensor], op, algorithm, topology, group)
-
-    def job() -> None:
-        call.begin(tensor.numel(), tensor.dtype)
-        buffer, copy_back = flat_view(tensor, call.comm)
-        call.run(buffer)
-        call.op.finish(buffer, call.comm.world_size)
-        if copy_back:
-            tensor.detach().copy_(buffer.view_as(tensor))
-
-    return call.comm.submit(job, async_op)
+    return call.comm.submit(call.job(tensor), async_op)
 
 
 def broadcast(
@@ -166,15 +157,7 @@ def broadcast(
 ) -> CollectiveHandle | None:
     """Copy ``tensor`` of group rank ``src`` into ``tensor`` on every rank."""
     call = _prepare(Collective.BROADCAST, [tensor], "sum", algorithm, topology, group, src)
-
-    def job() -> None:
-        call.begin(tensor.numel(), tensor.dtype)
-        buffer, copy_back = flat_view(tensor, call.comm)
-        call.run(buffer)
-        if copy_back:
-            tensor.detach().copy_(buffer.view_as(tensor))
-
-    return call.comm.submit(job, async_op)
+    return call.comm.submit(call.job(tensor), async_op)
 
 
 def reduce(
@@ -186,21 +169,7 @@ def reduce(
     Other ranks' tensors are left unchanged.
     """
     call = _prepare(Collective.REDUCE, [tensor], op, algorithm, topology, group, dst)
-
-    def job() -> None:
-        call.begin(tensor.numel(), tensor.dtype)
-        is_root = call.comm.rank == dst
-        buffer, copy_back = flat_view(tensor, call.comm)
-        if not is_root:  # work on a reused copy: other ranks' tensors stay unchanged
-            buffer = call.comm.workspace.scratch(buffer.numel(), buffer, "reduce").copy_(buffer)
-            copy_back = False
-        call.run(buffer)
-        if is_root:
-            call.op.finish(buffer, call.comm.world_size)
-            if copy_back:
-                tensor.detach().copy_(buffer.view_as(tensor))
-
-    return call.comm.submit(job, async_op)
+    return call.comm.submit(call.job(tensor), async_op)
 
 
 def _check_sizes(name: str, small: torch.Tensor, large: torch.Tensor, world_size: int) -> None:
@@ -219,17 +188,7 @@ def reduce_scatter(
     """Reduce ``input`` (``p`` equal blocks) over all ranks; rank ``r`` gets block ``r``."""
     call = _prepare(Collective.REDUCE_SCATTER, [output, input], op, algorithm, topology, group)
     _check_sizes("reduce_scatter", output, input, call.comm.world_size)
-
-    def job() -> None:
-        call.begin(output.numel(), output.dtype)
-        source, _ = flat_view(input, call.comm)
-        out, copy_back = flat_view(output, call.comm)
-        call.run(source, out)
-        call.op.finish(out, call.comm.world_size)
-        if copy_back:
-            output.detach().copy_(out.view_as(output))
-
-    return call.comm.submit(job, async_op)
+    return call.comm.submit(call.job(output, input), async_op)
 
 
 def allgather(
@@ -239,16 +198,7 @@ def allgather(
     """Concatenate every rank's ``input`` into ``output`` (rank ``r``'s at block ``r``)."""
     call = _prepare(Collective.ALLGATHER, [output, input], "sum", algorithm, topology, group)
     _check_sizes("allgather", input, output, call.comm.world_size)
-
-    def job() -> None:
-        call.begin(input.numel(), input.dtype)
-        shard, _ = flat_view(input, call.comm)
-        out, copy_back = flat_view(output, call.comm)
-        call.run(out, shard)
-        if copy_back:
-            output.detach().copy_(out.view_as(output))
-
-    return call.comm.submit(job, async_op)
+    return call.comm.submit(call.job(output, input), async_op)
 
 
 def explain(

@@ -15,6 +15,7 @@ A job of the group's communicator runs :meth:`Call.run` on flat working tensors
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -72,6 +73,38 @@ class Call:
                                     comm.cost_model, comm.fabric, self.root)[0]
             comm.choices[key] = name
         return name
+
+    def job(self, output: torch.Tensor, input: torch.Tensor | None = None) -> Callable[[], None]:
+        """The communicator job of this call: flat working views of the caller's tensors,
+        :meth:`run`, the op's final step (AVG divides), and the result copied back where the
+        view is a copy.
+
+        ``output`` alone: an in-place collective (a rank other than reduce's root works on a
+        scratch copy, so its tensor stays unchanged); with ``input``: reduce_scatter or
+        allgather.
+        """
+        def run_job() -> None:
+            scatter = self.collective is Collective.REDUCE_SCATTER
+            counted = output if input is None or scatter else input
+            self.begin(counted.numel(), counted.dtype)
+            out, copy_back = flat_view(output, self.comm)
+            writes = self.collective is not Collective.REDUCE or self.comm.rank == self.root
+            if input is not None:
+                given, _ = flat_view(input, self.comm)
+                if scatter:
+                    self.run(given, out)
+                else:
+                    self.run(out, given)
+            elif writes:
+                self.run(out)
+            else:  # reduce off the root: work on a reused copy
+                self.run(self.comm.workspace.scratch(out.numel(), out, "reduce").copy_(out))
+            if writes:
+                self.op.finish(out, self.comm.world_size)
+                if copy_back:
+                    output.detach().copy_(out.view_as(output))
+
+        return run_job
 
     def run(self, buffer: torch.Tensor, shard: torch.Tensor | None = None) -> str:
         """Run on the flat working ``buffer``; return the algorithm used.
