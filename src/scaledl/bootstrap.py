@@ -27,7 +27,7 @@ from scaledl.topology import TOPOLOGY_ENV, JobLayout, Topology, forget_job, reco
 __all__ = [
     "LaunchEnv", "read_launch_env", "init", "shutdown", "first_slurm_host", "topology_from_hosts",
     "BACKENDS", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "HOSTNAME_ENV", "host_name",
-    "detect_launcher", "in_srun_step", "RendezvousError",
+    "detect_launcher", "in_srun_step", "RendezvousError", "resolve_timeout",
 ]
 
 logger = logging.getLogger(__name__)
@@ -46,10 +46,13 @@ class RendezvousError(RuntimeError):
 
 
 # -- joining the process group ------------------------------------------------------------------
-def _timeout(timeout: float | timedelta | None, env: Mapping[str, str]) -> timedelta:
-    """``timeout`` if given, else ``SCALEDL_TIMEOUT`` seconds, else :data:`DEFAULT_TIMEOUT_S`."""
+def resolve_timeout(
+    timeout: float | timedelta | None, env: Mapping[str, str] | None = None
+) -> timedelta:
+    """``timeout`` if given, else ``SCALEDL_TIMEOUT`` seconds (from ``env``, default
+    ``os.environ``), else :data:`DEFAULT_TIMEOUT_S`; ``ValueError`` unless positive."""
     if timeout is None:
-        value = env.get(TIMEOUT_ENV, "").strip()
+        value = (os.environ if env is None else env).get(TIMEOUT_ENV, "").strip()
         try:
             timeout = float(value) if value else DEFAULT_TIMEOUT_S
         except ValueError:
@@ -218,7 +221,7 @@ def init(
         local_world_size = _local_world_size_hint(world_size, env)
         requested = _requested_topology(topology, world_size, rank, env)
     else:
-        group_timeout = _timeout(timeout, env)
+        group_timeout = resolve_timeout(timeout, env)
         launch = read_launch_env(env)
         rank, world_size = launch.rank, launch.world_size
         launcher, local_world_size = launch.launcher, launch.local_world_size

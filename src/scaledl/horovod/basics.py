@@ -85,7 +85,7 @@ def _start(comm: Sequence[int] | None, process_sets: Sequence[ProcessSet] | str 
         rank=world_rank, size=world_size, local_rank=topology.local_rank(world_rank),
         local_size=topology.ranks_per_node, cross_rank=topology.node(world_rank),
         cross_size=topology.num_nodes, topology=topology, algorithms=algorithms,
-        backend=backend, timeout=runtime.group_timeout(timeout), owns_world=owns_world)
+        backend=backend, timeout=bootstrap.resolve_timeout(timeout), owns_world=owns_world)
     runtime.install(state)
     bind_global(state)
     if process_sets is not None and process_sets != "dynamic":

@@ -19,14 +19,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from scaledl import collectives
-from scaledl.bootstrap import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
 from scaledl.topology import Topology
 
 if TYPE_CHECKING:
     from scaledl.horovod.process_sets import ProcessSet
 
 __all__ = ["ALGORITHM_ENV", "STEP_NEGOTIATION_ENV", "AUTO", "Algorithms", "Runtime", "current",
-           "peek", "install", "group_timeout", "step_negotiation"]
+           "peek", "install", "step_negotiation"]
 
 ALGORITHM_ENV = "SCALEDL_HOROVOD_ALGORITHM"
 """Environment variable choosing the collective algorithm(s) when ``hvd.init`` is given none."""
@@ -142,17 +141,3 @@ def step_negotiation() -> bool:
     if value not in ("0", "1", ""):
         raise ValueError(f"{STEP_NEGOTIATION_ENV}={value!r} must be 1 (default) or 0")
     return value != "0"
-
-
-def group_timeout(timeout: float | None) -> timedelta:
-    """``timeout`` seconds, else ``SCALEDL_TIMEOUT``, else scaledl's default."""
-    if timeout is None:
-        value = os.environ.get(TIMEOUT_ENV, "").strip()
-        try:
-            timeout = float(value) if value else DEFAULT_TIMEOUT_S
-        except ValueError:
-            raise ValueError(f"{TIMEOUT_ENV}={value!r} is not a number; set it to a timeout in "
-                             "seconds") from None
-    if timeout <= 0:
-        raise ValueError(f"timeout {timeout} s must be positive")
-    return timedelta(seconds=timeout)
