@@ -117,31 +117,39 @@ MODERN_LAUNCH = 20e-6
 assumptions, not derived from a published rate."""
 
 
+THREADS_PER_SM = 2048
+"""Resident threads per streaming multiprocessor of every GPU preset (Kepler to Hopper)."""
+
+
+def _gpu(name: str, peak_tflops: float, efficiency: float, memory_gbps: float, intra: str,
+         source: str, *, sms: int, compute_efficiency: float, launch_s: float) -> Device:
+    """A GPU preset: ``sms`` full multiprocessors fill it; every GPU shares the measured
+    compute-communication interference and jitter."""
+    return Device(name, peak_tflops, efficiency, memory_gbps, intra, source,
+                  compute_efficiency=compute_efficiency, fill_threads=sms * THREADS_PER_SM,
+                  launch_s=launch_s, interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER)
+
+
 DEVICES: dict[str, Device] = {d.name: d for d in (
-    Device("k80", 4.37, 0.30, 240.0, "pcie3",
-           "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s FP32 with boost per board of two GK210 GPUs, "
-           "480 GB/s per board; one GPU = half a board; 13 SMX x 2048 threads",
-           compute_efficiency=K80_EFFICIENCY, fill_threads=13 * 2048, launch_s=K80_LAUNCH,
-           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
-    Device("p100", 10.6, 0.45, 732.0, "nvlink1",
-           "NVIDIA Tesla P100 SXM2 (NVLink) datasheet: 10.6 TFLOP/s FP32, 732 GB/s HBM2; "
-           "56 SMs x 2048 threads",
-           compute_efficiency=P100_EFFICIENCY, fill_threads=56 * 2048, launch_s=P100_LAUNCH,
-           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
-    Device("v100", 15.7, 0.50, 900.0, "nvlink2",
-           "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 900 GB/s HBM2; 80 SMs x 2048",
-           compute_efficiency=V100_EFFICIENCY, fill_threads=80 * 2048, launch_s=V100_LAUNCH,
-           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
-    Device("a100", 156.0, 0.20, 1555.0, "nvlink3",
-           "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 1555 GB/s HBM2; "
-           "108 SMs x 2048",
-           compute_efficiency=0.20, fill_threads=108 * 2048, launch_s=MODERN_LAUNCH,
-           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
-    Device("h100", 989.0, 0.25, 3350.0, "nvlink4",
-           "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s BF16 tensor (dense), 3.35 TB/s HBM3; "
-           "132 SMs x 2048",
-           compute_efficiency=0.25, fill_threads=132 * 2048, launch_s=MODERN_LAUNCH,
-           interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER),
+    _gpu("k80", 4.37, 0.30, 240.0, "pcie3",
+         "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s FP32 with boost per board of two GK210 GPUs, "
+         "480 GB/s per board; one GPU = half a board; 13 SMX x 2048 threads",
+         sms=13, compute_efficiency=K80_EFFICIENCY, launch_s=K80_LAUNCH),
+    _gpu("p100", 10.6, 0.45, 732.0, "nvlink1",
+         "NVIDIA Tesla P100 SXM2 (NVLink) datasheet: 10.6 TFLOP/s FP32, 732 GB/s HBM2; "
+         "56 SMs x 2048 threads",
+         sms=56, compute_efficiency=P100_EFFICIENCY, launch_s=P100_LAUNCH),
+    _gpu("v100", 15.7, 0.50, 900.0, "nvlink2",
+         "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 900 GB/s HBM2; 80 SMs x 2048",
+         sms=80, compute_efficiency=V100_EFFICIENCY, launch_s=V100_LAUNCH),
+    _gpu("a100", 156.0, 0.20, 1555.0, "nvlink3",
+         "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 1555 GB/s HBM2; "
+         "108 SMs x 2048",
+         sms=108, compute_efficiency=0.20, launch_s=MODERN_LAUNCH),
+    _gpu("h100", 989.0, 0.25, 3350.0, "nvlink4",
+         "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s BF16 tensor (dense), 3.35 TB/s HBM3; "
+         "132 SMs x 2048",
+         sms=132, compute_efficiency=0.25, launch_s=MODERN_LAUNCH),
     Device("knl", 6.09, 0.30, 400.0, "loopback",
            "Intel Xeon Phi 7250: 68 cores x 1.4 GHz x 2 AVX-512 units x 16 FP32 lanes x 2 (FMA) "
            "= 6.09 TFLOP/s; MCDRAM about 400 GB/s; 68 cores x 4 threads x 16 lanes",
