@@ -15,7 +15,7 @@ dtype after, for allreduce and reducescatter, as Horovod does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -26,6 +26,7 @@ from scaledl.horovod.allreduce import start_allreduce, start_grouped
 from scaledl.horovod.alltoall import Splits, start_alltoall
 from scaledl.horovod.broadcast import start_broadcast
 from scaledl.horovod.compression import Compression, Compressor
+from scaledl.horovod.handles import Handle
 from scaledl.horovod.process_sets import ProcessSet, global_process_set
 from scaledl.horovod.reduce_ops import Average, ReduceOperation, Sum, resolve_op
 from scaledl.horovod.reducescatter import grouped_reducescatter_async, start_reducescatter
@@ -36,6 +37,18 @@ __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "
 
 def _tracks(tensor: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and tensor.requires_grad
+
+
+def _compressed(
+    tensor: torch.Tensor, compression: type[Compressor],
+    tracked: Callable[[torch.Tensor], torch.Tensor],
+    untracked: Callable[[torch.Tensor], Handle[torch.Tensor]],
+) -> torch.Tensor:
+    """Compress ``tensor``, run the collective (through autograd, ``tracked``, only when the
+    compressed tensor tracks gradients; else ``untracked`` waited for) and decompress."""
+    compressed, context = compression.compress(tensor)
+    result = tracked(compressed) if _tracks(compressed) else untracked(compressed).wait()
+    return compression.decompress(result, context)
 
 
 class _Allreduce(torch.autograd.Function):
@@ -60,14 +73,12 @@ def allreduce(
 ) -> torch.Tensor:
     """Reduce ``tensor`` over the process set into a new tensor (Average by default)."""
     reduce_op = resolve_op(op, average)
-    compressed, context = compression.compress(tensor)
-    if _tracks(compressed):
-        result = _Allreduce.apply(  # type: ignore[no-untyped-call]
-            compressed, reduce_op, prescale_factor, postscale_factor, process_set, name)
-    else:
-        result = start_allreduce(compressed, False, name, reduce_op, prescale_factor,
-                                 postscale_factor, process_set, True).wait()
-    return compression.decompress(result, context)
+    return _compressed(
+        tensor, compression,
+        lambda compressed: _Allreduce.apply(  # type: ignore[no-untyped-call]
+            compressed, reduce_op, prescale_factor, postscale_factor, process_set, name),
+        lambda compressed: start_allreduce(compressed, False, name, reduce_op, prescale_factor,
+                                           postscale_factor, process_set, True))
 
 
 def grouped_allreduce(
@@ -200,14 +211,12 @@ def reducescatter(
 ) -> torch.Tensor:
     """Reduce ``tensor`` over the members; each keeps its slice of the first dimension."""
     reduce_op = resolve_op(op)
-    compressed, context = compression.compress(tensor)
-    if _tracks(compressed):
-        result = _Reducescatter.apply(  # type: ignore[no-untyped-call]
-            compressed, name, reduce_op, process_set, prescale_factor, postscale_factor)
-    else:
-        result = start_reducescatter(compressed, name, reduce_op, process_set, prescale_factor,
-                                     postscale_factor, True).wait()
-    return compression.decompress(result, context)
+    return _compressed(
+        tensor, compression,
+        lambda compressed: _Reducescatter.apply(  # type: ignore[no-untyped-call]
+            compressed, name, reduce_op, process_set, prescale_factor, postscale_factor),
+        lambda compressed: start_reducescatter(compressed, name, reduce_op, process_set,
+                                               prescale_factor, postscale_factor, True))
 
 
 def grouped_reducescatter(
