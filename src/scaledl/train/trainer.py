@@ -63,18 +63,7 @@ class Trainer:
         self.timeline = Timeline(self.rank)
         self.job = job_id()
         self.asynchronous = config.parallel.strategy in SERVER_STRATEGIES
-        resume = find_resume(config, self.out, self.job)
-        state = resume.state
-        restart = restart_record(self.out / METRICS_NAME, self.job,
-                                 int(state["step"]) if state else 0, self.world_size,
-                                 state.get("world_size") if state else None) \
-            if self.rank == 0 else None
-        if state is not None:
-            check_resumable(config, state, resume.path, self.world_size)
-        elif self.rank == 0:
-            clear_old_run(self.out)
-        if self.rank == 0:
-            finish.clear_reports(self.out)
+        state, restart = self._starting_point()
         model_state = state["strategy"]["model"] if state is not None else None
         explicit = topology if topology.explicit else None
         self.parts: RunParts = build_run(config, self.rank, self.world_size, explicit,
@@ -94,6 +83,23 @@ class Trainer:
         self.schedule.start(self.step)
         self._on_disk = self.step if state is not None else -1
         self.samples = self._sample_log(state is not None) if config.run.log_samples else None
+
+    def _starting_point(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The state this run starts from (None: from scratch, and rank 0 clears an older run's
+        files) and, on rank 0 of a restarted job, the restart's record."""
+        resume = find_resume(self.config, self.out, self.job)
+        state = resume.state
+        restart = None
+        if self.rank == 0:
+            restart = restart_record(self.out / METRICS_NAME, self.job,
+                                     int(state["step"]) if state else 0, self.world_size,
+                                     state.get("world_size") if state else None)
+            if state is None:
+                clear_old_run(self.out)
+            finish.clear_reports(self.out)
+        if state is not None:
+            check_resumable(self.config, state, resume.path, self.world_size)
+        return state, restart
 
     def _open_metrics(self, topology: Topology, restart: dict[str, Any] | None) -> None:
         self.metrics = (
