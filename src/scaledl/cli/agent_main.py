@@ -7,7 +7,8 @@ three settings torchrun has no flag for: the rendezvous store is a client of the
 :data:`HEARTBEAT_ATTEMPTS` seconds), and there is no exit barrier (torch's keeps a finished
 agent alive until every agent has finished, which a dead worker's never does; it exists to keep
 an agent-hosted store alive, and here the launcher hosts it).  When the agent is done it writes
-``agent-<node>.json``: ``{"failures": {global rank: {"exitcode", "cause", "time"}}}``.
+``agent-<node>.json``: ``{"failures": {global rank: {"exitcode", "cause", "time"}},
+"succeeded": [global ranks]}``.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def main(spec: dict[str, Any]) -> int:
         return 1
     finally:
         handler.shutdown()
-        report = {"failures": _failures(result)}
+        succeeded = [] if result is None or result.is_failed() else list(result.return_values)
+        report = {"failures": _failures(result), "succeeded": succeeded}
         tmp = directory / f".agent-{spec['node']}.json"
         tmp.write_text(json.dumps(report))
         os.replace(tmp, directory / f"agent-{spec['node']}.json")

@@ -49,6 +49,10 @@ __all__ = ["launch_agents"]
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+STRAGGLER_GRACE_S = 30.0
+"""Once rank 0 of an asynchronous job has finished, every worker has said it is done or was
+dropped; an agent still running this much later holds a worker the server dropped (hung), and
+is stopped."""
 
 
 class _Stopped(Exception):
@@ -89,6 +93,12 @@ def _failures(directory: Path, procs: list[subprocess.Popen[bytes]]
     return failed, lost
 
 
+def _rank0_done(directory: Path, procs: list[subprocess.Popen[bytes]]) -> bool:
+    """Whether the agent of rank 0 reported that rank 0 finished."""
+    reports = (_report(directory, node) for node in range(len(procs)))
+    return any(report is not None and 0 in report.get("succeeded", []) for report in reports)
+
+
 def _run_once(nproc: int, policy: FaultPolicy, directory: Path, entrypoint: str,
               args: Sequence[str], run_id: str) -> JobOutcome:
     """One launch of every agent; returns once they have all exited (or were stopped because
@@ -101,12 +111,21 @@ def _run_once(nproc: int, policy: FaultPolicy, directory: Path, entrypoint: str,
                                              directory, entrypoint, args),
                               start_new_session=True) for node in range(nproc)]
     essential = set(policy.essential_ranks)
+    finished_at: float | None = None
     try:
         with signals_raise(_Stopped):
             while any(proc.poll() is None for proc in procs):
                 failed, _ = _failures(directory, procs)
                 if policy.drop_dead_workers and essential & set(failed):
                     break  # the job cannot go on: stop the others below
+                if policy.drop_dead_workers and finished_at is None and _rank0_done(directory,
+                                                                                   procs):
+                    finished_at = time.monotonic()
+                if finished_at is not None and time.monotonic() - finished_at > \
+                        STRAGGLER_GRACE_S:
+                    log.warning("rank 0 finished %.0f s ago; stopping the workers still "
+                                "running (dropped by the server)", STRAGGLER_GRACE_S)
+                    break
                 time.sleep(_POLL_S)
     except KeyboardInterrupt:
         return JobOutcome(INTERRUPTED, cause="interrupted")
