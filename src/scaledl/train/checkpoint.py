@@ -255,7 +255,8 @@ def capture_rng() -> dict[str, Any]:
                   "pos": int(pos), "has_gauss": int(has_gauss),
                   "cached_gaussian": float(cached_gaussian)},
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]  # unannotated
+    if torch.cuda.is_available() and initialized:
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 

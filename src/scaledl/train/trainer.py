@@ -227,7 +227,7 @@ class Trainer:
             output = strategy.model(x)
             loss = nn.functional.cross_entropy(output, y)
         with timeline.span("backward", "compute", lane="compute"):
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         with timeline.span("optimizer step", "compute", lane="compute"):
             strategy.step()
         elapsed = time.perf_counter() - start
@@ -267,7 +267,7 @@ class Trainer:
         share, shares = (0, 1) if alone else (strategy.worker_rank, strategy.num_workers)
         indices = torch.arange(share, len(test), shares)
         counts = torch.zeros(2, dtype=torch.int64)
-        for chunk in indices.split(512):
+        for chunk in indices.split(512):  # type: ignore[no-untyped-call]  # unannotated in torch
             x, y = test.gather(chunk)
             counts[0] += int((model(x).argmax(dim=1) == y).sum())
             counts[1] += chunk.numel()
