@@ -42,9 +42,7 @@ from scaledl.collectives import CollectiveHandle
 from scaledl.sync.bucketing import Bucket
 from scaledl.sync.stats import SpanRecorder, SyncStats, charge_run, charge_wait
 
-# SpanRecorder and SyncStats live in scaledl.sync.stats; re-exported here only until
-# scaledl/train/setup.py imports SpanRecorder from there.
-__all__ = ["GradientReducer", "Launch", "SpanRecorder", "SyncStats"]
+__all__ = ["GradientReducer", "Launch"]
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from scaledl.models import available_models, build_model
 from scaledl.strategies import STRATEGIES, Strategy, build_strategy
 from scaledl.strategies.elastic import check_beta
 from scaledl.sync.propagation import ROOTED_ALGORITHMS
-from scaledl.sync.reducer import SpanRecorder
+from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology, parse_axes
 from scaledl.train.config import (
     SERVER_STRATEGIES, TrainConfig,
@@ -120,7 +120,10 @@ class RunParts:
 
 
 COLLECTIVE_KEYWORDS = ("algorithm", "topology", "timeline")
-SERVER_KEYWORDS = ("servers", "timeout_s", "timeline")
+SERVER_KEYWORDS = ("servers", "timeout_s", "timeline", "idle_timeout_s")
+IDLE_FACTOR, IDLE_FLOOR_S = 10.0, 300.0
+"""A parameter server drops a worker silent for max(300 s, 10 x timeout): hung, not dead (a
+dead one is dropped at once), so the other workers finish the run."""
 
 STRATEGY_KEYWORDS: dict[str, tuple[str, ...]] = {
     "allreduce": COLLECTIVE_KEYWORDS + ("bucket_mb",),
@@ -148,6 +151,8 @@ def _strategy_options(config: TrainConfig, topology: Topology | None,
         "bucket_mb": parallel.bucket_mb, "tau": parallel.tau or 1,
         "form": parallel.easgd_form or "tree", "servers": parallel.servers,
         "timeout_s": parallel.timeout_s, "momentum": config.optim.momentum,
+        # a worker silent for this long (hung, not dead) is dropped so the others finish
+        "idle_timeout_s": max(IDLE_FLOOR_S, IDLE_FACTOR * parallel.timeout_s),
     }
     if "alpha" in wanted:
         values["alpha"] = elastic_alpha(config, training_workers(config, world_size))

@@ -81,7 +81,8 @@ class Layout:
             if group is None:
                 continue
             forget_communicator(group)
-            if dist.is_initialized() and group != dist.GroupMember.NON_GROUP_MEMBER:
+            # torch types the non-member sentinel as an int, though new_group returns it as is
+            if dist.is_initialized() and group != dist.GroupMember.NON_GROUP_MEMBER:  # type: ignore[comparison-overlap]
                 dist.destroy_process_group(group)
         self.ps_group = self.worker_group = None
 
