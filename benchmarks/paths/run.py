@@ -27,7 +27,7 @@ RAW = HERE / "raw"
 
 CASES = [
     # (name, ranks, collectives, algorithms, min, max, step)
-    ("allreduce-2", 2, "allreduce", "shm,auto,native,ring,torch", "4K", "256M", "4"),
+    ("allreduce-2", 2, "allreduce", "shm,auto,native,torch", "4K", "256M", "4"),
     ("rsag-2", 2, "reduce_scatter,allgather", "shm,auto,native,torch", "1M", "64M", "8"),
     ("allreduce-4", 4, "allreduce", "shm,auto,torch", "4K", "64M", "4"),
 ]
@@ -51,7 +51,7 @@ def run(repeats: int, quick: bool) -> list[Path]:
                            "--ranks", str(ranks), "--collectives", collectives,
                            "--algorithms", algorithms, "--min-bytes", low,
                            "--max-bytes", "16M" if quick else high, "--step-factor", step,
-                           "--target-seconds", "0.2" if quick else "0.5", "--json", str(out)]
+                           "--target-seconds", "0.2" if quick else "0.3", "--json", str(out)]
                 subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
                 with open(RAW / "load.txt", "a") as log:
                     log.write(f"{time.strftime('%H:%M:%S')} {out.name}: load {before} -> "

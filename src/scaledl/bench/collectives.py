@@ -6,10 +6,12 @@ algorithm:
 
 1. verify: fill the buffers with rank-valued data (``(rank % 8) + 1 + index % 5``), run once and
    compare with the closed form; any rank's mismatch stops the benchmark on every rank;
-2. warm up ``warmup`` iterations; the time they take sets the number of timed iterations
-   (``target_seconds`` worth, 5..1000), and every rank adopts the largest proposal (a native
-   ``all_reduce`` MAX), so all ranks run the same count;
-3. time each iteration after a barrier; an iteration's time is the slowest rank's.
+2. warm up ``warmup`` iterations; the fastest sets how many back-to-back calls make one sample
+   (enough for 2 ms: leaving the barrier before a sample skews the ranks by about 0.2 ms here,
+   which would otherwise dominate small messages, as OSU's benchmarks also avoid), the typical
+   one the number of samples (``target_seconds`` worth, 5..1000); every rank adopts the largest
+   proposals (a native ``all_reduce`` MAX), so all ranks run the same counts;
+3. time each sample after a barrier; a sample's time per call is the slowest rank's.
 
 The baseline ``torch`` is ``torch.distributed``'s own call, outside scaledl; ``native`` is the
 same backend collective called through scaledl (on its channel).  The run also measures two
@@ -241,13 +243,20 @@ def _agree_max(values: list[float]) -> list[float]:
     return tensor.tolist()
 
 
-def _timed(call: Callable[[], object], iterations: int) -> list[float]:
+SAMPLE_SECONDS = 2e-3
+"""Shortest sample: back-to-back calls until a sample lasts this long, so that the ranks'
+skew in leaving the barrier before it (about 0.2 ms here) does not swamp small messages."""
+
+
+def _timed(call: Callable[[], object], iterations: int, batch: int = 1) -> list[float]:
+    """Per sample (after a barrier): the mean time of ``batch`` back-to-back calls."""
     times = []
     for _ in range(iterations):
         dist.barrier()
         start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
+        for _ in range(batch):
+            call()
+        times.append((time.perf_counter() - start) / batch)
     return times
 
 
@@ -268,11 +277,13 @@ def _measure(
     if buffers.collective in (Collective.ALLREDUCE, Collective.REDUCE):
         buffers.full.zero_()  # keep sums bounded while timing
     warm = _timed(call, config.warmup) or verify_time
+    fastest = max(min(warm), 1e-7)
+    batch = int(_agree_max([float(max(1, math.ceil(SAMPLE_SECONDS / fastest)))])[0])
     iterations = config.iters
     if iterations is None:
-        proposal = math.ceil(config.target_seconds / max(statistics.median(warm), 1e-7))
+        proposal = math.ceil(config.target_seconds / (max(statistics.median(warm), 1e-7) * batch))
         iterations = int(_agree_max([float(min(max(proposal, MIN_ITERS), MAX_ITERS))])[0])
-    times = _agree_max(_timed(call, iterations))
+    times = _agree_max(_timed(call, iterations, batch))
     return Measurement(buffers.collective.value, algorithm, buffers.nbytes, p, tuple(times))
 
 

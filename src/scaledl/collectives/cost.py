@@ -75,9 +75,11 @@ class LinkCost:
 class CostModel:
     """Parameters of the schedule cost model."""
 
-    links: tuple[LinkCost, ...] = (LinkCost(40e-6, 1 / 3.0e9), LinkCost(60e-6, 1 / 1.25e9))
+    links: tuple[LinkCost, ...] = (LinkCost(250e-6, 1 / 1.4e9), LinkCost(250e-6, 1 / 1.25e9))
     """One model per topology axis, innermost first; outer axes reuse the last entry.  Defaults:
-    loopback TCP on the project's 2-core machine inside a host, 10 Gbit/s Ethernet between."""
+    loopback TCP on the project's 2-core machine inside a host (``scaledl bench collectives
+    --calibrate``, 2 ranks, OMP_NUM_THREADS=1: a round's software cost dominates the latency),
+    the same cost per round over 10 Gbit/s Ethernet between hosts."""
     overhead: float = 40e-6
     """Software cost of one round of scaledl's executor, seconds."""
     gamma: float = 1 / 8e9
@@ -86,9 +88,9 @@ class CostModel:
     """Pipelining chunk of the executor."""
     native_overhead: float = 10e-6
     """Per-round cost of the backend's own collectives, seconds."""
-    native_beta_factor: float = 1.3
+    native_beta_factor: float = 1.1
     """How much slower the backend's own collectives move bytes than scaledl's pipeline."""
-    shm: LinkCost = LinkCost(5e-6, 1 / 10e9)
+    shm: LinkCost = LinkCost(19e-6, 1 / 9.5e9)
     """Shared memory among ranks of one host: ``alpha`` per wait for the peers (one piece has
     up to three), ``beta`` per byte copied; the adds cost ``gamma``.  Default: measured on the
     project's 2-core machine (docs/benchmarks.md)."""
