@@ -42,6 +42,8 @@ HOSTNAME_ENV = "SCALEDL_HOSTNAME"
 its emulated hosts are network namespaces that all share the machine's real host name)."""
 
 LOOPBACK = "127.0.0.1"
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000
+"""Under srun without ``MASTER_PORT``: 20000 + (job id x 131 + step id) mod 10000."""
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,15 @@ def _master_addr(
     )
 
 
-def _master_port(env: Mapping[str, str]) -> int:
+def _master_port(env: Mapping[str, str], launcher: str = "none") -> int:
+    """``MASTER_PORT``; unset under srun, a port derived from the job and step ids (two steps
+    of one node do not fight for 29500); else :data:`DEFAULT_PORT`."""
     value = env.get("MASTER_PORT", "").strip()
+    if not value and launcher == "slurm":
+        job, step = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_STEP_ID", "").strip()
+        if job.isdigit():
+            serial = int(job) * 131 + (int(step) if step.isdigit() else 0)
+            return SLURM_PORT_BASE + serial % SLURM_PORT_SPAN
     if not value:
         return DEFAULT_PORT
     if not value.isdigit() or not 1 <= int(value) <= 65535:
@@ -300,8 +309,8 @@ def read_launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
     and the fix when a value is not an integer, out of range, or a needed address is missing.
     """
     env = os.environ if environ is None else environ
-    port = _master_port(env)
     names = _detect(env)
+    port = _master_port(env, names.launcher if names is not None else "none")
     if names is None:
         return LaunchEnv(0, 1, 0, 1, env.get("MASTER_ADDR", "").strip() or None, port, "none", 0)
     rank = _int_var(env, names.rank)

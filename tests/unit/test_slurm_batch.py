@@ -50,7 +50,8 @@ def test_batch_script_of_26_05_is_not_a_rank() -> None:
 def test_srun_task_is_a_rank() -> None:
     assert detect_launcher(SRUN) == "slurm"
     assert under_launcher(SRUN)
-    assert read_launch_env(SRUN) == LaunchEnv(1, 2, 1, 2, "node01", 29500, "slurm", 0)
+    # no MASTER_PORT: a port of this job and step (20000 + (4242 * 131 + 0) % 10000)
+    assert read_launch_env(SRUN) == LaunchEnv(1, 2, 1, 2, "node01", 25702, "slurm", 0)
 
 
 def test_torchrun_inside_a_batch_script_wins() -> None:
@@ -71,3 +72,10 @@ def test_zero_tasks_per_node_is_a_one_line_value_error(
     with pytest.raises(ValueError, match=pattern) as caught:
         read_launch_env({**SRUN, **extra})
     assert "\n" not in str(caught.value)
+
+
+def test_srun_steps_of_one_job_get_their_own_port_unless_master_port_is_set() -> None:
+    first = read_launch_env(SRUN).master_port
+    second = read_launch_env({**SRUN, "SLURM_STEP_ID": "1"}).master_port
+    assert first != second and 20000 <= min(first, second) and max(first, second) < 30000
+    assert read_launch_env({**SRUN, "MASTER_PORT": "31337"}).master_port == 31337

@@ -170,7 +170,7 @@ def _policy(config: TrainConfig, workers: int) -> FaultPolicy:
 def run(args: argparse.Namespace) -> int:
     """Check everything, then launch the workers (or be one)."""
     config = _config(args)
-    workers = config.parallel.workers or os.cpu_count() or 1
+    workers = config.parallel.workers or len(os.sched_getaffinity(0)) or 1  # the cores we may use
     fault = args.inject_fault if args.inject_fault is not None else \
         os.environ.get(FAULT_ENV, "").strip() or None
     if under_launcher():
