@@ -25,9 +25,8 @@ from collections.abc import Sequence
 import torch
 
 from scaledl.collectives.ops import ReduceOp
-from scaledl.collectives.schedule import split
-from scaledl.collectives.shm_ops import combine, copy
-from scaledl.transport.shm import REDUCED, RELEASED, ShmGroup
+from scaledl.collectives.shm_ops import collect, reduce_part
+from scaledl.transport.shm import RELEASED, ShmGroup
 
 __all__ = ["allreduce"]
 
@@ -38,24 +37,16 @@ def allreduce(
 ) -> None:
     """Reduce ``buffer[lo:hi]``, which lies in this rank's arena at ``where``, over ``members``
     in place on each."""
-    me, numel = group.index, hi - lo
+    numel = hi - lo
     mine = buffer[lo:hi]
     counts = group.begin_shared(members)
     group.publish_shared(counts, where)
-    views = {}
+    views = {group.index: mine}
     for peer, count in counts.items():
         group.arrived_shared(peer, count, where)
         views[peer] = group.arena_of(peer, where, buffer.dtype, numel)
-    parts = split(0, numel, len(members))
-    part_lo, part_hi = parts[members.index(me)]
-    for peer in members:
-        if peer != me:
-            combine(op, mine[part_lo:part_hi], views[peer][part_lo:part_hi])
-    group.publish(REDUCED, counts)
-    for peer, (part_lo, part_hi) in zip(members, parts):
-        if peer != me:
-            group.reached(peer, REDUCED, counts[peer], "reduce its part")
-            copy(mine[part_lo:part_hi], views[peer][part_lo:part_hi])
+    parts = reduce_part(group, members, views, counts, op, numel)
+    collect(group, members, views, counts, parts, mine)
     group.publish(RELEASED, counts)
     for peer, count in counts.items():
         group.reached(peer, RELEASED, count, "finish reading this rank's bucket")

@@ -23,7 +23,10 @@ from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import split
 from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup
 
-__all__ = ["allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "DIRECT_BYTES"]
+__all__ = [
+    "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
+    "collect", "copy", "combine", "DIRECT_BYTES",
+]
 
 DIRECT_BYTES = 64 << 10
 """Pieces up to this size are summed whole by every rank (one wait instead of two)."""
@@ -63,32 +66,62 @@ def allreduce(
     pieces: identical bits everywhere), or each rank reduces its part in its own window, and
     everyone copies the reduced parts out (a reduce-scatter and an allgather through memory).
     """
-    me = group.index
     for a, b in _pieces(lo, hi, _elements(group, buffer)):
         piece = buffer[a:b]
-        slot, counts = group.begin(members)
-        mine = group.window_of(me, slot, buffer.dtype, b - a)
-        copy(mine, piece)
-        group.publish(ARRIVED, counts, slot)
-        windows = {peer: group.window_of(peer, group.arrived(peer, count), buffer.dtype, b - a)
-                   for peer, count in counts.items()}
-        windows[me] = mine
+        counts, windows = arrive(group, members, piece)
         if (b - a) * buffer.element_size() <= DIRECT_BYTES:
             copy(piece, windows[members[0]])
             for peer in members[1:]:
                 combine(op, piece, windows[peer])
         else:
-            parts = split(0, b - a, len(members))
-            part_lo, part_hi = parts[members.index(me)]
-            for peer in members:
-                if peer != me:
-                    combine(op, mine[part_lo:part_hi], windows[peer][part_lo:part_hi])
-            group.publish(REDUCED, counts)
-            for peer, count in counts.items():
-                group.reached(peer, REDUCED, count, "reduce its part")
-            for peer, (part_lo, part_hi) in zip(members, parts):
-                copy(piece[part_lo:part_hi], windows[peer][part_lo:part_hi])
+            parts = reduce_part(group, members, windows, counts, op, b - a)
+            collect(group, members, windows, counts, parts, piece)
         group.publish(RELEASED, counts)
+
+
+def arrive(
+    group: ShmGroup, members: Sequence[int], piece: torch.Tensor
+) -> tuple[dict[int, int], dict[int, torch.Tensor]]:
+    """Copy ``piece`` into a window and announce it; return the pair counts and every
+    member's window of this piece (once it has arrived)."""
+    slot, counts = group.begin(members)
+    numel, dtype = piece.numel(), piece.dtype
+    mine = group.window_of(group.index, slot, dtype, numel)
+    copy(mine, piece)
+    group.publish(ARRIVED, counts, slot)
+    windows = {peer: group.window_of(peer, group.arrived(peer, count), dtype, numel)
+               for peer, count in counts.items()}
+    windows[group.index] = mine
+    return counts, windows
+
+
+def reduce_part(
+    group: ShmGroup, members: Sequence[int], windows: dict[int, torch.Tensor],
+    counts: dict[int, int], op: ReduceOp, numel: int,
+) -> list[tuple[int, int]]:
+    """Reduce this rank's part of every window into its own window and announce it; return
+    every member's part."""
+    me = group.index
+    parts = split(0, numel, len(members))
+    part_lo, part_hi = parts[members.index(me)]
+    for peer in members:
+        if peer != me:
+            combine(op, windows[me][part_lo:part_hi], windows[peer][part_lo:part_hi])
+    group.publish(REDUCED, counts)
+    return parts
+
+
+def collect(
+    group: ShmGroup, members: Sequence[int], windows: dict[int, torch.Tensor],
+    counts: dict[int, int], parts: list[tuple[int, int]], out: torch.Tensor,
+) -> None:
+    """Copy every member's reduced part out of its window into ``out`` (a part already in
+    place, when ``out`` is this rank's own window, stays)."""
+    for peer, count in counts.items():
+        group.reached(peer, REDUCED, count, "reduce its part")
+    for peer, (part_lo, part_hi) in zip(members, parts):
+        if windows[peer].data_ptr() != out.data_ptr():
+            copy(out[part_lo:part_hi], windows[peer][part_lo:part_hi])
 
 
 def reduce_scatter(
@@ -185,24 +218,9 @@ def reduce(
     Per piece every rank copies in; each reduces its part in its own window; the root copies
     the reduced parts out.  Other members' buffers are left as they were.
     """
-    me = group.index
     for a, b in _pieces(lo, hi, _elements(group, buffer)):
-        slot, counts = group.begin(members)
-        mine = group.window_of(me, slot, buffer.dtype, b - a)
-        copy(mine, buffer[a:b])
-        group.publish(ARRIVED, counts, slot)
-        windows = {peer: group.window_of(peer, group.arrived(peer, count), buffer.dtype, b - a)
-                   for peer, count in counts.items()}
-        windows[me] = mine
-        parts = split(0, b - a, len(members))
-        part_lo, part_hi = parts[members.index(me)]
-        for peer in members:
-            if peer != me:
-                combine(op, mine[part_lo:part_hi], windows[peer][part_lo:part_hi])
-        group.publish(REDUCED, counts)
-        if me == root:
-            for peer, count in counts.items():
-                group.reached(peer, REDUCED, count, "reduce its part")
-            for peer, (part_lo, part_hi) in zip(members, parts):
-                copy(buffer[a + part_lo:a + part_hi], windows[peer][part_lo:part_hi])
+        counts, windows = arrive(group, members, buffer[a:b])
+        parts = reduce_part(group, members, windows, counts, op, b - a)
+        if group.index == root:
+            collect(group, members, windows, counts, parts, buffer[a:b])
         group.publish(RELEASED, counts)

@@ -115,25 +115,19 @@ def staged_rounds(
         plans.append((tuple(members), blocks, tag, region))
         region = blocks[list(members).index(rank)]
     rounds: list[Round | None] = []
-    if reduce_scatter:
-        for index, (members, blocks, tag, (r_lo, r_hi)) in enumerate(plans):
-            path = paths[index] if index < len(paths) else None
-            if path is None:
-                rounds += ring.reduce_scatter_rounds(members, rank, blocks, tag)
-            else:
-                level = levels[index] if index < len(levels) else index
-                rounds.append(stage_round(Stage(Collective.REDUCE_SCATTER, members, r_lo, r_hi,
-                                                path, level)))
-    if allgather:
-        for index in reversed(range(len(plans))):
-            members, blocks, tag, (r_lo, r_hi) = plans[index]
-            path = paths[index] if index < len(paths) else None
-            if path is None:
-                rounds += ring.allgather_rounds(members, rank, blocks, tag)
-            else:
-                level = levels[index] if index < len(levels) else index
-                rounds.append(stage_round(Stage(Collective.ALLGATHER, members, r_lo, r_hi,
-                                                path, level)))
+    order = list(range(len(plans)))
+    steps = ([(Collective.REDUCE_SCATTER, i) for i in order] if reduce_scatter else []) + (
+        [(Collective.ALLGATHER, i) for i in reversed(order)] if allgather else [])
+    for collective, index in steps:
+        members, blocks, tag, (r_lo, r_hi) = plans[index]
+        path = paths[index] if index < len(paths) else None
+        if path is not None:
+            level = levels[index] if index < len(levels) else index
+            rounds.append(stage_round(Stage(collective, members, r_lo, r_hi, path, level)))
+        elif collective is Collective.REDUCE_SCATTER:
+            rounds += ring.reduce_scatter_rounds(members, rank, blocks, tag)
+        else:
+            rounds += ring.allgather_rounds(members, rank, blocks, tag)
     return rounds
 
 

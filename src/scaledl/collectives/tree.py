@@ -62,24 +62,16 @@ def reduce_rounds(
 def broadcast_rounds(
     members: Sequence[int], rank: int, root: int, lo: int, hi: int, tag: int = 0
 ) -> list[Round | None]:
-    """Binomial broadcast of ``[lo, hi)`` among ``members`` from the member ``root`` (a rank)."""
-    k, base, v = _relative(members, rank, root)
-    if k == 1 or hi <= lo:
-        return []
-    rounds: list[Round | None] = []
-    if v == 0:
-        mask = 1 << (k - 1).bit_length() - 1
-    else:
-        low = v & -v
-        parent = members[(v - low + base) % k]
-        rounds.append(make_round([Transfer(Action.RECV_COPY, parent, lo, hi, tag)]))
-        mask = low >> 1
-    while mask >= 1:
-        if v + mask < k:
-            child = members[(v + mask + base) % k]
-            rounds.append(make_round([Transfer(Action.SEND, child, lo, hi, tag)]))
-        mask >>= 1
-    return rounds
+    """Binomial broadcast of ``[lo, hi)`` among ``members`` from the member ``root`` (a rank):
+    the reduce's tree walked backwards (receive from the parent, then send to the children,
+    largest subtree first)."""
+    mirrored = {Action.SEND: Action.RECV_COPY, Action.RECV_REDUCE: Action.SEND}
+    return [
+        make_round([Transfer(mirrored[t.action], t.peer, t.lo, t.hi, t.tag)
+                    for t in round_.transfers])
+        for round_ in reversed(reduce_rounds(members, rank, root, lo, hi, tag))
+        if round_ is not None
+    ]
 
 
 def plan(

@@ -15,31 +15,22 @@ __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
 
 
 class Compressor:
-    """Interface: ``compress(tensor) -> (sent, context)``, ``decompress(sent, context)``."""
+    """Interface: ``compress(tensor) -> (sent, context)``, ``decompress(sent, context)``; this
+    base sends tensors as they are."""
 
     @staticmethod
     def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """The tensor to send and what ``decompress`` needs."""
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, context: Any) -> torch.Tensor:
-        """The received tensor restored."""
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Send tensors as they are."""
-
-    @staticmethod
-    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """``(tensor, None)``."""
+        """The tensor to send and what ``decompress`` needs (here ``(tensor, None)``)."""
         return tensor, None
 
     @staticmethod
     def decompress(tensor: torch.Tensor, context: Any) -> torch.Tensor:
-        """``tensor``."""
+        """The received tensor restored (here ``tensor``)."""
         return tensor
+
+
+class NoneCompressor(Compressor):
+    """Send tensors as they are (Horovod's ``Compression.none``)."""
 
 
 class FP16Compressor(Compressor):

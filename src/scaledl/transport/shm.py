@@ -158,6 +158,10 @@ class ShmGroup:
 
     def begin_shared(self, members: Sequence[int]) -> dict[int, int]:
         """Start an operation on arena data among ``members``: pair counts, no window."""
+        return self._count(members)
+
+    def _count(self, members: Sequence[int]) -> dict[int, int]:
+        """One more joint piece with every other member: the pair counts of this piece."""
         self._check_usable()
         counts = {}
         for peer in members:
@@ -199,12 +203,7 @@ class ShmGroup:
     def begin(self, members: Sequence[int]) -> tuple[int, dict[int, int]]:
         """Start a piece among ``members`` (local indices, this rank included): claim a window,
         wait until its previous readers released it, and return (window, pair count per peer)."""
-        self._check_usable()
-        counts = {}
-        for peer in members:
-            if peer != self.index:
-                self._pair[peer] += 1
-                counts[peer] = self._pair[peer]
+        counts = self._count(members)
         slot = self._next_window
         self._next_window = (slot + 1) % self.own.slots
         for peer, count in self._readers[slot]:
