@@ -67,3 +67,52 @@ def test_imports_respect_layers(path: Path) -> None:
         assert LAYERS[target] < LAYERS[own], (
             f"{path.relative_to(SRC)} (layer {own}) must not import {module} (layer {target})"
         )
+
+
+P2P_CALLS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp"})
+"""torch.distributed's point-to-point functions: every byte they move belongs in transport/."""
+
+P2P_ALLOWED = ("transport/", "collectives/native.py", "bench/collectives.py")
+"""The transports, the backend's own collectives, and the bench's raw point-to-point ceiling."""
+
+
+def _p2p_calls(path: Path) -> list[str]:
+    """``dist.<fn>`` / ``torch.distributed.<fn>`` point-to-point uses, and imports of them."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in P2P_CALLS:
+            owner = ast.unparse(node.value)
+            if owner in ("dist", "torch.distributed"):
+                found.append(f"line {node.lineno}: {owner}.{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch.distributed":
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names
+                      if a.name in P2P_CALLS]
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_point_to_point_only_through_transport(path: Path) -> None:
+    where = path.relative_to(SRC).as_posix()
+    if where.startswith(P2P_ALLOWED):
+        return
+    assert not _p2p_calls(path), (
+        f"{where} moves bytes point to point itself ({_p2p_calls(path)}); go through transport/ "
+        "(TorchTransport for schedules, DirectTransport for request/reply protocols)"
+    )
+
+
+def test_the_point_to_point_check_can_fail(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import torch.distributed as dist\nfrom torch.distributed import irecv\n"
+                      "dist.isend(t, 1)\n")
+    assert len(_p2p_calls(sample)) == 2
+
+
+def test_strategies_use_no_communicator_insides() -> None:
+    """Strategies reach a group's transport through the communicator's API, not its fields."""
+    for path in (SRC / "strategies").rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        inside = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                  and n.attr in ("transport", "channel", "submit")]
+        assert not inside, f"{path.relative_to(SRC)} uses a communicator's insides at {inside}"

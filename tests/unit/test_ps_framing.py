@@ -7,7 +7,7 @@ import torch
 
 from scaledl.strategies.parameter_server import HEADER_LEN, MAGIC, ErrorCode, Header, Kind
 from scaledl.strategies.parameter_server.protocol import ProtocolError
-from scaledl.strategies.parameter_server.wire import read_frame, untrusted_magic
+from scaledl.strategies.parameter_server.framing import read_frame, untrusted_magic
 
 FAMILY = MAGIC & ~0xFFFF
 

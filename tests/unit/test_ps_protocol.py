@@ -15,11 +15,10 @@ from scaledl.strategies.parameter_server import (
     ShardSpec, check_servers, shard_specs,
 )
 from scaledl.strategies.parameter_server import server as server_module
-from scaledl.strategies.parameter_server import wire
 from scaledl.strategies.parameter_server.protocol import (
     DTYPE_CODES, check_reply, check_request, expected_payload,
 )
-from scaledl.strategies.parameter_server.wire import PeerError
+from scaledl.transport.direct import DirectTransport, PeerError
 
 SPEC = ShardSpec(index=1, offset=10, numel=5)
 SERVES = frozenset({Kind.PUSH, Kind.PULL, Kind.STATE, Kind.DONE})
@@ -196,10 +195,10 @@ def test_equal_groups_and_nesterov_for_measgd_are_fine() -> None:
 def test_posting_errors_are_one_line_peer_errors() -> None:
     """dist.isend/irecv raise synchronously without a process group: a one-line PeerError."""
     with pytest.raises(PeerError, match="send to rank 3 failed: ") as info:
-        wire.isend(torch.zeros(2), 3, None, 71)  # type: ignore[arg-type]
+        DirectTransport(None).isend(torch.zeros(2), 3, 71)  # type: ignore[arg-type]
     assert "\n" not in str(info.value)
     with pytest.raises(PeerError, match="receive from rank 2 failed: "):
-        wire.recv(torch.zeros(2), 2, None, 71, 1.0)  # type: ignore[arg-type]
+        DirectTransport(None).recv(torch.zeros(2), 2, 71, 1.0)  # type: ignore[arg-type]
 
 
 def test_unexpected_error_in_a_serving_thread_drops_that_worker(

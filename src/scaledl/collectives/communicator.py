@@ -37,6 +37,7 @@ from scaledl.collectives.stages import Paths
 from scaledl.topology import (
     TOPOLOGY_ENV, Topology, current_job, host_digest, topology_of_hosts,
 )
+from scaledl.transport.base import Transport
 from scaledl.transport.channel import open_channel
 from scaledl.transport.shm_open import open_arena, open_shm
 from scaledl.transport.torch_p2p import TorchTransport, resolve_group
@@ -263,6 +264,14 @@ class Communicator:
             handle.wait()
             return None
         return handle
+
+    def point_to_point(self, part: Callable[[Transport], None],
+                       async_op: bool) -> CollectiveHandle | None:
+        """Run ``part(transport)``, a point-to-point exchange among this group's ranks (peers
+        are group ranks), in call order with the group's collectives, so its messages never
+        interleave with theirs; a handle if ``async_op``."""
+        transport = self.transport
+        return self.submit(lambda: part(transport), async_op)
 
     def _ensure_worker(self) -> None:
         if self._worker is None:

@@ -11,10 +11,10 @@ schedule):
         worker i: x_i <- OptimizerStep(x_i, grad_i) - e_i      (as in scaledl.strategies.easgd)
 
 Each worker therefore sees the center already moved by the workers before it.  The messages
-are point-to-point on the group's transport, run as one job of the group's communicator so
-they never interleave with another collective; the master's exchange time grows linearly
-with ``P`` (``P (alpha + n beta)`` against ``log P`` for :mod:`~scaledl.strategies.sync_easgd`),
-which is the point of the baseline.
+are point-to-point on the group's transport, run in call order with the group's collectives
+(:meth:`~scaledl.collectives.communicator.Communicator.point_to_point`) so they never interleave
+with them; the master's exchange time grows linearly with ``P`` (``P (alpha + n beta)`` against
+``log P`` for :mod:`~scaledl.strategies.sync_easgd`), which is the point of the baseline.
 """
 
 from __future__ import annotations
@@ -77,14 +77,8 @@ class RoundRobinEASGD(ElasticStrategy):
 
     def _exchange(self) -> None:
         """Run this rank's part of the round robin; leave this worker's ``e_i`` in place."""
-        comm = communicator_for(self.group)
-        transport = comm.transport
         part = self._master if self.worker_rank == 0 else self._worker
-
-        def job() -> None:
-            part(transport)
-
-        handle = comm.submit(job, async_op=True)
+        handle = communicator_for(self.group).point_to_point(part, async_op=True)
         assert handle is not None
         messages = 2 * (self.num_workers - 1) if self.worker_rank == 0 else 2
         nbytes = messages * self.flat.numel() * self.flat.element_size()

@@ -22,7 +22,8 @@ from scaledl.strategies.parameter_server.protocol import (
     check_reply, expected_payload,
 )
 from scaledl.strategies.parameter_server.shard import ServerShard
-from scaledl.strategies.parameter_server.wire import PeerError, isend, recv, recv_header, wait
+from scaledl.strategies.parameter_server.framing import recv_header
+from scaledl.transport.direct import DirectTransport, PeerError
 
 __all__ = ["Link", "LocalLink", "RemoteLink", "ServerState", "ExchangeResult"]
 
@@ -139,7 +140,8 @@ class RemoteLink(Link):
     deadline), because a server may start serving late (rank 0's threads start at its first
     request; a dedicated server first loads a checkpoint); later replies must come within
     ``timeout_s``.  An ERROR reply, a malformed reply or a failed transfer breaks the link: that
-    call and every later one raise a one-line :class:`ProtocolError`.
+    call raises a one-line :class:`ProtocolError` (a failed transfer: the transport's
+    :class:`~scaledl.transport.direct.PeerError`), and every later one a :class:`ProtocolError`.
     """
 
     def __init__(self, rank: int, servers: list[tuple[int, ShardSpec]], group: dist.ProcessGroup,
@@ -149,6 +151,8 @@ class RemoteLink(Link):
         self.rank = rank
         self.server_ranks = [server for server, _ in servers]
         self.group = group
+        self.wire = DirectTransport(group)
+        """Where this worker's requests and the replies travel."""
         self.timeout_s = timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.dtype = dtype
@@ -211,14 +215,14 @@ class RemoteLink(Link):
                 header = Header(int(kind), self.rank, version, spec.numel, spec.offset, 0,
                                 spec.index).with_payload(payload)
                 raw = header.encode()
-                pending.append((server, raw, isend(raw, server, self.group, HEADER_TAG)))
+                pending.append((server, raw, self.wire.isend(raw, server, HEADER_TAG)))
                 if payload is not None:
                     pending.append((server, payload,
-                                    isend(payload, server, self.group, PAYLOAD_TAG)))
+                                    self.wire.isend(payload, server, PAYLOAD_TAG)))
             replies = self._replies(kind, outs)
             for server, _, work in pending:
-                wait(work, server, f"{kind.name} to parameter server", self.timeout_s)
-        except ProtocolError as exc:
+                self.wire.wait(work, server, f"{kind.name} to parameter server", self.timeout_s)
+        except (ProtocolError, PeerError) as exc:
             self.broken = str(exc)
             self._abandoned.extend(pending)
             raise
@@ -241,7 +245,7 @@ class RemoteLink(Link):
     def _reply(self, kind: Kind, server: int, spec: ShardSpec,
                out: torch.Tensor | None) -> Header:
         first = server not in self._replied
-        frame = recv_header(server, self.group, REPLY_TAG,
+        frame = recv_header(self.wire, server, REPLY_TAG,
                             self.idle_timeout_s if first else self.timeout_s,
                             f"waiting for the {kind.name} reply of parameter server")
         self._replied.add(server)
@@ -256,6 +260,6 @@ class RemoteLink(Link):
         if expected[0]:
             assert out is not None
             numel = expected[0] // out.element_size()
-            recv(out.narrow(0, 0, numel), server, self.group, REPLY_PAYLOAD_TAG, self.timeout_s,
-                 f"{kind.name} reply of parameter server")
+            self.wire.recv(out.narrow(0, 0, numel), server, REPLY_PAYLOAD_TAG, self.timeout_s,
+                           f"{kind.name} reply of parameter server")
         return header

@@ -24,12 +24,12 @@ Gloo matches a message with the buffer posted for it by size only loosely: a mes
 the buffer aborts the receiving process, a smaller one fills part of it and looks complete.  So
 the receiver never trusts a fixed-size buffer: it receives a header into a buffer of
 :data:`HEADER_CAPACITY` values and a payload into one with spare bytes, both pre-filled with a
-random canary, and checks that exactly the announced size arrived (:mod:`.wire`).  It judges
+random canary, and checks that exactly the announced size arrived (:mod:`.framing`).  It judges
 the preamble first: a wrong magic family, or a version older than the preamble, means nothing
 else can be trusted; another version, or a header length that is not this version's, is
 rejected, but its announced payload can still be skipped exactly.
 
-The server checks every header (:func:`.wire.recv_header`, then :func:`check_request`) before it
+The server checks every header (:func:`.framing.recv_header`, then :func:`check_request`) before it
 reads a payload.  A bad one is answered with an ERROR header and logged.  A rejected request's
 payload is never left in the stream: when the framing can be trusted and the announced payload
 fits in one shard, the server receives it and serves on; otherwise it answers ERROR and drops

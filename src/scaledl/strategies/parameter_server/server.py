@@ -10,7 +10,7 @@ Failures stay local to one worker.  A worker may be quiet for a long time betwee
 its next request header has its own deadline, ``idle_timeout_s`` (default: none; a worker that
 dies is still noticed at once, because its connection closes).  Once a header has arrived, its
 payload and the reply must move within ``timeout_s``.  Every header and payload is received
-with its exact size checked (:mod:`.wire`), so a longer or shorter message than announced is
+with its exact size checked (:mod:`.framing`), so a longer or shorter message than announced is
 never served.  A malformed request is answered with an ERROR header and logged; when its
 framing can be trusted and its announced payload fits in one shard that payload is received and
 discarded and the thread goes on serving, otherwise (a wrong magic, a message whose size is not
@@ -35,7 +35,8 @@ from scaledl.strategies.parameter_server.protocol import (
     check_request,
 )
 from scaledl.strategies.parameter_server.shard import ServerShard
-from scaledl.strategies.parameter_server.wire import Frame, Inbox, PeerError, recv_header, send
+from scaledl.strategies.parameter_server.framing import Frame, Inbox, recv_header
+from scaledl.transport.direct import DirectTransport, PeerError
 
 __all__ = ["ShardServer"]
 
@@ -65,6 +66,8 @@ class ShardServer:
         self.rank = rank
         self.workers = list(workers)
         self.group = group
+        self.wire = DirectTransport(group)
+        """Where requests arrive and replies leave."""
         self.timeout_s = timeout_s
         self.idle_timeout_s = idle_timeout_s
         """Deadline of the wait for a worker's next request (None: none)."""
@@ -135,7 +138,7 @@ class ShardServer:
 
     def _serve_one(self, worker: int, buffers: _Buffers) -> bool:
         """Serve one request from ``worker``; True when it was DONE."""
-        frame = recv_header(worker, self.group, HEADER_TAG, self.idle_timeout_s,
+        frame = recv_header(self.wire, worker, HEADER_TAG, self.idle_timeout_s,
                             "waiting for a request from")
         header = frame.header  # None exactly when frame.problem says why
         problem = frame.problem if header is None else check_request(
@@ -150,7 +153,7 @@ class ShardServer:
         kind = Kind(header.kind)
         payload = None
         if header.payload_bytes:
-            if not buffers.inbox.receive(header.payload_bytes, worker, self.group, PAYLOAD_TAG,
+            if not buffers.inbox.receive(header.payload_bytes, self.wire, worker, PAYLOAD_TAG,
                                          self.timeout_s, "payload from"):
                 self._reject(worker, frame, ErrorCode.BAD_PAYLOAD, "the payload is not the "
                              f"{header.payload_bytes} bytes its header announced")
@@ -163,10 +166,10 @@ class ShardServer:
                           self.rank, kind.name, worker)
             self._reject(worker, frame, ErrorCode.SERVER_FAULT, str(exc))
             return False
-        send(reply.with_payload(data).encode(), worker, self.group, REPLY_TAG, self.timeout_s,
-             "reply to")
+        self.wire.send(reply.with_payload(data).encode(), worker, REPLY_TAG, self.timeout_s,
+                       "reply to")
         if data is not None:
-            send(data, worker, self.group, REPLY_PAYLOAD_TAG, self.timeout_s, "reply to")
+            self.wire.send(data, worker, REPLY_PAYLOAD_TAG, self.timeout_s, "reply to")
         return kind == Kind.DONE
 
     @staticmethod
@@ -177,7 +180,7 @@ class ShardServer:
     def _skip_payload(self, worker: int, frame: Frame, buffers: _Buffers) -> None:
         """Receive and discard a rejected request's announced payload, when that is safe."""
         if self._trusted(frame, buffers) and frame.payload_bytes:
-            buffers.inbox.receive(frame.payload_bytes, worker, self.group, PAYLOAD_TAG,
+            buffers.inbox.receive(frame.payload_bytes, self.wire, worker, PAYLOAD_TAG,
                                   self.timeout_s, "payload of a rejected request from")
 
     def _drop_if_untrusted(self, frame: Frame, buffers: _Buffers) -> None:
@@ -195,7 +198,7 @@ class ShardServer:
                   "answering ERROR", self.rank, worker, frame.kind_name, reason)
         error = Header(Kind.ERROR, self.rank, self.shard.version, 0, 0, int(code),
                        self.shard.spec.index)
-        send(error.encode(), worker, self.group, REPLY_TAG, self.timeout_s, "error reply to")
+        self.wire.send(error.encode(), worker, REPLY_TAG, self.timeout_s, "error reply to")
 
     def answer(self, kind: Kind, header: Header, payload: torch.Tensor | None,
                out: torch.Tensor | None = None) -> tuple[Header, torch.Tensor | None]:

@@ -1,98 +1,37 @@
-"""Point-to-point sends and receives with a deadline and exact sizes, on the parameter-server group.
+"""Exact-size framing of the parameter server's messages, over a direct transport.
 
-Gloo matches a send with a receive by (peer, tag) and delivers in order, so one thread per peer
-can talk to several peers at once.  Every wait is bounded: a peer that died makes the wait raise
-at once (its sockets close), one that hangs makes it raise after ``timeout_s``.  Both, and any
-error torch raises when a send or receive is posted, surface as a one-line :class:`PeerError`
-naming the peer.  ``timeout_s=None`` waits with no practical deadline (:data:`NO_DEADLINE_S`):
-for a server waiting for a worker's next request, which may be quiet for a long time.
+Bytes move through :class:`scaledl.transport.direct.DirectTransport` (posted at once, every wait
+bounded, a one-line :class:`~scaledl.transport.direct.PeerError` naming the peer); this module
+makes sure a message is exactly as long as it says.
 
-Exact sizes.  Gloo aborts a process that receives a message larger than the buffer posted for
-it, and fills a larger buffer only in part without saying so.  :func:`recv_header` therefore
-posts :data:`HEADER_CAPACITY` int64 values for every header, pre-filled with a random 64-bit
-canary, and compares what arrived with the length the header declares: a shorter message leaves
-the canary in its last declared value, a longer one overwrites the canary after it.  An
-:class:`Inbox` does the same for a payload, with :data:`SLACK_BYTES` spare bytes.  A message
-matches the canary by chance with probability ``2**-64`` per 8 bytes checked (a payload of fewer
-than 8 bytes checks only those); only a message longer than the posted capacity still aborts,
-which no sender of this protocol sends.
+Gloo aborts a process that receives a message larger than the buffer posted for it, and fills a
+larger buffer only in part without saying so.  :func:`recv_header` therefore posts
+:data:`HEADER_CAPACITY` int64 values for every header, pre-filled with a random 64-bit canary, and
+compares what arrived with the length the header declares: a shorter message leaves the canary in
+its last declared value, a longer one overwrites the canary after it.  An :class:`Inbox` does the
+same for a payload, with :data:`SLACK_BYTES` spare bytes.  A message matches the canary by chance
+with probability ``2**-64`` per 8 bytes checked (a payload of fewer than 8 bytes checks only
+those); only a message longer than the posted capacity still aborts, which no sender of this
+protocol sends.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from collections.abc import Callable
-from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 
 from scaledl.strategies.parameter_server.protocol import (
     FIRST_FRAMED_VERSION, FIXED_FIELDS, HEADER_CAPACITY, HEADER_LEN, LENGTH_INDEX, MAGIC,
     PROTOCOL_VERSION, VERSION_BITS, ErrorCode, Header, ProtocolError,
 )
+from scaledl.transport.direct import DirectTransport
 
-__all__ = ["PeerError", "send", "recv", "isend", "wait", "NO_DEADLINE_S", "recv_header",
-           "Inbox", "SLACK_BYTES", "Frame", "read_frame", "untrusted_magic"]
+__all__ = ["recv_header", "Inbox", "SLACK_BYTES", "Frame", "read_frame", "untrusted_magic"]
 
 SLACK_BYTES = 64
 """Spare bytes after a payload buffer, where a longer payload than announced shows."""
-
-NO_DEADLINE_S = 30 * 24 * 3600.0
-"""The deadline of a wait that has none: 30 days (a dead peer still fails it at once)."""
-
-
-class PeerError(ProtocolError):
-    """A peer died, hung past the deadline, or the connection to it failed."""
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _post(start: Callable[[], dist.Work | None], peer: int, what: str) -> dist.Work:
-    """Post a send or receive; any error, or none posted, is a :class:`PeerError`."""
-    try:
-        work = start()
-    except Exception as exc:  # torch/Gloo raise multi-line RuntimeErrors here
-        raise PeerError(f"{what} rank {peer} failed: {_first_line(exc)}") from exc
-    if work is None:  # only when this rank is not in the group
-        raise PeerError(f"{what} rank {peer} failed: this rank is not in the parameter-server "
-                        "group")
-    return work
-
-
-def isend(tensor: torch.Tensor, peer: int, group: dist.ProcessGroup, tag: int,
-          what: str = "send to") -> dist.Work:
-    """Start sending ``tensor`` to global rank ``peer``; keep ``tensor`` alive until waited."""
-    return _post(lambda: dist.isend(tensor, dst=peer, group=group, tag=tag), peer, what)
-
-
-def wait(work: dist.Work, peer: int, what: str, timeout_s: float | None) -> None:
-    """Wait for ``work`` (talking to ``peer``) for at most ``timeout_s`` seconds (None: no
-    practical deadline)."""
-    seconds = NO_DEADLINE_S if timeout_s is None else timeout_s
-    try:
-        work.wait(timedelta(seconds=seconds))
-    except Exception as exc:  # Gloo raises RuntimeError subclasses for closed/timed-out pairs
-        limit = "" if timeout_s is None else f" within {timeout_s:g} s"
-        raise PeerError(f"{what} rank {peer} failed{limit}: {_first_line(exc)}") from exc
-
-
-def send(tensor: torch.Tensor, peer: int, group: dist.ProcessGroup, tag: int,
-         timeout_s: float | None, what: str = "send to") -> None:
-    """Send ``tensor`` to ``peer`` and wait until it has left."""
-    wait(isend(tensor, peer, group, tag, what), peer, what, timeout_s)
-
-
-def recv(tensor: torch.Tensor, peer: int, group: dist.ProcessGroup, tag: int,
-         timeout_s: float | None, what: str = "receive from") -> None:
-    """Receive into ``tensor`` from ``peer``."""
-    work = _post(lambda: dist.irecv(tensor, src=peer, group=group, tag=tag), peer, what)
-    wait(work, peer, what, timeout_s)
-
 
 @dataclass(frozen=True)
 class Frame:
@@ -165,7 +104,7 @@ def _canary() -> int:
     return secrets.randbits(64) - (1 << 63)
 
 
-def recv_header(peer: int, group: dist.ProcessGroup, tag: int, timeout_s: float | None,
+def recv_header(wire: DirectTransport, peer: int, tag: int, timeout_s: float | None,
                 what: str) -> Frame:
     """Receive one header message from ``peer`` and judge it: its magic first
     (:func:`untrusted_magic`), then whether its size is the size it declares, then the rest
@@ -173,11 +112,11 @@ def recv_header(peer: int, group: dist.ProcessGroup, tag: int, timeout_s: float 
 
     A message whose size is not the size it declares (or that declares none) comes back as a
     :class:`Frame` with problem ``BAD_FRAME`` that cannot be trusted; a failed transfer raises
-    :class:`PeerError`.
+    :class:`~scaledl.transport.direct.PeerError`.
     """
     canary = _canary()
     buffer = torch.full((HEADER_CAPACITY,), canary, dtype=torch.int64)
-    recv(buffer, peer, group, tag, timeout_s, what)
+    wire.recv(buffer, peer, tag, timeout_s, what)
     verdict = None if int(buffer[0]) == canary else untrusted_magic(int(buffer[0]))
     if verdict is not None:
         return verdict
@@ -206,7 +145,7 @@ class Inbox:
         self.tensor = self._raw[:self.capacity].view(like.dtype)
         """The payload as values of ``like``'s dtype (valid after an exact :meth:`receive`)."""
 
-    def receive(self, nbytes: int, peer: int, group: dist.ProcessGroup, tag: int,
+    def receive(self, nbytes: int, wire: DirectTransport, peer: int, tag: int,
                 timeout_s: float | None, what: str) -> bool:
         """Receive a payload announced as ``nbytes`` (``1..capacity``) bytes; True when exactly
         that many arrived (False: shorter or longer; the message was consumed either way)."""
@@ -216,6 +155,6 @@ class Inbox:
         pattern = torch.tensor([_canary()], dtype=torch.int64).view(torch.uint8)
         fill = pattern.repeat((last + SLACK_BYTES + 7) // 8)[:last + SLACK_BYTES]
         region[nbytes - last:].copy_(fill)
-        recv(region, peer, group, tag, timeout_s, what)
+        wire.recv(region, peer, tag, timeout_s, what)
         complete = not torch.equal(region[nbytes - last:nbytes], fill[:last])
         return complete and torch.equal(region[nbytes:], fill[last:])

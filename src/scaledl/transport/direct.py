@@ -1,0 +1,89 @@
+"""Direct point-to-point messaging: each send or receive posted at once, every wait bounded.
+
+The collectives' :class:`~scaledl.transport.base.Transport` queues a schedule's operations and
+posts them together, on scaledl's private channel, with peers named by group rank.  A
+request/reply protocol (the parameter server) needs something else: several threads of one
+process talking to different peers at the same time, each posting one message when it is ready.
+:class:`DirectTransport` is that door: it posts on a process group of its own (the
+parameter-server group), addresses peers by *global* rank and tag, and is safe to use from
+several threads, because Gloo matches a send with a receive by (peer, tag) and delivers the
+messages of one pair in order.
+
+Every wait is bounded: a peer that died makes the wait raise at once (its sockets close), one
+that hangs makes it raise after the deadline.  Both, and any error torch raises while posting,
+surface as a one-line :class:`PeerError` naming the peer.  A deadline of ``None`` waits with no
+practical limit (:data:`NO_DEADLINE_S`), for a server waiting on a worker's next request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from scaledl.transport.base import TransportError
+from scaledl.transport.channel import first_line
+
+__all__ = ["DirectTransport", "PeerError", "NO_DEADLINE_S"]
+
+NO_DEADLINE_S = 30 * 24 * 3600.0
+"""The deadline of a wait that has none: 30 days (a dead peer still fails it at once)."""
+
+
+class PeerError(TransportError):
+    """A peer died, hung past the deadline, or the connection to it failed."""
+
+
+class DirectTransport:
+    """Sends and receives posted at once on ``group``; peers are global ranks.
+
+    ``what`` in each call describes the operation for the error message, e.g. ``"send to"``
+    gives ``send to rank 3 failed: ...``.
+    """
+
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        self.group = group
+
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int,
+              what: str = "send to") -> dist.Work:
+        """Start sending ``tensor`` to ``peer``; keep ``tensor`` alive until :meth:`wait`."""
+        return _post(lambda: dist.isend(tensor, dst=peer, group=self.group, tag=tag), peer, what)
+
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int,
+              what: str = "receive from") -> dist.Work:
+        """Start receiving into ``tensor`` from ``peer``."""
+        return _post(lambda: dist.irecv(tensor, src=peer, group=self.group, tag=tag), peer, what)
+
+    @staticmethod
+    def wait(work: dist.Work, peer: int, what: str, timeout_s: float | None) -> None:
+        """Wait for ``work`` (talking to ``peer``) for at most ``timeout_s`` seconds (None: no
+        practical deadline)."""
+        seconds = NO_DEADLINE_S if timeout_s is None else timeout_s
+        try:
+            work.wait(timedelta(seconds=seconds))
+        except Exception as exc:  # Gloo raises RuntimeError subclasses for closed/timed-out pairs
+            limit = "" if timeout_s is None else f" within {timeout_s:g} s"
+            raise PeerError(f"{what} rank {peer} failed{limit}: {first_line(exc)}") from exc
+
+    def send(self, tensor: torch.Tensor, peer: int, tag: int, timeout_s: float | None,
+             what: str = "send to") -> None:
+        """Send ``tensor`` to ``peer`` and wait until it has left."""
+        self.wait(self.isend(tensor, peer, tag, what), peer, what, timeout_s)
+
+    def recv(self, tensor: torch.Tensor, peer: int, tag: int, timeout_s: float | None,
+             what: str = "receive from") -> None:
+        """Receive into ``tensor`` from ``peer``."""
+        self.wait(self.irecv(tensor, peer, tag, what), peer, what, timeout_s)
+
+
+def _post(start: Callable[[], dist.Work | None], peer: int, what: str) -> dist.Work:
+    """Post a send or receive; any error, or none posted, is a :class:`PeerError`."""
+    try:
+        work = start()
+    except Exception as exc:  # torch/Gloo raise multi-line RuntimeErrors here
+        raise PeerError(f"{what} rank {peer} failed: {first_line(exc)}") from exc
+    if work is None:  # only when this rank is not in the group
+        raise PeerError(f"{what} rank {peer} failed: this rank is not in the group")
+    return work
