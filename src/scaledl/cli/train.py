@@ -233,13 +233,14 @@ def _worker(config: TrainConfig) -> int:
     import scaledl
     from scaledl import bootstrap
     from scaledl.train.trainer import Trainer
+    from scaledl.cli.progress import RichProgress
 
     die_with_launcher()
     _check_restartable(os.environ)
     topology = bootstrap.init(timeout=config.parallel.timeout_s,
                               topology=config.parallel.topology)
     try:
-        result = Trainer(config, topology).run()
+        result = Trainer(config, topology, RichProgress()).run()
     except (ValueError, TypeError):
         raise
     except RuntimeError as error:

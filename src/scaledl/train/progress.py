@@ -1,45 +1,41 @@
-"""Rank 0's progress bar: steps done, loss, accuracy and samples/s, drawn with rich."""
+"""What the trainer reports after every step, to whoever shows progress (the CLI draws a bar).
+
+The trainer has no console of its own: it calls a :class:`StepProgress` on rank 0 when
+``run.progress`` is on (the command line passes one that draws with rich), and
+:class:`NoProgress` otherwise.
+"""
 
 from __future__ import annotations
 
-from types import TracebackType
+from typing import Protocol
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-__all__ = ["ProgressDisplay"]
+__all__ = ["StepProgress", "NoProgress"]
 
 
-class ProgressDisplay:
-    """A rich progress bar when ``enabled`` (rank 0 on a terminal), else nothing."""
+class StepProgress(Protocol):
+    """Receives the training loop's progress: ``start``, one ``advance`` per step, ``stop``."""
 
-    def __init__(self, enabled: bool, total: int, done: int = 0) -> None:
-        self.enabled = enabled
-        self._progress: Progress | None = None
-        self._task = None
-        if enabled:
-            self._progress = Progress(
-                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]:.4f}  acc {task.fields[acc]:.3f}  "
-                           "{task.fields[rate]:,.0f} samples/s"),
-                TimeElapsedColumn(),
-            )
-            self._task = self._progress.add_task("train", total=total, completed=done,
-                                                 loss=float("nan"), acc=0.0, rate=0.0)
-
-    def __enter__(self) -> ProgressDisplay:
-        if self._progress is not None:
-            self._progress.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        if self._progress is not None:
-            self._progress.stop()
+    def start(self, total: int, done: int) -> None:
+        """Training of ``total`` steps begins (or resumes) with ``done`` of them done."""
+        ...
 
     def advance(self, loss: float, accuracy: float, samples_per_s: float) -> None:
-        """One more step."""
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, advance=1, loss=loss, acc=accuracy,
-                                  rate=samples_per_s)
+        """One more step, with its loss, accuracy and the global throughput."""
+        ...
+
+    def stop(self) -> None:
+        """Training ended (normally or by an error)."""
+        ...
+
+
+class NoProgress:
+    """Shows nothing."""
+
+    def start(self, total: int, done: int) -> None:
+        """Nothing to show."""
+
+    def advance(self, loss: float, accuracy: float, samples_per_s: float) -> None:
+        """Nothing to show."""
+
+    def stop(self) -> None:
+        """Nothing to show."""

@@ -40,7 +40,7 @@ from scaledl.train.checkpoint_writer import CheckpointWriter
 from scaledl.train.config import SERVER_STRATEGIES, TrainConfig
 from scaledl.train.metrics import METRICS_NAME, MetricsWriter, RunStats, StepTimes
 from scaledl.train.plots import plot_metrics
-from scaledl.train.progress import ProgressDisplay
+from scaledl.train.progress import NoProgress, StepProgress
 from scaledl.train.restarts import job_id, restart_record, restart_totals
 from scaledl.train.resume import JOB_KEY, check_resumable, clear_old_run, find_resume
 from scaledl.train.sample_log import SampleLog
@@ -55,9 +55,13 @@ log = logging.getLogger(__name__)
 class Trainer:
     """Train ``config`` on this rank of an initialised process group."""
 
-    def __init__(self, config: TrainConfig, topology: Topology) -> None:
+    def __init__(self, config: TrainConfig, topology: Topology,
+                 progress: StepProgress | None = None) -> None:
         self.config = config
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        shown = self.rank == 0 and config.run.progress and progress is not None
+        self.progress: StepProgress = progress if shown and progress else NoProgress()
+        """Told of every step on rank 0 when ``run.progress`` is on (the CLI draws a bar)."""
         self.out = Path(config.run.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.timeline = Timeline(self.rank)
@@ -181,25 +185,26 @@ class Trainer:
 
     def _train(self) -> float | None:
         epochs = self.config.optim.epochs
-        display = ProgressDisplay(self.rank == 0 and self.config.run.progress,
-                                  total=epochs * len(self.parts.loader), done=self.step)
+        self.progress.start(epochs * len(self.parts.loader), self.step)
         accuracy = None
-        with display:
+        try:
             while self.epoch < epochs:
                 self.parts.sampler.set_epoch(self.epoch)
-                self._train_epoch(display)
+                self._train_epoch()
                 accuracy = self.evaluate()
                 self._log_eval(accuracy)
                 self.epoch += 1
                 if self.config.run.checkpoint_every is None and self._checkpoints:
                     self._save(wait=self.epoch == epochs)
+        finally:
+            self.progress.stop()
         if accuracy is None:
             accuracy = self.evaluate()
         if self._on_disk != self.step and self._checkpoints:
             self._save(wait=True)
         return accuracy
 
-    def _train_epoch(self, display: ProgressDisplay) -> None:
+    def _train_epoch(self) -> None:
         evals = self.config.run.eval_every
         batches = self.parts.loader.batch_indices() if self.samples is not None else []
         for index, (x, y) in enumerate(self.parts.loader):
@@ -212,7 +217,7 @@ class Trainer:
             global_batch = x.shape[0] * self.parts.strategy.num_workers
             self.stats.add(times, global_batch)
             self._log_step(loss, correct / max(1, x.shape[0]), global_batch, times)
-            display.advance(loss, correct / max(1, x.shape[0]), global_batch / times.step_s)
+            self.progress.advance(loss, correct / max(1, x.shape[0]), global_batch / times.step_s)
             if self._checkpoints and self.schedule.due(self.step):
                 self._save()
             if evals is not None and self.step % evals == 0:
