@@ -116,3 +116,32 @@ def test_strategies_use_no_communicator_insides() -> None:
         inside = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
                   and n.attr in ("transport", "channel", "submit")]
         assert not inside, f"{path.relative_to(SRC)} uses a communicator's insides at {inside}"
+
+
+CONSOLE_MODULES = ("rich", "argparse")
+
+
+def _console_uses(path: Path) -> list[str]:
+    """Imports of console libraries and calls of print() in ``path``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = [f"line {n.lineno}: print()" for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id == "print"]
+    found += [f"imports {module}" for module in _imports(path)
+              if module.split(".")[0] in CONSOLE_MODULES]
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_console_only_in_cli(path: Path) -> None:
+    if path.relative_to(SRC).parts[0] == "cli":
+        return
+    assert not _console_uses(path), (
+        f"{path.relative_to(SRC)} talks to the console ({_console_uses(path)}); return data and "
+        "let a cli/ module show it"
+    )
+
+
+def test_the_console_check_can_fail(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import argparse\nfrom rich.table import Table\nprint('x')\n")
+    assert len(_console_uses(sample)) == 3
