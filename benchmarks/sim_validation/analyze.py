@@ -59,7 +59,8 @@ def collectives(raw: Path) -> list[dict[str, Any]]:
             contention = max(1.0, point.topology.world_size / CORES)
             predicted = predict(point, _network(rate), cores=CORES) + CALL * contention
             rows.append({"file": path.name, "layout": layout, "rate": rate, "run": run,
-                         "algorithm": point.algorithm, "nbytes": point.nbytes,
+                         "algorithm": point.algorithm, "ran": point.ran,
+                         "nbytes": point.nbytes,
                          "measured_ms": point.measured_s * 1e3, "predicted_ms": predicted * 1e3,
                          "error": predicted / point.measured_s - 1,
                          "held_out": path.name not in CALIBRATION_FILES})
@@ -144,11 +145,12 @@ def _print(coll: list[dict[str, Any]], train: list[dict[str, Any]],
         print(f"| {rate} | {within}/{len(held)} ({within / max(len(held), 1):.0%}) | "
               f"{sum(abs(r['error']) <= TOLERANCE for r in every)}/{len(every)} | "
               f"{ok}/{pairs} |")
-    print("\n| file | algorithm | MiB | measured ms | predicted ms | error |")
+    print("\n| file | algorithm (as it ran) | MiB | measured ms | predicted ms | error |")
     print("|---|---|---:|---:|---:|---:|")
     for r in coll:
         mark = "" if r["held_out"] else " (fit)"
-        print(f"| {r['file']}{mark} | {r['algorithm']} | {r['nbytes'] >> 20} | "
+        ran = r["algorithm"] if r["ran"] == r["algorithm"] else f"{r['algorithm']} ({r['ran']})"
+        print(f"| {r['file']}{mark} | {ran} | {r['nbytes'] >> 20} | "
               f"{r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | {r['error']:+.1%} |")
     print("\n## Training steps\n")
     print("| run | steps | measured median ms (p25-p75) | predicted ms | error |")

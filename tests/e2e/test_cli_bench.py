@@ -53,6 +53,13 @@ def test_bench_collectives_two_ranks(tmp_path: Path) -> None:
         assert row["iterations"] == 3 and len(row["times_us"]) == 3
         assert row["min_us"] <= row["avg_us"] <= row["max_us"]
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"])  # 2(p-1)/p = 1 at p = 2
+        if row["algorithm"] == "torch":
+            assert row["resolved"] is None
+        elif row["algorithm"] == "auto":  # what auto chose, as the call ran it
+            assert row["resolved"] in {"ring", "multiring", "halving_doubling", "tree", "shm",
+                                       "native"}
+        else:
+            assert row["resolved"] == row["algorithm"]
     assert {r["algorithm"] for r in data["ratios_vs_native"]} == {
         "ring", "multiring", "halving_doubling", "shm", "auto", "torch"}
     assert len(data["ratios_vs_torch"]) == 6 * 3  # every algorithm at every size

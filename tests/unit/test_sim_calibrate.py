@@ -97,3 +97,36 @@ def test_native_is_fitted_against_the_calibrated_links(
         predictions = choose(Collective.ALLREDUCE, topo, nbytes // 4, 4, model).predictions
         assert predictions["native"] == pytest.approx(NATIVE_SLOWER * predictions["ring"],
                                                       rel=0.25)
+
+
+def _one_row_file(path: Path, row: dict[str, object]) -> Path:
+    base = {"collective": "allreduce", "algorithm": "hierarchical", "nbytes": 4 << 20,
+            "world_size": 4, "median_us": 1000.0}
+    path.write_text(json.dumps({"schema": "scaledl.bench.collectives/1",
+                                "config": {"topology": "2x2", "dtype": "float32"},
+                                "environment": {"topology": "2x2"},
+                                "results": [{**base, **row}]}))
+    return path
+
+
+def test_points_compile_the_algorithm_as_it_ran(tmp_path: Path) -> None:
+    """A file that records `resolved` (hierarchical ran with shared memory inside each host) is
+    replayed as that schedule; an older file without it, as the asked name."""
+    from scaledl.collectives.registry import plan
+    from scaledl.sim.calibrate import predict
+
+    ran = load_points([_one_row_file(tmp_path / "new.json",
+                                     {"resolved": "hierarchical[shm,ring]"})])[0]
+    old = load_points([_one_row_file(tmp_path / "old.json", {})])[0]
+    assert (ran.algorithm, ran.ran) == ("hierarchical", "hierarchical[shm,ring]")
+    assert (old.algorithm, old.ran) == ("hierarchical", "hierarchical")
+    assert ran.compiled.stages and not old.compiled.stages
+    topo = Topology.parse("2x2")
+    shm_stages = [r.stage for r in plan("hierarchical[shm,ring]", Collective.ALLREDUCE, topo, 0,
+                                        1 << 20).rounds if r.stage is not None]
+    assert shm_stages and all(s.path == "shm" for s in shm_stages)
+    slow_intra = Network("slow loopback", LinkClass("loopback", 300e-6, 1 / 0.2e9),
+                         TRUE.inter, rack_latency=0.0)
+    # the intra-host TCP link no longer matters once that level runs on shared memory
+    assert predict(ran, slow_intra) < predict(old, slow_intra)
+    assert predict(ran, slow_intra) == pytest.approx(predict(ran, TRUE), rel=1e-9)

@@ -25,6 +25,14 @@ def test_prints_time_share_and_efficiency(capsys: pytest.CaptureFixture[str]) ->
         assert words in out
 
 
+def test_levelled_algorithms_with_paths_are_simulated(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What `scaledl bench collectives` records as run (e.g. shared memory inside each host)."""
+    assert main([*SMALL, "--gpus", "8", "--topology", "4x2", "--algorithm",
+                 "hierarchical[shm,ring]"]) == 0
+    assert "iteration time" in capsys.readouterr().out
+
+
 def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "sweep.json"
     assert main([*SMALL, "--gpus", "16", "--topology", "4x4", "--sweep", "--json",
@@ -47,6 +55,9 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     (["--algorithm", "auto"], "--algorithm auto cannot be simulated for allreduce; choose one "
                               "of: ring,"),
     (["--algorithm", "native"], "--algorithm native cannot be simulated"),
+    (["--topology", "4x2", "--algorithm", "hierarchical[shm,shm]"],
+     "level 1 of 'hierarchical[shm,shm]' cannot run on 'shm' here"),
+    (["--algorithm", "hierarchical[fast]"], "unknown level path ['fast']"),
     (["--strategy", "reduce-broadcast", "--algorithm", "ring"],
      "ring cannot be simulated for reduce-broadcast"),
     (["--gpus", "30", "--network", "10gbe"], "--gpus 30 does not fill hosts of 4 GPUs; give "

@@ -33,7 +33,9 @@ import torch
 import torch.distributed as dist
 
 from scaledl.bench.report import Measurement, P2PResult, format_bytes
-from scaledl.collectives.api import allgather, allreduce, broadcast, reduce, reduce_scatter
+from scaledl.collectives.api import (
+    allgather, allreduce, broadcast, reduce, reduce_scatter, resolve_algorithm,
+)
 from scaledl.collectives.auto import choose
 from scaledl.collectives.communicator import communicator_for
 from scaledl.collectives.registry import (
@@ -284,7 +286,17 @@ def _measure(
         proposal = math.ceil(config.target_seconds / (max(statistics.median(warm), 1e-7) * batch))
         iterations = int(_agree_max([float(min(max(proposal, MIN_ITERS), MAX_ITERS))])[0])
     times = _agree_max(_timed(call, iterations, batch))
-    return Measurement(buffers.collective.value, algorithm, buffers.nbytes, p, tuple(times))
+    return Measurement(buffers.collective.value, algorithm, buffers.nbytes, p, tuple(times),
+                       _resolved(buffers, algorithm, topology))
+
+
+def _resolved(buffers: _Buffers, algorithm: str, topology: Topology) -> str | None:
+    """What ``algorithm`` ran as on these buffers (None for torch's own call)."""
+    if algorithm == TORCH:
+        return None
+    blocks = buffers.collective in (Collective.REDUCE_SCATTER, Collective.ALLGATHER)
+    return resolve_algorithm(buffers.collective.value, buffers.shard if blocks else buffers.numel,
+                             buffers.full.dtype, algorithm, topology)
 
 
 def measure_memcpy(nbytes: int) -> P2PResult:

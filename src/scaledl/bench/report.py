@@ -58,6 +58,10 @@ class Measurement:
     world_size: int
     times_s: tuple[float, ...]
     """Per-iteration seconds, each the maximum over ranks."""
+    resolved: str | None = None
+    """The algorithm that ran, with the paths per level it was given or chosen (for example
+    ``hierarchical[shm,ring]`` for ``hierarchical``, or ``auto``'s choice); None: not known
+    (``torch``, or a file written before this was recorded)."""
 
     @property
     def avg_us(self) -> float:
@@ -93,8 +97,9 @@ class Measurement:
         """JSON-ready summary with the raw per-iteration times."""
         fraction = self.busbw_gbps / p2p_gbps if p2p_gbps else None
         return {
-            "collective": self.collective, "algorithm": self.algorithm, "nbytes": self.nbytes,
-            "world_size": self.world_size, "iterations": len(self.times_s),
+            "collective": self.collective, "algorithm": self.algorithm,
+            "resolved": self.resolved, "nbytes": self.nbytes, "world_size": self.world_size,
+            "iterations": len(self.times_s),
             "avg_us": self.avg_us, "min_us": self.min_us, "max_us": self.max_us,
             "median_us": self.median_us, "algbw_gbps": self.algbw_gbps,
             "busbw_gbps": self.busbw_gbps, "busbw_over_p2p": fraction,
@@ -275,7 +280,7 @@ def report_from_dict(data: dict[str, Any]) -> BenchReport:
     """Rebuild a report from :meth:`BenchReport.to_dict` output (for plots of saved runs)."""
     measurements = [
         Measurement(r["collective"], r["algorithm"], r["nbytes"], r["world_size"],
-                    tuple(t * 1e-6 for t in r["times_us"]))
+                    tuple(t * 1e-6 for t in r["times_us"]), r.get("resolved"))
         for r in data["results"]
     ]
     ceilings = [

@@ -18,8 +18,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from scaledl.bench.collectives import DTYPES, BenchConfig, select_algorithms
-from scaledl.bench.report import BenchReport, format_bytes, header_lines, native_ratios
+from scaledl.bench.report import (
+    BenchReport, Measurement, format_bytes, header_lines, native_ratios,
+)
 from scaledl.bootstrap import read_launch_env
 from scaledl.cli.launch import run_distributed, under_launcher
 from scaledl.cli.paths import check_output_file, check_plot_file
@@ -260,7 +264,7 @@ def render_table(report: BenchReport, console: Any) -> None:
     for m in report.measurements:
         fraction = f"{m.busbw_gbps / p2p:.2f}" if p2p else "-"
         table.add_row(
-            format_bytes(m.nbytes), m.collective, m.algorithm, str(len(m.times_s)),
+            format_bytes(m.nbytes), m.collective, _shown(m), str(len(m.times_s)),
             *(f"{us:.1f}" for us in (m.avg_us, m.median_us, m.min_us, m.max_us)),
             f"{m.algbw_gbps:.3f}", f"{m.busbw_gbps:.3f}", fraction,
         )
@@ -271,3 +275,11 @@ def render_table(report: BenchReport, console: Any) -> None:
             f"{ratio['collective']} at {format_bytes(ratio['nbytes'])}: "
             f"{ratio['algorithm']} / {baseline} busbw = {ratio['busbw_ratio']:.2f}x"
         )
+
+
+def _shown(measurement: Measurement) -> str:
+    """The algorithm as asked, with what it ran as when that differs (auto, paths per level)."""
+    resolved = measurement.resolved
+    if resolved is None or resolved == measurement.algorithm:
+        return escape(measurement.algorithm)
+    return escape(f"{measurement.algorithm} ({resolved})")

@@ -30,7 +30,7 @@ from scaledl.transport.torch_p2p import resolve_group
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "explain",
-    "resolve_topology",
+    "resolve_topology", "resolve_algorithm",
 ]
 
 Group = dist.ProcessGroup | None
@@ -221,3 +221,21 @@ def explain(
         text += ("\n  (this rank's own view: the group's layout and cost model are agreed at "
                  "scaledl.init() or at the group's first collective)")
     return text
+
+
+def resolve_algorithm(
+    collective: str, numel: int, dtype: torch.dtype = torch.float32, algorithm: str = AUTO,
+    topology: Topology | None = None, group: Group = None, root: int = 0,
+) -> str:
+    """The algorithm a call with these arguments runs on ``group``: ``algorithm`` itself,
+    ``auto``'s choice, or a levelled algorithm with its paths per level (for example
+    ``hierarchical[shm,ring]``), the same decision (and cache) the call itself uses.
+
+    ``numel`` counts the whole tensor, or one rank's block for reduce_scatter and allgather.
+    Like a group's first scaledl call, it opens the group's communicator if there is none yet,
+    and must then be made on every rank.
+    """
+    wanted = parse_collective(collective)
+    probe = torch.empty(0, dtype=dtype)
+    call = _prepare(wanted, [probe], "sum", algorithm, topology, group, root)
+    return call.resolve(numel, probe.element_size())

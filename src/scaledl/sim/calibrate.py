@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, nnls  # type: ignore[import-untyped]
 
-from scaledl.collectives.registry import ALGORITHMS, plan_numel
+from scaledl.collectives.registry import ALGORITHMS, parse_algorithm, plan_numel
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.compiled import Compiled
@@ -61,6 +61,10 @@ class Point:
     measured_s: float
     compiled: Compiled
     source: str
+    ran: str = ""
+    """The algorithm as it ran (the file's ``resolved``: e.g. ``hierarchical[shm,ring]``, the
+    paths ``hierarchical`` chose per level), whose plans are compiled; the asked name when the
+    file does not say (written before this was recorded)."""
 
 
 def _topologies(
@@ -91,16 +95,17 @@ def load_points(
     """
     points = []
     for path, data, itemsize, row in _rows_of(paths):
-        algo = ALGORITHMS.get(row["algorithm"])
+        ran = str(row.get("resolved") or row["algorithm"])
+        algo = ALGORITHMS.get(parse_algorithm(ran)[0])
         if algo is None or not algo.scheduled:
             continue
         planned, topo = _topologies(data, int(row["world_size"]), topology, placement)
         numel = plan_numel(str(row["collective"]), int(row["nbytes"]), int(row["world_size"]),
                            itemsize)
-        compiled = compile_collective(row["algorithm"], Collective(row["collective"]), planned,
-                                      numel, 0, itemsize)
+        compiled = compile_collective(ran, Collective(row["collective"]), planned, numel, 0,
+                                      itemsize)
         points.append(Point(row["collective"], row["algorithm"], int(row["nbytes"]), topo,
-                            float(row["median_us"]) * 1e-6, compiled, str(path)))
+                            float(row["median_us"]) * 1e-6, compiled, str(path), ran))
     if not points:
         raise ValueError("the benchmark files hold no measurement of a scheduled algorithm "
                          "(ring, tree, ...); rerun `scaledl bench collectives` with those")

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from scaledl.collectives.auto import CostModel
-from scaledl.collectives.registry import ALGORITHMS
+from scaledl.collectives.auto import CostModel, Fabric, check_paths
+from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
@@ -121,10 +121,15 @@ class Job:
                              f"{', '.join(STRATEGIES)}")
         needed = {"allreduce": Collective.ALLREDUCE, "reduce-broadcast": Collective.REDUCE}
         collective = needed.get(self.strategy, Collective.ALLREDUCE)
-        if self.algorithm not in simulated_algorithms(collective):
+        base, paths = parse_algorithm(self.algorithm)
+        if base not in simulated_algorithms(collective):
             raise ValueError(
                 f"--algorithm {self.algorithm} cannot be simulated for {self.strategy}; choose "
                 f"one of: {', '.join(simulated_algorithms(collective))}")
+        if paths:  # hosts as the topology says; every host's ranks share its memory
+            topo = self.topology_value()
+            hosts = tuple(topo.node(rank) for rank in range(topo.world_size))
+            check_paths(self.algorithm, collective, topo, Fabric(hosts, native_stages=True))
         if self.tau < 1:
             raise ValueError(f"--tau {self.tau} must be >= 1 (exchange every tau steps)")
         if self.compute_time is not None and not 0 < self.compute_time < math.inf:

@@ -1,0 +1,85 @@
+"""Fit the cpu device's three host constants to the calibration files (docs/simulation.md).
+
+The host model of `scaledl simulate` for CPU ranks talking TCP has three constants: CPU seconds
+per byte at each end of a transfer inside a host (``CPU_TCP_BETA`` in sim/presets.py), the extra
+per byte across an emulated link (``CPU_TCP_LINK_BETA``), and the scaledl stack's software cost
+per collective call (``STACKS["scaledl"]`` in sim/losses.py).  This script fits all three at once,
+least squares on relative errors, to the points of the calibration files only (analyze.py's
+``CALIBRATION_FILES``: the 2x2 run 1 files at every rate, messages >= 1 MiB) by Gauss-Newton
+with finite differences, and prints them with the fit's residual.  Paste the values into the two
+source files, then run analyze.py: every other file stays held out.
+
+    python benchmarks/sim_validation/fit_host.py [raw-dir]
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from analyze import CALIBRATION_FILES, CORES, MIN_BYTES
+from scaledl.sim.calibrate import Point, load_points, predict
+from scaledl.sim.presets import CPU_TCP_BETA, CPU_TCP_LINK_BETA, DEVICES, build_network
+from scaledl.sim.losses import STACKS
+
+SCALE = np.array([1e-9, 1e-9, 1e-3])
+"""Units of the three parameters (ns/B, ns/B, ms), so the steps are of one size."""
+
+
+def _points(raw: Path) -> list[tuple[str, Point]]:
+    chosen = []
+    for name in sorted(CALIBRATION_FILES):
+        rate = name.split("-")[2]
+        chosen += [(rate, p) for p in load_points([raw / name]) if p.nbytes >= MIN_BYTES]
+    return chosen
+
+
+def _predictions(points: list[tuple[str, Point]], theta: np.ndarray) -> np.ndarray:
+    beta, link_beta, call = (theta * SCALE).tolist()
+    gamma = DEVICES["cpu"].gamma
+    out = []
+    for rate, point in points:
+        network = replace(build_network(rate, "loopback", gamma), cpu_beta=beta,
+                          cpu_beta_link=link_beta)
+        contention = max(1.0, point.topology.world_size / CORES)
+        out.append(predict(point, network, cores=CORES) + call * contention)
+    return np.array(out)
+
+
+def fit(points: list[tuple[str, Point]], start: np.ndarray, rounds: int = 12) -> np.ndarray:
+    """Gauss-Newton on the relative residuals, parameters kept >= 0."""
+    measured = np.array([p.measured_s for _, p in points])
+    theta = start.astype(float)
+    for _ in range(rounds):
+        base = _predictions(points, theta) / measured - 1
+        jacobian = np.empty((len(points), 3))
+        for k in range(3):
+            step = np.zeros(3)
+            step[k] = max(1e-3, 0.01 * theta[k])
+            jacobian[:, k] = (_predictions(points, theta + step) / measured - 1 - base) / step[k]
+        delta, *_ = np.linalg.lstsq(jacobian, -base, rcond=None)
+        theta = np.maximum(theta + delta, 0.0)
+        if np.all(np.abs(delta) < 1e-4 * np.maximum(theta, 1e-3)):
+            break
+    return theta
+
+
+def main() -> None:
+    raw = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "raw"
+    points = _points(raw)
+    start = np.array([CPU_TCP_BETA, CPU_TCP_LINK_BETA, STACKS["scaledl"].call_overhead_s]) / SCALE
+    theta = fit(points, start)
+    measured = np.array([p.measured_s for _, p in points])
+    errors = _predictions(points, theta) / measured - 1
+    within = int(np.sum(np.abs(errors) <= 0.15))
+    print(f"{len(points)} calibration points; rms relative error {np.sqrt(np.mean(errors**2)):.1%}, "
+          f"{within} within 15%")
+    print(f"CPU_TCP_BETA = {theta[0]:.3f}e-9   CPU_TCP_LINK_BETA = {theta[1]:.3f}e-9   "
+          f"scaledl call overhead = {theta[2]:.3f}e-3")
+
+
+if __name__ == "__main__":
+    main()
