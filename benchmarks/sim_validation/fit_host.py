@@ -9,7 +9,10 @@ least squares on relative errors, to the points of the calibration files only (a
 with finite differences, and prints them with the fit's residual.  Paste the values into the two
 source files, then run analyze.py: every other file stays held out.
 
-    python benchmarks/sim_validation/fit_host.py [raw-dir]
+    python benchmarks/sim_validation/fit_host.py [raw-dir] [--keep-loopback]
+
+``--keep-loopback`` keeps ``CPU_TCP_BETA`` at its preset (a raw TCP stream on loopback measures
+it independently: tcp_stream.py) and fits the other two.
 """
 
 from __future__ import annotations
@@ -49,18 +52,23 @@ def _predictions(points: list[tuple[str, Point]], theta: np.ndarray) -> np.ndarr
     return np.array(out)
 
 
-def fit(points: list[tuple[str, Point]], start: np.ndarray, rounds: int = 12) -> np.ndarray:
-    """Gauss-Newton on the relative residuals, parameters kept >= 0."""
+def fit(points: list[tuple[str, Point]], start: np.ndarray, rounds: int = 12,
+        free: tuple[int, ...] = (0, 1, 2)) -> np.ndarray:
+    """Gauss-Newton on the relative residuals of the ``free`` parameters (the others stay at
+    ``start``), parameters kept >= 0."""
     measured = np.array([p.measured_s for _, p in points])
     theta = start.astype(float)
     for _ in range(rounds):
         base = _predictions(points, theta) / measured - 1
-        jacobian = np.empty((len(points), 3))
-        for k in range(3):
+        jacobian = np.empty((len(points), len(free)))
+        for column, k in enumerate(free):
             step = np.zeros(3)
             step[k] = max(1e-3, 0.01 * theta[k])
-            jacobian[:, k] = (_predictions(points, theta + step) / measured - 1 - base) / step[k]
-        delta, *_ = np.linalg.lstsq(jacobian, -base, rcond=None)
+            jacobian[:, column] = (_predictions(points, theta + step) / measured - 1
+                                   - base) / step[k]
+        solved, *_ = np.linalg.lstsq(jacobian, -base, rcond=None)
+        delta = np.zeros(3)
+        delta[list(free)] = solved
         theta = np.maximum(theta + delta, 0.0)
         if np.all(np.abs(delta) < 1e-4 * np.maximum(theta, 1e-3)):
             break
@@ -68,10 +76,11 @@ def fit(points: list[tuple[str, Point]], start: np.ndarray, rounds: int = 12) ->
 
 
 def main() -> None:
-    raw = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "raw"
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    raw = Path(args[0]) if args else Path(__file__).parent / "raw"
     points = _points(raw)
     start = np.array([CPU_TCP_BETA, CPU_TCP_LINK_BETA, STACKS["scaledl"].call_overhead_s]) / SCALE
-    theta = fit(points, start)
+    theta = fit(points, start, free=(1, 2) if "--keep-loopback" in sys.argv else (0, 1, 2))
     measured = np.array([p.measured_s for _, p in points])
     errors = _predictions(points, theta) / measured - 1
     within = int(np.sum(np.abs(errors) <= 0.15))

@@ -144,7 +144,9 @@ def _price_stages(
 ) -> None:
     """A stage node ends ``stage_time`` after the last of its members started it: its own cost
     and every marker edge into it carry that time, and it pays no per-round overhead.  Stages of
-    one host and round that leave the host share its interface (as the full replay has it)."""
+    one host and round that leave the host share its interface (as the full replay has it).  A
+    shared-memory stage is CPU work alone (copies and reductions), so it stretches with
+    ``cpu_contention`` like the rounds' CPU time."""
     assert compiled.stages is not None and compiled.recv_virtual is not None
     model = network.to_cost_model()
     r_max = compiled.max_rounds
@@ -157,6 +159,7 @@ def _price_stages(
     seconds = {
         node: stage_time(stage, compiled.itemsize, model,
                          leaving.get((int(host[node // r_max]), node % r_max), 1))
+        * (network.cpu_contention if stage.path == "shm" else 1.0)
         for node, stage in compiled.stages.items()
     }
     nodes = np.fromiter(seconds, dtype=np.int64, count=len(seconds))
