@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scaledl.collectives.schedule import (
-    Action, Collective, Round, Schedule, Transfer, join_rounds, make_round, split,
+    Action, Collective, Round, Schedule, Transfer, flat_plan, make_round, split,
 )
 from scaledl.topology import Topology
 
@@ -179,14 +179,10 @@ def plan(
 ) -> Schedule:
     """Plan a halving-doubling collective over all ranks."""
     p = topology.world_size
-    members = list(range(p))
-    if collective is Collective.ALLREDUCE:
-        rounds = join_rounds(allreduce_rounds(members, rank, 0, numel))
-        return Schedule(collective, "halving_doubling", rank, p, numel, rounds)
-    if collective is Collective.REDUCE_SCATTER:
-        rounds = join_rounds(_reduce_scatter(members, rank, numel) if p > 1 and numel else [])
-    elif collective is Collective.ALLGATHER:
-        rounds = join_rounds(_allgather(members, rank, numel) if p > 1 and numel else [])
-    else:
-        raise ValueError(f"halving_doubling does not implement {collective.value}")
-    return Schedule(collective, "halving_doubling", rank, p, numel * p, rounds)
+    return flat_plan("halving_doubling", collective, p, rank, numel, {
+        Collective.ALLREDUCE: lambda members, me, n: allreduce_rounds(members, me, 0, n),
+        Collective.REDUCE_SCATTER: lambda members, me, n: (
+            _reduce_scatter(members, me, n) if p > 1 and n else []),
+        Collective.ALLGATHER: lambda members, me, n: (
+            _allgather(members, me, n) if p > 1 and n else []),
+    })

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scaledl.collectives.schedule import (
-    Action, Collective, Round, Schedule, Transfer, join_rounds, make_round, split,
+    Action, Collective, Round, Schedule, Transfer, flat_plan, make_round, split,
 )
 from scaledl.topology import Topology
 
@@ -77,18 +77,12 @@ def plan(
 ) -> Schedule:
     """Plan a ring collective over all ranks in rank order."""
     p = topology.world_size
-    members = list(range(p))
-    if collective is Collective.ALLREDUCE:
-        blocks = split(0, numel, p)
-        rounds = join_rounds(
-            reduce_scatter_rounds(members, rank, blocks), allgather_rounds(members, rank, blocks)
-        )
-        return Schedule(collective, "ring", rank, p, numel, rounds)
-    blocks = split(0, numel * p, p)
-    if collective is Collective.REDUCE_SCATTER:
-        rounds = join_rounds(reduce_scatter_rounds(members, rank, blocks))
-    elif collective is Collective.ALLGATHER:
-        rounds = join_rounds(allgather_rounds(members, rank, blocks))
-    else:
-        raise ValueError(f"ring does not implement {collective.value}")
-    return Schedule(collective, "ring", rank, p, numel * p, rounds)
+    return flat_plan("ring", collective, p, rank, numel, {
+        Collective.ALLREDUCE: lambda members, me, n: (
+            reduce_scatter_rounds(members, me, split(0, n, p))
+            + allgather_rounds(members, me, split(0, n, p))),
+        Collective.REDUCE_SCATTER: lambda members, me, n: reduce_scatter_rounds(
+            members, me, split(0, n * p, p)),
+        Collective.ALLGATHER: lambda members, me, n: allgather_rounds(
+            members, me, split(0, n * p, p)),
+    })

@@ -17,12 +17,12 @@ order, so a sender and its receiver must list their transfers to each other in t
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
     "Action", "Collective", "Transfer", "Round", "Schedule", "ScheduleError", "Stage", "Path",
-    "split", "rounds_from_timed", "stage_round",
+    "split", "rounds_from_timed", "stage_round", "flat_plan", "Phases",
 ]
 
 
@@ -267,3 +267,24 @@ def stage_round(stage: Stage) -> Round | None:
     if stage.hi <= stage.lo or len(stage.members) < 2:
         return None
     return Round((), stage)
+
+
+Phases = Callable[[list[int], int, int], Iterable[Round | None]]
+"""Rounds of one collective among ``members`` for ``rank``, given the elements per rank block."""
+
+
+def flat_plan(
+    name: str, collective: Collective, p: int, rank: int, numel: int,
+    phases: Mapping[Collective, Phases],
+) -> Schedule:
+    """The schedule of a flat algorithm (all ``p`` ranks, in rank order) from its phase builders.
+
+    ``numel`` is the tensor for allreduce (the builder gets it whole) and one rank's block for
+    reduce_scatter and allgather (the buffer holds ``p`` blocks).
+    """
+    build = phases.get(collective)
+    if build is None:
+        raise ValueError(f"{name} does not implement {collective.value}")
+    total = numel if collective is Collective.ALLREDUCE else numel * p
+    return Schedule(collective, name, rank, p, total, join_rounds(build(list(range(p)), rank,
+                                                                        numel)))
