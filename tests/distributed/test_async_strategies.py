@@ -25,7 +25,6 @@ from scaledl.models import build_model
 from scaledl.strategies.async_easgd import AsyncEASGD, AsyncMEASGD, HogwildEASGD
 from scaledl.strategies.async_sgd import AsyncMSGD, AsyncSGD, HogwildSGD
 from scaledl.strategies.parameter_server import ParameterServerStrategy
-from scaledl.train.setup import STRATEGY_KEYWORDS
 from tests.harness import run_ranks
 
 pytestmark = pytest.mark.distributed
@@ -57,7 +56,7 @@ def build(name: str, servers: int, seed: int = 0, data: str = "digits", mark: fl
     model = build_model("mlp", train_set.input_shape, train_set.num_classes)
     model.register_buffer("mark", torch.full((3,), float(mark)))
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    options = {key: OPTIONS[key] for key in STRATEGY_KEYWORDS[name] if key in OPTIONS}
+    options = {key: OPTIONS[key] for key in STRATEGIES[name].keywords if key in OPTIONS}
     return STRATEGIES[name](model, optimizer, **{**options, "servers": servers, **extra})
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scaledl.train.config import (
-    PERIODIC_STRATEGIES, SERVER_STRATEGIES, STRATEGIES, ParallelConfig, TrainConfig,
-    build_config,
-)
+from scaledl.strategies.catalogue import names_with, strategies
+from scaledl.train.config import ParallelConfig, TrainConfig, build_config
 from scaledl.train.setup import _strategy_options, algorithms_for, elastic_alpha, validate_config
 
 
@@ -38,8 +36,8 @@ def test_bad_strategy_options_name_the_value(options: dict[str, object], named: 
 
 
 def test_every_server_and_periodic_strategy_is_known() -> None:
-    assert set(SERVER_STRATEGIES) <= set(STRATEGIES)
-    assert set(PERIODIC_STRATEGIES) <= set(STRATEGIES)
+    assert set(names_with("server")) <= set(strategies())
+    assert set(names_with("periodic")) <= set(strategies())
     assert ParallelConfig(strategy="async-sgd", servers=2).servers == 2
 
 
@@ -88,22 +86,13 @@ def test_options_passed_to_each_kind_of_strategy() -> None:
     assert set(plain) == {"algorithm", "topology", "timeline", "bucket_mb"}
 
 
-def test_every_strategy_accepts_exactly_the_keywords_the_trainer_passes() -> None:
+def test_every_strategy_accepts_the_keywords_it_declares() -> None:
+    """The declaration and the constructor sit on one class; this keeps them in step."""
     import inspect
 
-    from scaledl.strategies import STRATEGIES as IMPLEMENTED
-    from scaledl.train.setup import STRATEGY_KEYWORDS
-
-    assert set(STRATEGY_KEYWORDS) == set(IMPLEMENTED)
-    for name, keywords in STRATEGY_KEYWORDS.items():
+    for name, cls in strategies().items():
         accepted: set[str] = set()  # a subclass may forward **options to its base's __init__
-        for cls in IMPLEMENTED[name].__mro__:
-            if "__init__" in vars(cls):
-                accepted |= set(inspect.signature(vars(cls)["__init__"]).parameters)
-        assert set(keywords) <= accepted, name
-
-
-def test_config_knows_exactly_the_implemented_strategies() -> None:
-    from scaledl.strategies import STRATEGIES as IMPLEMENTED
-
-    assert set(STRATEGIES) == set(IMPLEMENTED)
+        for klass in cls.__mro__:
+            if "__init__" in vars(klass):
+                accepted |= set(inspect.signature(vars(klass)["__init__"]).parameters)
+        assert set(cls.keywords) <= accepted, name

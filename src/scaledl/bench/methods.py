@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from scaledl.train.config import SERVER_STRATEGIES
+from scaledl.strategies.catalogue import strategy_class
 
 __all__ = [
     "Method", "METHODS", "BenchSpec", "select_methods", "available_methods", "ranks",
@@ -41,30 +41,33 @@ class Method:
     """Whether the method uses momentum (the bench's ``momentum``), else plain SGD steps."""
     tau: int | None = None
     """Local steps between exchanges (periodic methods); ``None`` for the others."""
-    elastic: bool = False
-    """Whether it takes the elastic moving rate ``alpha``."""
     counterpart: str | None = None
     """The SGD method this EASGD variant is compared with (You et al.'s pairs)."""
 
     @property
     def needs_server(self) -> bool:
         """Whether a parameter server serves it (it then gets one dedicated server rank)."""
-        return self.name in SERVER_STRATEGIES
+        return strategy_class(self.name).server
+
+    @property
+    def elastic(self) -> bool:
+        """Whether it takes the elastic moving rate ``alpha``."""
+        return strategy_class(self.name).elastic
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("allreduce", "Sync SGD (allreduce)"),
     Method("reduce-broadcast", "Sync SGD (reduce+bcast)"),
     Method("local-sgd", "Local SGD (tau 4)", tau=4),
-    Method("sync-easgd", "Sync EASGD", tau=1, elastic=True, counterpart="allreduce"),
-    Method("easgd", "EASGD (round-robin)", tau=1, elastic=True, counterpart="allreduce"),
+    Method("sync-easgd", "Sync EASGD", tau=1, counterpart="allreduce"),
+    Method("easgd", "EASGD (round-robin)", tau=1, counterpart="allreduce"),
     Method("async-sgd", "Async SGD"),
     Method("async-msgd", "Async MSGD", momentum=True),
     Method("hogwild-sgd", "Hogwild SGD"),
-    Method("async-easgd", "Async EASGD", tau=1, elastic=True, counterpart="async-sgd"),
-    Method("async-measgd", "Async MEASGD", momentum=True, tau=1, elastic=True,
+    Method("async-easgd", "Async EASGD", tau=1, counterpart="async-sgd"),
+    Method("async-measgd", "Async MEASGD", momentum=True, tau=1,
            counterpart="async-msgd"),
-    Method("hogwild-easgd", "Hogwild EASGD", tau=1, elastic=True, counterpart="hogwild-sgd"),
+    Method("hogwild-easgd", "Hogwild EASGD", tau=1, counterpart="hogwild-sgd"),
 )}
 """Every method of the comparison, in table order."""
 

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     if not methods:
         raise ValueError("no method of the comparison is implemented in this build; "
-                         "register strategies in scaledl.strategies.STRATEGIES")
+                         "add a strategy module to scaledl.strategies (see its catalogue)")
     skipped = [name for name in METHODS if name not in available]
     console = _console()
     env = report.environment()

@@ -27,7 +27,8 @@ from scaledl.cli.launch import (
 from scaledl.cli.paths import check_output_dir
 from scaledl.faults import FAULT_ENV, check_fault_spec
 from scaledl.topology import TOPOLOGY_ENV
-from scaledl.train.config import SERVER_STRATEGIES, TrainConfig, build_config, load_toml
+from scaledl.strategies.catalogue import strategies, strategy_class
+from scaledl.train.config import TrainConfig, build_config, load_toml
 
 __all__ = ["add_parser", "run"]
 
@@ -35,9 +36,7 @@ log = logging.getLogger(__name__)
 
 FLAGS: tuple[tuple[str, type, str], ...] = (
     ("workers", int, "worker processes (default: one per core)"),
-    ("strategy", str, "allreduce, reduce-broadcast, sync-easgd, easgd (round-robin), "
-                      "local-sgd, async-sgd, async-msgd, hogwild-sgd, async-easgd, "
-                      "async-measgd, hogwild-easgd"),
+    ("strategy", str, "one of: " + ", ".join(strategies())),
     ("algorithm", str, "collective algorithm (auto, ring, torus, ...; tree/chain for "
                        "reduce-broadcast)"),
     ("topology", str, "network layout innermost first, e.g. 2x2"),
@@ -150,7 +149,7 @@ def _check_faults(config: TrainConfig, workers: int) -> None:
         raise ValueError(f"min_workers {run.min_workers} with --topology "
                          f"{config.parallel.topology}: the layout would not fit fewer workers; "
                          "drop --topology or --min-workers")
-    if run.min_workers is not None and config.parallel.strategy in SERVER_STRATEGIES:
+    if run.min_workers is not None and strategy_class(config.parallel.strategy).server:
         raise ValueError(f"min_workers does not apply to {config.parallel.strategy!r}: an "
                          "asynchronous strategy drops a dead worker and the others go on; drop "
                          "--min-workers")
@@ -162,7 +161,7 @@ def _policy(config: TrainConfig, workers: int) -> FaultPolicy:
     servers = config.parallel.servers
     return FaultPolicy(max_restarts=config.run.max_restarts,
                        min_workers=config.run.min_workers,
-                       drop_dead_workers=config.parallel.strategy in SERVER_STRATEGIES,
+                       drop_dead_workers=strategy_class(config.parallel.strategy).server,
                        essential_ranks=(0, *range(workers - servers, workers)) if servers
                        else (0,))
 

@@ -18,6 +18,7 @@ from scaledl.strategies.allreduce_sgd import AllreduceSGD
 from scaledl.strategies.async_easgd import AsyncEASGD, AsyncMEASGD, HogwildEASGD
 from scaledl.strategies.async_sgd import AsyncMSGD, AsyncSGD, HogwildSGD
 from scaledl.strategies.base import Strategy
+from scaledl.strategies.catalogue import strategies, strategy_class
 from scaledl.strategies.local_sgd import LocalSGD
 from scaledl.strategies.reduce_broadcast import ReduceBroadcastSGD
 from scaledl.strategies.round_robin_easgd import RoundRobinEASGD
@@ -29,16 +30,10 @@ __all__ = [
     "STRATEGIES", "build_strategy",
 ]
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (
-        AllreduceSGD, ReduceBroadcastSGD, SyncEASGD, RoundRobinEASGD, LocalSGD,
-        AsyncSGD, AsyncMSGD, HogwildSGD, AsyncEASGD, AsyncMEASGD, HogwildEASGD,
-    )
-}
+STRATEGIES: dict[str, type[Strategy]] = strategies()
+"""Every strategy of this package by name (:mod:`scaledl.strategies.catalogue`)."""
 
 
 def build_strategy(name: str, module: nn.Module, optimizer: Optimizer, **options: Any) -> Strategy:
     """The strategy ``name`` around ``module`` and ``optimizer``."""
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; use one of: {', '.join(STRATEGIES)}")
-    return STRATEGIES[name](module, optimizer, **options)
+    return strategy_class(name)(module, optimizer, **options)

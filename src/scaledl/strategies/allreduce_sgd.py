@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
-from scaledl.strategies.base import Strategy
+from scaledl.strategies.base import COLLECTIVE_KEYWORDS, Strategy
 from scaledl.sync.data_parallel import DataParallel
 from scaledl.sync.stats import SpanRecorder, SyncStats
 from scaledl.topology import Topology
@@ -23,6 +23,7 @@ class AllreduceSGD(Strategy):
     """Average gradients with an allreduce in backward, then step everywhere."""
 
     name = "allreduce"
+    keywords = COLLECTIVE_KEYWORDS + ("bucket_mb",)
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, algorithm: str = "auto",

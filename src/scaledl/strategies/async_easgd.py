@@ -28,7 +28,7 @@ own pulls), unless they stop exchanging first, as at the end of training.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -49,6 +49,8 @@ class AsyncEASGD(ParameterServerStrategy):
 
     name = "async-easgd"
     rule = "easgd"
+    periodic = elastic = True
+    keywords: ClassVar[tuple[str, ...]] = ParameterServerStrategy.keywords + ("alpha", "tau")
     locked = True
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
@@ -106,6 +108,7 @@ class AsyncMEASGD(AsyncEASGD):
     """Async EASGD whose workers take Nesterov momentum steps (EAMSGD)."""
 
     name = "async-measgd"
+    keywords: ClassVar[tuple[str, ...]] = AsyncEASGD.keywords + ("momentum",)
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  alpha: float | None = None, tau: int = 1, momentum: float | None = None,

@@ -19,7 +19,7 @@ momentum; ``async-sgd`` and ``hogwild-sgd`` apply none.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -93,6 +93,7 @@ class AsyncMSGD(AsyncSGD):
     """Async SGD with momentum applied by the server (equations (3), (4) of the notes)."""
 
     name = "async-msgd"
+    keywords: ClassVar[tuple[str, ...]] = AsyncSGD.keywords + ("momentum",)
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  momentum: float | None = None, timeout_s: float = 60.0,

@@ -16,7 +16,7 @@ the center variable) together over ``worker_group``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import torch.distributed as dist
 from torch import nn
@@ -24,13 +24,38 @@ from torch.optim import Optimizer
 
 from scaledl.sync.stats import SyncStats
 
-__all__ = ["Strategy"]
+__all__ = ["Strategy", "COLLECTIVE_KEYWORDS"]
+
+
+COLLECTIVE_KEYWORDS: tuple[str, ...] = ("algorithm", "topology", "timeline")
+"""Constructor keywords of a strategy that runs scaledl's collectives."""
 
 
 class Strategy(ABC):
-    """A distributed training algorithm around one model and one optimizer."""
+    """A distributed training algorithm around one model and one optimizer.
+
+    A subclass that sets ``name`` in its own body is a strategy of the catalogue
+    (:mod:`scaledl.strategies.catalogue`): its name, traits and the constructor keywords the
+    trainer passes are declared here, on the class, and nowhere else.
+    """
 
     name: str = "strategy"
+    collectives: ClassVar[str] = "any"
+    """Which collective algorithms apply: ``any`` allreduce algorithm, ``rooted`` ones (reduce
+    and broadcast), or ``none`` (point to point: a server, a round-robin master)."""
+    periodic: ClassVar[bool] = False
+    """Communicates every ``tau`` local steps (takes ``tau``)."""
+    elastic: ClassVar[bool] = False
+    """Pulls the workers toward a center variable (takes ``alpha``, or ``rho``)."""
+    server: ClassVar[bool] = False
+    """Served by a parameter server (dedicated ranks, or threads beside rank 0)."""
+    keywords: ClassVar[tuple[str, ...]] = COLLECTIVE_KEYWORDS
+    """The constructor keywords the trainer passes, besides the module and the optimizer."""
+
+    @classmethod
+    def collective_kind(cls, easgd_form: str = "tree") -> str:
+        """:attr:`collectives` for these options (Sync EASGD's depends on its form)."""
+        return cls.collectives
 
     def __init__(self, module: nn.Module, optimizer: Optimizer) -> None:
         self.module = module

@@ -63,6 +63,7 @@ class ElasticStrategy(PeriodicStrategy):
 
     replicated_center = False
     """Whether every rank's ``center`` is always the current center (else only rank 0's)."""
+    elastic = True
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, alpha: float | None, tau: int,

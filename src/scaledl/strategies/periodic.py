@@ -62,6 +62,8 @@ class PeriodicStrategy(Strategy):
     constructor raises ``RuntimeError("call scaledl.init() before wrapping a model in ...")``.
     """
 
+    periodic = True
+
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, tau: int,
         group: dist.ProcessGroup | None = None, timeline: SpanRecorder | None = None,

@@ -26,6 +26,7 @@ class ReduceBroadcastSGD(Strategy):
     """Per-layer reduce to the root, root-only step, per-layer broadcast."""
 
     name = "reduce-broadcast"
+    collectives = "rooted"
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, algorithm: str = "auto", root: int = 0,

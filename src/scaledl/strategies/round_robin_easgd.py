@@ -37,6 +37,8 @@ class RoundRobinEASGD(ElasticStrategy):
     """The master exchanges with one worker at a time, in rank order (module docstring)."""
 
     name = "easgd"
+    collectives = "none"
+    keywords = ("timeline", "alpha", "tau")
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, *, alpha: float | None = None,

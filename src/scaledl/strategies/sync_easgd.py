@@ -42,6 +42,7 @@ from torch.optim import Optimizer
 from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
 from scaledl.strategies.easgd import ElasticStrategy
+from scaledl.strategies.base import COLLECTIVE_KEYWORDS
 from scaledl.strategies.elastic import check_beta, elastic_difference
 from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology
@@ -57,6 +58,12 @@ class SyncEASGD(ElasticStrategy):
     """Synchronous elastic averaging with a tree or allreduce exchange (module docstring)."""
 
     name = "sync-easgd"
+    keywords = COLLECTIVE_KEYWORDS + ("alpha", "tau", "form")
+
+    @classmethod
+    def collective_kind(cls, easgd_form: str = "tree") -> str:
+        """Rooted collectives in the tree form, any allreduce in the allreduce form."""
+        return "rooted" if easgd_form == "tree" else "any"
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, *, alpha: float | None = None,

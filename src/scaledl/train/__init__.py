@@ -5,7 +5,7 @@ from scaledl.train.checkpoint import (
     load_latest, prune_checkpoints, restore_rng, save_checkpoint, write_checkpoint,
 )
 from scaledl.train.config import (
-    FIELD_SECTION, STRATEGIES, DataConfig, ModelConfig, OptimConfig, ParallelConfig, RunConfig,
+    FIELD_SECTION, DataConfig, ModelConfig, OptimConfig, ParallelConfig, RunConfig,
     TrainConfig, build_config, load_toml,
 )
 from scaledl.train.metrics import (
@@ -16,7 +16,7 @@ from scaledl.train.timeline import Timeline, load_timeline, merge_timelines
 
 __all__ = [
     "DataConfig", "ModelConfig", "OptimConfig", "ParallelConfig", "RunConfig", "TrainConfig",
-    "STRATEGIES", "FIELD_SECTION", "load_toml", "build_config",
+    "FIELD_SECTION", "load_toml", "build_config",
     "CHECKPOINT_VERSION", "save_checkpoint", "load_checkpoint", "write_checkpoint",
     "list_checkpoints", "latest_checkpoint", "load_latest", "prune_checkpoints", "capture_rng",
     "restore_rng",

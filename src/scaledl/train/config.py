@@ -28,10 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaledl.train.parallel_config import (
-    EASGD_FORMS, ELASTIC_STRATEGIES, PERIODIC_STRATEGIES, SERVER_STRATEGIES, STRATEGIES,
-    ParallelConfig, check_types,
-)
+from scaledl.train.parallel_config import EASGD_FORMS, ParallelConfig, check_types
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,7 +37,6 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "DataConfig", "ModelConfig", "OptimConfig", "ParallelConfig", "RunConfig", "TrainConfig",
-    "STRATEGIES", "ELASTIC_STRATEGIES", "PERIODIC_STRATEGIES", "SERVER_STRATEGIES",
     "EASGD_FORMS", "FIELD_SECTION", "SECTIONS", "load_toml", "build_config",
 ]
 

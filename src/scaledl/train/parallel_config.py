@@ -1,5 +1,7 @@
-"""The ``[parallel]`` section of a training configuration: workers, strategy and communication,
-and the catalogue of strategies with the options each one takes."""
+"""The ``[parallel]`` section of a training configuration: workers, strategy and communication.
+
+Which strategy takes which option is the strategy's own declaration
+(:mod:`scaledl.strategies.catalogue`); this module only reads it."""
 
 from __future__ import annotations
 
@@ -8,31 +10,12 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from scaledl.strategies.catalogue import strategies, strategy_class
 from scaledl.topology import parse_axes
 
 __all__ = [
-    "ParallelConfig", "STRATEGIES", "ELASTIC_STRATEGIES", "PERIODIC_STRATEGIES",
-    "SERVER_STRATEGIES", "EASGD_FORMS", "check_types",
+    "ParallelConfig", "EASGD_FORMS", "check_types", "takers",
 ]
-
-STRATEGIES: tuple[str, ...] = (
-    "allreduce", "reduce-broadcast", "sync-easgd", "easgd", "local-sgd",
-    "async-sgd", "async-msgd", "hogwild-sgd", "async-easgd", "async-measgd", "hogwild-easgd",
-)
-"""Known training strategies (``scaledl.strategies.STRATEGIES`` implements each)."""
-
-ELASTIC_STRATEGIES: tuple[str, ...] = (
-    "sync-easgd", "easgd", "async-easgd", "async-measgd", "hogwild-easgd",
-)
-"""Strategies with an elastic pull toward a center variable (they take ``alpha`` or ``rho``)."""
-
-PERIODIC_STRATEGIES: tuple[str, ...] = ELASTIC_STRATEGIES + ("local-sgd",)
-"""Strategies that communicate every ``tau`` local steps."""
-
-SERVER_STRATEGIES: tuple[str, ...] = (
-    "async-sgd", "async-msgd", "hogwild-sgd", "async-easgd", "async-measgd", "hogwild-easgd",
-)
-"""Strategies served by a parameter server (dedicated ranks, or a thread beside rank 0)."""
 
 EASGD_FORMS: tuple[str, ...] = ("tree", "allreduce")
 """How Sync EASGD exchanges with the center: tree reduce + broadcast, or an allreduce of the
@@ -46,7 +29,7 @@ class ParallelConfig:
     workers: int | None = None
     """Worker processes; ``None`` means one per CPU core (or the launcher's count)."""
     strategy: str = "allreduce"
-    """Training strategy, one of :data:`STRATEGIES`."""
+    """Training strategy, a name of :mod:`scaledl.strategies.catalogue`."""
     algorithm: str = "auto"
     """Collective algorithm; the trainer checks it against ``scaledl.collectives.available``."""
     topology: str | None = None
@@ -94,12 +77,11 @@ class ParallelConfig:
 
     def _check_applies(self) -> None:
         """An option the chosen strategy does not use is a mistake, not something to ignore."""
-        for option, value, users in (
-            ("alpha", self.alpha, ELASTIC_STRATEGIES), ("rho", self.rho, ELASTIC_STRATEGIES),
-            ("tau", self.tau, PERIODIC_STRATEGIES), ("servers", self.servers or None,
-                                                    SERVER_STRATEGIES),
-            ("easgd_form", self.easgd_form, ("sync-easgd",)),
+        for option, value, keyword in (
+            ("alpha", self.alpha, "alpha"), ("rho", self.rho, "alpha"), ("tau", self.tau, "tau"),
+            ("servers", self.servers or None, "servers"), ("easgd_form", self.easgd_form, "form"),
         ):
+            users = takers(keyword)
             if value is not None and self.strategy not in users:
                 raise ValueError(f"{option} {value!r} does not apply to strategy "
                                  f"{self.strategy!r}, only to {', '.join(users)}; drop it")
@@ -109,10 +91,7 @@ class ParallelConfig:
             raise ValueError(
                 f"workers {self.workers} must be at least 1, or unset for one per core"
             )
-        if self.strategy not in STRATEGIES:
-            raise ValueError(
-                f"strategy {self.strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}"
-            )
+        strategy_class(self.strategy)  # a one-line error naming the known ones
         if not self.algorithm:
             raise ValueError(
                 "algorithm '' is empty; use 'auto' or an algorithm name such as 'ring'"
@@ -141,3 +120,9 @@ def check_types(instance: Any) -> None:
             continue
         names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in allowed)
         raise ValueError(f"{section}.{f.name} = {value!r} must be {names}")
+
+
+def takers(keyword: str) -> tuple[str, ...]:
+    """The strategies whose constructor takes ``keyword`` (``alpha``: the elastic ones, ``tau``:
+    the periodic ones, ``servers``: the parameter-server ones, ``form``: Sync EASGD)."""
+    return tuple(name for name, cls in strategies().items() if keyword in cls.keywords)

@@ -20,27 +20,24 @@ from scaledl.data import (
     ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, load_dataset,
 )
 from scaledl.models import available_models, build_model
-from scaledl.strategies import STRATEGIES, Strategy, build_strategy
+from scaledl.strategies import Strategy, build_strategy
+from scaledl.strategies.catalogue import strategy_class
 from scaledl.strategies.elastic import check_beta
 from scaledl.sync.propagation import ROOTED_ALGORITHMS
 from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology, parse_axes
-from scaledl.train.config import (
-    SERVER_STRATEGIES, TrainConfig,
-)
+from scaledl.train.config import TrainConfig
 
 __all__ = ["validate_config", "RunParts", "build_run", "algorithms_for", "elastic_alpha"]
 
-NO_COLLECTIVES: tuple[str, ...] = SERVER_STRATEGIES + ("easgd",)
-"""Strategies that talk point to point (to a server, or round-robin to a master): no
-collective algorithm to choose."""
-
 
 def algorithms_for(strategy: str, easgd_form: str = "tree") -> tuple[str, ...]:
-    """Algorithm names a strategy accepts (for Sync EASGD, in its ``easgd_form``)."""
-    if strategy in NO_COLLECTIVES:
+    """Algorithm names a strategy accepts (for Sync EASGD, in its ``easgd_form``): the kind of
+    collectives it declares (:attr:`~scaledl.strategies.base.Strategy.collectives`)."""
+    kind = strategy_class(strategy).collective_kind(easgd_form)
+    if kind == "none":  # point to point: a server, or a round-robin master
         return (AUTO,)
-    if strategy == "reduce-broadcast" or (strategy == "sync-easgd" and easgd_form == "tree"):
+    if kind == "rooted":
         return ROOTED_ALGORITHMS
     return tuple(collectives.available("allreduce"))
 
@@ -74,8 +71,7 @@ def validate_config(config: TrainConfig, workers: int) -> None:
         raise ValueError(f"unknown dataset {config.data.dataset!r}; use one of: "
                          f"{', '.join(available_datasets())}")
     strategy = config.parallel.strategy
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; use one of: {', '.join(STRATEGIES)}")
+    strategy_class(strategy)  # a one-line error naming the known ones
     _check_servers(config, workers)
     _check_beta(config, training_workers(config, workers))
     allowed = algorithms_for(strategy, config.parallel.easgd_form or "tree")
@@ -119,33 +115,15 @@ class RunParts:
     strategy: Strategy
 
 
-COLLECTIVE_KEYWORDS = ("algorithm", "topology", "timeline")
-SERVER_KEYWORDS = ("servers", "timeout_s", "timeline", "idle_timeout_s")
 IDLE_FACTOR, IDLE_FLOOR_S = 10.0, 300.0
 """A parameter server drops a worker silent for max(300 s, 10 x timeout): hung, not dead (a
 dead one is dropped at once), so the other workers finish the run."""
-
-STRATEGY_KEYWORDS: dict[str, tuple[str, ...]] = {
-    "allreduce": COLLECTIVE_KEYWORDS + ("bucket_mb",),
-    "reduce-broadcast": COLLECTIVE_KEYWORDS,
-    "sync-easgd": COLLECTIVE_KEYWORDS + ("alpha", "tau", "form"),
-    "easgd": ("timeline", "alpha", "tau"),
-    "local-sgd": COLLECTIVE_KEYWORDS + ("tau",),
-    "async-sgd": SERVER_KEYWORDS,
-    "hogwild-sgd": SERVER_KEYWORDS,
-    "async-msgd": SERVER_KEYWORDS + ("momentum",),
-    "async-easgd": SERVER_KEYWORDS + ("alpha", "tau"),
-    "hogwild-easgd": SERVER_KEYWORDS + ("alpha", "tau"),
-    "async-measgd": SERVER_KEYWORDS + ("alpha", "tau", "momentum"),
-}
-"""The keywords the trainer passes to each strategy's constructor: exactly the ones it takes."""
-
 
 def _strategy_options(config: TrainConfig, topology: Topology | None,
                       timeline: SpanRecorder | None, world_size: int) -> dict[str, Any]:
     parallel = config.parallel
     strategy = parallel.strategy
-    wanted = STRATEGY_KEYWORDS[strategy]
+    wanted = strategy_class(strategy).keywords
     values: dict[str, Any] = {
         "algorithm": parallel.algorithm, "topology": topology, "timeline": timeline,
         "bucket_mb": parallel.bucket_mb, "tau": parallel.tau or 1,

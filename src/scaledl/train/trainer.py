@@ -37,7 +37,8 @@ from scaledl.train import finish
 from scaledl.train.checkpoint import capture_rng, restore_rng
 from scaledl.train.checkpoint_schedule import CheckpointSchedule
 from scaledl.train.checkpoint_writer import CheckpointWriter
-from scaledl.train.config import SERVER_STRATEGIES, TrainConfig
+from scaledl.strategies.catalogue import strategy_class
+from scaledl.train.config import TrainConfig
 from scaledl.train.metrics import METRICS_NAME, MetricsWriter, RunStats, StepTimes
 from scaledl.train.plots import plot_metrics
 from scaledl.train.progress import NoProgress, StepProgress
@@ -66,7 +67,7 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.timeline = Timeline(self.rank)
         self.job = job_id()
-        self.asynchronous = config.parallel.strategy in SERVER_STRATEGIES
+        self.asynchronous = strategy_class(config.parallel.strategy).server
         state, restart = self._starting_point()
         model_state = state["strategy"]["model"] if state is not None else None
         explicit = topology if topology.explicit else None

@@ -75,6 +75,9 @@ class ParameterServerStrategy(Strategy):
 
     rule: ClassVar[str] = "sgd"
     locked: ClassVar[bool] = True
+    collectives = "none"
+    server = True
+    keywords: ClassVar[tuple[str, ...]] = ("servers", "timeout_s", "timeline", "idle_timeout_s")
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  timeout_s: float = 60.0, link: Link | None = None,

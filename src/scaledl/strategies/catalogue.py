@@ -1,0 +1,93 @@
+"""The strategy catalogue: every training strategy, found where it is declared.
+
+A strategy is a :class:`~scaledl.strategies.base.Strategy` subclass that sets ``name`` in its own
+class body; the same body declares its traits (which collectives apply, periodic, elastic,
+served by a parameter server) and the constructor keywords the trainer passes.  The catalogue
+imports every module of this package and collects those classes, so adding a strategy is one
+new module here (plus its tests): the configuration check, ``scaledl train``'s choices and
+options, and the option routing all read this catalogue.  A class defined elsewhere (an
+experiment, a test) joins it as soon as its module is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+from scaledl.strategies.base import Strategy
+
+__all__ = ["strategies", "strategy_class", "names_with", "TRAITS"]
+
+TRAITS = ("periodic", "elastic", "server")
+"""The boolean traits a strategy declares."""
+
+_imported = False
+
+
+def _import_package() -> None:
+    global _imported
+    if _imported:
+        return
+    package = importlib.import_module("scaledl.strategies")
+    for module in pkgutil.walk_packages(package.__path__, "scaledl.strategies."):
+        importlib.import_module(module.name)
+    _imported = True
+
+
+def _subclasses(direct: list[type[Strategy]]) -> list[type[Strategy]]:
+    """``direct`` and every subclass of theirs."""
+    found = []
+    for sub in direct:
+        found += [sub, *_subclasses(sub.__subclasses__())]
+    return found
+
+
+def _order(cls: type[Strategy]) -> tuple[bool, str, int]:
+    """Synchronous strategies first, then by module and by position in it."""
+    try:
+        line = inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):  # made at run time (type(...)): after the others
+        line = 1 << 30
+    return (cls.server, cls.__module__, line)
+
+
+def strategies() -> dict[str, type[Strategy]]:
+    """Every strategy by name: the synchronous ones first, each group in module order."""
+    _import_package()
+    found = tuple(_subclasses(Strategy.__subclasses__()))
+    key = tuple((cls, vars(cls).get("name")) for cls in found)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return dict(cached)
+    catalogue: dict[str, type[Strategy]] = {}
+    for cls in sorted(found, key=_order):
+        if "name" not in vars(cls):
+            continue  # a base class (periodic, elastic, parameter server)
+        other = catalogue.get(cls.name)
+        if other is not None and other is not cls:
+            raise ValueError(f"strategies {other.__qualname__} and {cls.__qualname__} are both "
+                             f"named {cls.name!r}; give one another name")
+        catalogue[cls.name] = cls
+    _CACHE.clear()
+    _CACHE[key] = catalogue
+    return dict(catalogue)
+
+
+_CACHE: dict[tuple[tuple[type[Strategy], object], ...], dict[str, type[Strategy]]] = {}
+"""The last catalogue, by the classes and names it was built from (a new one rebuilds it)."""
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    """The strategy called ``name``; a one-line error listing the known ones otherwise."""
+    catalogue = strategies()
+    if name not in catalogue:
+        raise ValueError(f"strategy {name!r} is unknown; choose one of {', '.join(catalogue)}")
+    return catalogue[name]
+
+
+def names_with(trait: str) -> tuple[str, ...]:
+    """Names of the strategies that have ``trait`` (one of :data:`TRAITS`)."""
+    if trait not in TRAITS:
+        raise ValueError(f"unknown trait {trait!r}; one of {', '.join(TRAITS)}")
+    return tuple(name for name, cls in strategies().items() if getattr(cls, trait))
