@@ -16,6 +16,7 @@ no thread hand-off.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -350,8 +351,20 @@ def forget_communicator(group: dist.ProcessGroup) -> None:
         entry[1].close()
 
 
+def _close_at_exit() -> None:
+    try:
+        forget_communicators()
+    except Exception as error:  # noqa: BLE001 - exiting anyway; say what could not be closed
+        log.debug("closing scaledl's communicators at exit: %s", error)
+
+
+atexit.register(_close_at_exit)
+
+
 def forget_communicators() -> None:
-    """Drop every cached communicator (after ``destroy_process_group``)."""
+    """Drop every cached communicator (after ``destroy_process_group``, and at exit: a script
+    that never calls ``scaledl.shutdown()`` still ends with its threads joined and its channels
+    closed in order)."""
     for _, comm in _COMMUNICATORS.values():
         comm.close()
     _COMMUNICATORS.clear()

@@ -173,6 +173,15 @@ class GlooChannel(Channel):
             ) from error
         self._subchannels: dict[tuple[int, ...], Channel] = {}
 
+    def close(self) -> None:
+        """Drop the private process group (and the sub-channels') now, while the interpreter is
+        whole: left to the interpreter's exit, its destruction can meet Gloo's threads half torn
+        down and abort the process."""
+        for channel in self._subchannels.values():
+            channel.close()
+        self._subchannels.clear()
+        self._pg = None
+
     @classmethod
     def of_group(cls, group: dist.ProcessGroup, generation: int) -> GlooChannel:
         """The channel of ``group`` under the store prefix ``scaledl/<name>/<generation>``."""
