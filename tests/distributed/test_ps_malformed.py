@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from scaledl.strategies.parameter_server import (
-    MAGIC, ErrorCode, Header, Kind, RemoteLink, ServerShard, ShardServer, ShardSpec,
+    MAGIC, ErrorCode, Header, Kind, RemoteServers, ServerShard, ShardServer, ShardSpec,
 )
 from scaledl.strategies.parameter_server.protocol import (
     HEADER_TAG, PAYLOAD_TAG, REPLY_TAG, empty_header,
@@ -67,8 +67,8 @@ def _recoverable(rank: int, group: Any) -> list[list[int]]:
     ]
 
 
-def _link(rank: int, group: Any) -> RemoteLink:
-    return RemoteLink(rank, [(0, SPEC)], group, timeout_s=20.0, worker=rank - 1,
+def _link(rank: int, group: Any) -> RemoteServers:
+    return RemoteServers(rank, [(0, SPEC)], group, timeout_s=20.0, worker=rank - 1,
                       num_workers=WORLD - 1, dtype=torch.float32)
 
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from scaledl.strategies.async_easgd import AsyncEASGD, AsyncMEASGD, HogwildEASGD
 from scaledl.strategies.async_sgd import AsyncMSGD, AsyncSGD, HogwildSGD
-from scaledl.strategies.parameter_server import LocalLink, ServerShard, ShardSpec
+from scaledl.strategies.parameter_server import InProcessServers, ServerShard, ShardSpec
 from scaledl.strategies.parameter_server.strategy import ParameterServerStrategy
 
 
@@ -38,7 +38,7 @@ def _worker(cls: type[ParameterServerStrategy], shard: ServerShard, index: int,
     module = Vec(start)
     optimizer = torch.optim.SGD(module.parameters(), lr=lr, weight_decay=weight_decay,
                                 momentum=optimizer_momentum)
-    link = LocalLink([shard], index, 2)
+    link = InProcessServers([shard], index, 2)
     return cls(module, optimizer, link=link, **options)
 
 

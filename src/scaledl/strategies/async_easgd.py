@@ -35,7 +35,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from scaledl.strategies.elastic import check_momentum, check_tau, flatten_parameters
-from scaledl.strategies.parameter_server.links import Link
+from scaledl.strategies.parameter_server.connections import ServerConnection
 from scaledl.strategies.parameter_server.strategy import (
     ParameterServerStrategy, optimizer_momentum,
 )
@@ -55,7 +55,7 @@ class AsyncEASGD(ParameterServerStrategy):
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  alpha: float | None = None, tau: int = 1, timeout_s: float = 60.0,
-                 timeline: SpanRecorder | None = None, link: Link | None = None,
+                 timeline: SpanRecorder | None = None, link: ServerConnection | None = None,
                  idle_timeout_s: float | None = None) -> None:
         self.tau = check_tau(tau)
         super().__init__(module, optimizer, servers=servers, timeout_s=timeout_s, link=link,
@@ -113,7 +113,7 @@ class AsyncMEASGD(AsyncEASGD):
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  alpha: float | None = None, tau: int = 1, momentum: float | None = None,
                  timeout_s: float = 60.0, timeline: SpanRecorder | None = None,
-                 link: Link | None = None, idle_timeout_s: float | None = None) -> None:
+                 link: ServerConnection | None = None, idle_timeout_s: float | None = None) -> None:
         self.momentum = check_momentum(optimizer_momentum(optimizer, self.name)
                                        if momentum is None else momentum)
         """The Nesterov momentum of the local steps (default: the optimizer's)."""

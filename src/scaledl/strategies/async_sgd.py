@@ -26,7 +26,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from scaledl.strategies.elastic import check_momentum
-from scaledl.strategies.parameter_server.links import Link
+from scaledl.strategies.parameter_server.connections import ServerConnection
 from scaledl.strategies.parameter_server.strategy import (
     ParameterServerStrategy, optimizer_momentum,
 )
@@ -44,12 +44,12 @@ class AsyncSGD(ParameterServerStrategy):
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  timeout_s: float = 60.0, timeline: SpanRecorder | None = None,
-                 link: Link | None = None, idle_timeout_s: float | None = None) -> None:
+                 link: ServerConnection | None = None, idle_timeout_s: float | None = None) -> None:
         self._build(module, optimizer, servers, timeout_s, timeline, link, idle_timeout_s, 0.0)
 
     def _build(self, module: nn.Module, optimizer: Optimizer, servers: int, timeout_s: float,
-               timeline: SpanRecorder | None, link: Link | None, idle_timeout_s: float | None,
-               server_momentum: float) -> None:
+               timeline: SpanRecorder | None, link: ServerConnection | None,
+               idle_timeout_s: float | None, server_momentum: float) -> None:
         super().__init__(module, optimizer, servers=servers, timeout_s=timeout_s, link=link,
                          timeline=timeline, server_momentum=server_momentum,
                          idle_timeout_s=idle_timeout_s)
@@ -97,7 +97,7 @@ class AsyncMSGD(AsyncSGD):
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  momentum: float | None = None, timeout_s: float = 60.0,
-                 timeline: SpanRecorder | None = None, link: Link | None = None,
+                 timeline: SpanRecorder | None = None, link: ServerConnection | None = None,
                  idle_timeout_s: float | None = None) -> None:
         self.momentum = check_momentum(optimizer_momentum(optimizer, self.name)
                                        if momentum is None else momentum)

@@ -4,7 +4,7 @@ Building the strategy (on every rank, same arguments) creates the parameter-serv
 with dedicated servers, the worker group; rank 0's parameters and buffers are broadcast so every
 worker and every server starts from the same point (version 0).  Then:
 
-* a worker trains and talks to the server(s) through its :class:`Link` in ``step()``;
+* a worker trains and talks to the server(s) through its :class:`ServerConnection` in ``step()``;
 * a dedicated server rank (``is_worker`` False) runs :meth:`serve` until every worker finished
   or was dropped;
 * with ``servers=0`` rank 0 hosts the server as threads beside its worker, started at rank 0's
@@ -35,7 +35,9 @@ from torch.optim import Optimizer
 from scaledl.strategies.base import Strategy
 from scaledl.strategies.elastic import check_alpha, flatten_parameters, learning_rate
 from scaledl.strategies.parameter_server.layout import Layout, check_timeout, plan_layout
-from scaledl.strategies.parameter_server.links import Link, LocalLink, RemoteLink
+from scaledl.strategies.parameter_server.connections import (
+    InProcessServers, RemoteServers, ServerConnection,
+)
 from scaledl.strategies.parameter_server.server import ShardServer
 from scaledl.strategies.parameter_server.shard import ServerShard
 from scaledl.sync.stats import SpanRecorder, SyncStats, blocking_exchange
@@ -80,7 +82,7 @@ class ParameterServerStrategy(Strategy):
     keywords: ClassVar[tuple[str, ...]] = ("servers", "timeout_s", "timeline", "idle_timeout_s")
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
-                 timeout_s: float = 60.0, link: Link | None = None,
+                 timeout_s: float = 60.0, link: ServerConnection | None = None,
                  timeline: SpanRecorder | None = None, server_momentum: float = 0.0,
                  alpha: float | None = None, idle_timeout_s: float | None = None) -> None:
         super().__init__(module, optimizer)
@@ -101,7 +103,7 @@ class ParameterServerStrategy(Strategy):
         self._layout: Layout | None = None
         if link is not None:
             self.alpha = check_alpha(alpha if alpha is not None else 0.9 / link.num_workers)
-            self._link: Link | None = link
+            self._link: ServerConnection | None = link
             return
         layout = plan_layout(servers, self.flat.numel())
         self.alpha = check_alpha(alpha if alpha is not None else 0.9 / len(layout.worker_ranks))
@@ -113,7 +115,7 @@ class ParameterServerStrategy(Strategy):
         self._layout = layout
         self._link = self._connect(layout, server_momentum)
 
-    def _connect(self, layout: Layout, server_momentum: float) -> Link | None:
+    def _connect(self, layout: Layout, server_momentum: float) -> ServerConnection | None:
         spec = layout.hosts_shard
         if spec is not None:
             self._shard = ServerShard(spec, self.flat.narrow(0, spec.offset, spec.numel),
@@ -122,7 +124,7 @@ class ParameterServerStrategy(Strategy):
         workers = layout.worker_ranks
         if not layout.distributed:
             assert self._shard is not None
-            return LocalLink([self._shard], 0, 1)
+            return InProcessServers([self._shard], 0, 1)
         assert layout.ps_group is not None
         if self._shard is not None:
             remote = [w for w in workers if w != layout.rank]
@@ -131,9 +133,9 @@ class ParameterServerStrategy(Strategy):
         if not layout.is_worker:
             return None
         if self._shard is not None:  # rank 0 with the server thread beside it
-            return LocalLink([self._shard], 0, len(workers), before_use=self._server_start)
+            return InProcessServers([self._shard], 0, len(workers), before_use=self._server_start)
         servers = list(zip(layout.server_ranks, layout.shards))
-        return RemoteLink(layout.rank, servers, layout.ps_group, self.timeout_s, layout.rank,
+        return RemoteServers(layout.rank, servers, layout.ps_group, self.timeout_s, layout.rank,
                           len(workers), self.flat.dtype, self.idle_timeout_s)
 
     def _server_start(self) -> None:
@@ -188,7 +190,7 @@ class ParameterServerStrategy(Strategy):
         return [] if self._server is None else list(self._server.dropped)
 
     @property
-    def link(self) -> Link:
+    def link(self) -> ServerConnection:
         """This worker's connection to the servers."""
         if self._link is None:
             raise RuntimeError(f"rank {self._layout.rank if self._layout else 0} is a dedicated "

@@ -1,11 +1,12 @@
 """A worker's connection to the parameter server(s): in-process or over point-to-point.
 
-Both kinds of :class:`Link` speak in whole flat vectors: a request is split into one message per
-shard, sent to every server at once, and the replies are gathered back into one flat vector.
+Both kinds of :class:`ServerConnection` speak in whole flat vectors: a request is split into one
+message per shard, sent to every server at once, and the replies are gathered back into one flat
+vector.
 
-* :class:`LocalLink` calls :class:`ServerShard` objects directly: rank 0's own worker when the
-  server is a thread beside it, and in-process tests.
-* :class:`RemoteLink` sends headers and payloads (:mod:`.protocol`) to the server ranks.
+* :class:`InProcessServers` calls :class:`ServerShard` objects directly: rank 0's own worker when
+  the server is a thread beside it, and in-process tests.
+* :class:`RemoteServers` sends headers and payloads (:mod:`.protocol`) to the server ranks.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from scaledl.strategies.parameter_server.shard import ServerShard
 from scaledl.strategies.parameter_server.framing import recv_header
 from scaledl.transport.direct import DirectTransport, PeerError
 
-__all__ = ["Link", "LocalLink", "RemoteLink", "ServerState", "ExchangeResult"]
+__all__ = ["ServerConnection", "InProcessServers", "RemoteServers", "ServerState", "ExchangeResult"]
 
 
 @dataclass
@@ -45,7 +46,7 @@ class ExchangeResult:
     staleness: int
 
 
-class Link(ABC):
+class ServerConnection(ABC):
     """How one worker reaches the server shards."""
 
     def __init__(self, shards: list[ShardSpec], worker: int, num_workers: int) -> None:
@@ -78,7 +79,7 @@ class Link(ABC):
         return flat.narrow(0, spec.offset, spec.numel)
 
 
-class LocalLink(Link):
+class InProcessServers(ServerConnection):
     """Direct calls on in-process shards; ``before_use`` runs before each (starts a server)."""
 
     def __init__(self, shards: list[ServerShard], worker: int, num_workers: int,
@@ -132,7 +133,7 @@ class LocalLink(Link):
         self._ready()
 
 
-class RemoteLink(Link):
+class RemoteServers(ServerConnection):
     """Requests to server ranks over the parameter-server process group.
 
     Each header announces the payload sent with it (byte count and dtype, taken from that very
