@@ -47,11 +47,31 @@ def test_shared_memory_inside_each_host_and_every_path_exact(
         env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    reports = [json.loads(line[line.index("{"):]) for line in result.stdout.splitlines()
-               if '"joined"' in line]
+    reports = _reports(result.stdout)
     assert len(reports) == hosts * per_host
     for report in reports:
         assert report["failures"] == [], report
         assert report["topology"] == f"{per_host}x{hosts}"
         host = report["rank"] // per_host  # block placement
         assert report["joined"] == list(range(host * per_host, (host + 1) * per_host))
+
+
+def _reports(stdout: str) -> list[dict[str, object]]:
+    """Every rank's JSON report; the ranks share one output stream, so two reports may land on
+    one line (no newline between them) and a line may carry a rank prefix."""
+    decoder, reports, at = json.JSONDecoder(), [], stdout.find("{")
+    while at >= 0:
+        try:
+            report, end = decoder.raw_decode(stdout, at)
+        except json.JSONDecodeError:  # a brace in other output
+            report, end = None, at + 1
+        if isinstance(report, dict) and "joined" in report:
+            reports.append(report)
+        at = stdout.find("{", end)
+    return reports
+
+
+def test_reports_on_one_line_are_all_read() -> None:
+    text = ('[rank 1] {"rank": 4, "joined": [3]}{"rank": 1, "joined": [0]}\n'
+            'a log line {not json}\n{"rank": 0, "joined": [0]}\n')
+    assert [r["rank"] for r in _reports(text)] == [4, 1, 0]
