@@ -19,7 +19,7 @@ def _gossip() -> type[PeriodicStrategy]:
 
         name = "test-gossip"
         collectives = "rooted"
-        keywords = ("timeline", "tau")
+        keywords = ("timeline",)
 
         @property
         def model(self) -> nn.Module:  # pragma: no cover - never built here

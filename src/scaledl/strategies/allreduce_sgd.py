@@ -12,6 +12,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from scaledl.strategies.base import COLLECTIVE_KEYWORDS, Strategy
+from scaledl.strategies.comparison import MethodRow
 from scaledl.sync.data_parallel import DataParallel
 from scaledl.sync.stats import SpanRecorder, SyncStats
 from scaledl.topology import Topology
@@ -24,6 +25,8 @@ class AllreduceSGD(Strategy):
 
     name = "allreduce"
     keywords = COLLECTIVE_KEYWORDS + ("bucket_mb",)
+    timing = "bucketed"
+    comparison = MethodRow(10, "Sync SGD (allreduce)")
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, algorithm: str = "auto",

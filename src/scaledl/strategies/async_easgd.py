@@ -34,7 +34,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from scaledl.strategies.comparison import MethodRow
 from scaledl.strategies.elastic import check_momentum, check_tau, flatten_parameters
+from scaledl.strategies.options import ServerElasticOptions
 from scaledl.strategies.parameter_server.connections import ServerConnection
 from scaledl.strategies.parameter_server.strategy import (
     ParameterServerStrategy, optimizer_momentum,
@@ -50,8 +52,9 @@ class AsyncEASGD(ParameterServerStrategy):
     name = "async-easgd"
     rule = "easgd"
     periodic = elastic = True
-    keywords: ClassVar[tuple[str, ...]] = ParameterServerStrategy.keywords + ("alpha", "tau")
+    options = ServerElasticOptions
     locked = True
+    comparison = MethodRow(90, "Async EASGD", tau=1, counterpart="async-sgd")
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  alpha: float | None = None, tau: int = 1, timeout_s: float = 60.0,
@@ -109,17 +112,15 @@ class AsyncMEASGD(AsyncEASGD):
 
     name = "async-measgd"
     keywords: ClassVar[tuple[str, ...]] = AsyncEASGD.keywords + ("momentum",)
+    comparison = MethodRow(100, "Async MEASGD", momentum=True, tau=1, counterpart="async-msgd")
 
-    def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
-                 alpha: float | None = None, tau: int = 1, momentum: float | None = None,
-                 timeout_s: float = 60.0, timeline: SpanRecorder | None = None,
-                 link: ServerConnection | None = None, idle_timeout_s: float | None = None) -> None:
+    def __init__(self, module: nn.Module, optimizer: Optimizer, *,
+                 momentum: float | None = None, **options: Any) -> None:
+        """``options``: :class:`AsyncEASGD`'s keywords."""
         self.momentum = check_momentum(optimizer_momentum(optimizer, self.name)
                                        if momentum is None else momentum)
         """The Nesterov momentum of the local steps (default: the optimizer's)."""
-        super().__init__(module, optimizer, servers=servers, alpha=alpha, tau=tau,
-                         timeout_s=timeout_s, timeline=timeline, link=link,
-                         idle_timeout_s=idle_timeout_s)
+        super().__init__(module, optimizer, **options)
         if self.is_worker:
             self.velocity = torch.zeros_like(self.flat)
             """``momentum * v``: the model holds ``x + velocity`` between steps."""
@@ -156,3 +157,4 @@ class HogwildEASGD(AsyncEASGD):
 
     name = "hogwild-easgd"
     locked = False
+    comparison = MethodRow(110, "Hogwild EASGD", tau=1, counterpart="hogwild-sgd")

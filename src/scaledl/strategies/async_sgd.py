@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from scaledl.strategies.comparison import MethodRow
 from scaledl.strategies.elastic import check_momentum
 from scaledl.strategies.parameter_server.connections import ServerConnection
 from scaledl.strategies.parameter_server.strategy import (
@@ -41,17 +42,13 @@ class AsyncSGD(ParameterServerStrategy):
     name = "async-sgd"
     rule = "sgd"
     locked = True
+    comparison = MethodRow(60, "Async SGD")
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  timeout_s: float = 60.0, timeline: SpanRecorder | None = None,
                  link: ServerConnection | None = None, idle_timeout_s: float | None = None) -> None:
-        self._build(module, optimizer, servers, timeout_s, timeline, link, idle_timeout_s, 0.0)
-
-    def _build(self, module: nn.Module, optimizer: Optimizer, servers: int, timeout_s: float,
-               timeline: SpanRecorder | None, link: ServerConnection | None,
-               idle_timeout_s: float | None, server_momentum: float) -> None:
         super().__init__(module, optimizer, servers=servers, timeout_s=timeout_s, link=link,
-                         timeline=timeline, server_momentum=server_momentum,
+                         timeline=timeline, server_momentum=self.server_momentum(),
                          idle_timeout_s=idle_timeout_s)
         self.versions = [0] * len(self._layout.shards if self._layout else self.link.shards)
         if not self.is_worker:
@@ -59,6 +56,10 @@ class AsyncSGD(ParameterServerStrategy):
         self._update = torch.zeros_like(self.flat)
         if link is not None:  # an in-process server: start from its parameters
             self.versions = self.link.pull(self.flat)
+
+    def server_momentum(self) -> float:
+        """The momentum the server applies (none)."""
+        return 0.0
 
     def step(self) -> None:
         """Push this step's update and take the fresh parameters from the reply."""
@@ -94,16 +95,19 @@ class AsyncMSGD(AsyncSGD):
 
     name = "async-msgd"
     keywords: ClassVar[tuple[str, ...]] = AsyncSGD.keywords + ("momentum",)
+    comparison = MethodRow(70, "Async MSGD", momentum=True)
 
-    def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
-                 momentum: float | None = None, timeout_s: float = 60.0,
-                 timeline: SpanRecorder | None = None, link: ServerConnection | None = None,
-                 idle_timeout_s: float | None = None) -> None:
+    def __init__(self, module: nn.Module, optimizer: Optimizer, *,
+                 momentum: float | None = None, **options: Any) -> None:
+        """``options``: :class:`AsyncSGD`'s keywords."""
         self.momentum = check_momentum(optimizer_momentum(optimizer, self.name)
                                        if momentum is None else momentum)
         """The server's momentum (default: the optimizer's)."""
-        self._build(module, optimizer, servers, timeout_s, timeline, link, idle_timeout_s,
-                    self.momentum)
+        super().__init__(module, optimizer, **options)
+
+    def server_momentum(self) -> float:
+        """The momentum the server applies: :attr:`momentum`."""
+        return self.momentum
 
 
 class HogwildSGD(AsyncSGD):
@@ -111,3 +115,4 @@ class HogwildSGD(AsyncSGD):
 
     name = "hogwild-sgd"
     locked = False
+    comparison = MethodRow(80, "Hogwild SGD")

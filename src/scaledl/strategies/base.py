@@ -22,21 +22,29 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
+from scaledl.strategies.comparison import MethodRow
+from scaledl.strategies.options import StrategyOptions
 from scaledl.sync.stats import SyncStats
 
-__all__ = ["Strategy", "COLLECTIVE_KEYWORDS"]
+__all__ = ["Strategy", "COLLECTIVE_KEYWORDS", "TIMINGS"]
 
 
 COLLECTIVE_KEYWORDS: tuple[str, ...] = ("algorithm", "topology", "timeline")
 """Constructor keywords of a strategy that runs scaledl's collectives."""
+
+TIMINGS: tuple[str, ...] = ("bucketed", "per-layer", "periodic", "round-robin")
+"""The simulator's models of one iteration (:mod:`scaledl.sim.iteration`): bucketed allreduce
+during backward, per-layer reduce + broadcast to a root, a packed-model collective exchange
+every ``tau`` steps, a master serving the workers one at a time every ``tau`` steps."""
 
 
 class Strategy(ABC):
     """A distributed training algorithm around one model and one optimizer.
 
     A subclass that sets ``name`` in its own body is a strategy of the catalogue
-    (:mod:`scaledl.strategies.catalogue`): its name, traits and the constructor keywords the
-    trainer passes are declared here, on the class, and nowhere else.
+    (:mod:`scaledl.strategies.catalogue`): its name, traits, options, the constructor keywords
+    the trainer passes, its simulator model and its row in the bench's comparison are declared
+    here, on the class, and nowhere else.
     """
 
     name: str = "strategy"
@@ -50,7 +58,16 @@ class Strategy(ABC):
     server: ClassVar[bool] = False
     """Served by a parameter server (dedicated ranks, or threads beside rank 0)."""
     keywords: ClassVar[tuple[str, ...]] = COLLECTIVE_KEYWORDS
-    """The constructor keywords the trainer passes, besides the module and the optimizer."""
+    """The run's values the trainer passes to the constructor, besides the module, the
+    optimizer and the keywords of :attr:`options` (``algorithm``, ``topology``, ``timeline``,
+    ``bucket_mb``, ``momentum``, ``timeout_s``, ``idle_timeout_s``)."""
+    options: ClassVar[type[StrategyOptions]] = StrategyOptions
+    """The strategy's own ``[parallel]`` options (:mod:`scaledl.strategies.options`)."""
+    timing: ClassVar[str | None] = None
+    """The simulator's model of its iteration, one of :data:`TIMINGS` (``None``: not
+    simulated)."""
+    comparison: ClassVar[MethodRow | None] = None
+    """Its row in ``scaledl bench algorithms`` (``None``: not compared)."""
 
     @classmethod
     def collective_kind(cls, easgd_form: str = "tree") -> str:

@@ -2,22 +2,26 @@
 
 A strategy is a :class:`~scaledl.strategies.base.Strategy` subclass that sets ``name`` in its own
 class body; the same body declares its traits (which collectives apply, periodic, elastic,
-served by a parameter server) and the constructor keywords the trainer passes.  The catalogue
-imports every module of this package and collects those classes, so adding a strategy is one
-new module here (plus its tests): the configuration check, ``scaledl train``'s choices and
-options, and the option routing all read this catalogue.  A class defined elsewhere (an
-experiment, a test) joins it as soon as its module is imported.
+served by a parameter server), its options dataclass (:mod:`scaledl.strategies.options`), the
+run values the trainer passes, the simulator's model of its iteration and its row in the
+bench's comparison.  The catalogue imports every module of this package and collects those
+classes, so adding a strategy is one new module here (plus its tests): the configuration check,
+``scaledl train``'s choices and options, the option routing, ``scaledl bench algorithms`` and
+``scaledl simulate`` all read this catalogue.  A class defined elsewhere (an experiment, a
+test) joins it as soon as its module is imported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
 
 from scaledl.strategies.base import Strategy
 
-__all__ = ["strategies", "strategy_class", "names_with", "TRAITS"]
+__all__ = ["strategies", "strategy_class", "names_with", "option_fields", "option_takers",
+           "TRAITS"]
 
 TRAITS = ("periodic", "elastic", "server")
 """The boolean traits a strategy declares."""
@@ -91,3 +95,18 @@ def names_with(trait: str) -> tuple[str, ...]:
     if trait not in TRAITS:
         raise ValueError(f"unknown trait {trait!r}; one of {', '.join(TRAITS)}")
     return tuple(name for name, cls in strategies().items() if getattr(cls, trait))
+
+
+def option_fields() -> dict[str, dataclasses.Field[object]]:
+    """Every strategy option by name (``tau``, ``alpha``, ...), in catalogue order: the fields of
+    the strategies' options dataclasses, each once."""
+    fields: dict[str, dataclasses.Field[object]] = {}
+    for cls in strategies().values():
+        for field in dataclasses.fields(cls.options):
+            fields.setdefault(field.name, field)
+    return fields
+
+
+def option_takers(option: str) -> tuple[str, ...]:
+    """Names of the strategies whose options include ``option``."""
+    return tuple(name for name, cls in strategies().items() if option in cls.options.names())

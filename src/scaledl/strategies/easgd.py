@@ -41,6 +41,7 @@ from torch.optim import Optimizer
 
 from scaledl import collectives
 from scaledl.strategies.elastic import check_alpha, flatten_parameters
+from scaledl.strategies.options import ElasticOptions
 from scaledl.strategies.periodic import PeriodicStrategy, check_optimizer_momentum
 from scaledl.sync.consistency import broadcast_tensors
 from scaledl.sync.stats import SpanRecorder
@@ -64,6 +65,7 @@ class ElasticStrategy(PeriodicStrategy):
     replicated_center = False
     """Whether every rank's ``center`` is always the current center (else only rank 0's)."""
     elastic = True
+    options = ElasticOptions
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, alpha: float | None, tau: int,

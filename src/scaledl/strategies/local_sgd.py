@@ -35,7 +35,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from scaledl import collectives
-from scaledl.strategies.base import COLLECTIVE_KEYWORDS
+from scaledl.strategies.comparison import MethodRow
 from scaledl.strategies.elastic import flatten_parameters
 from scaledl.strategies.periodic import PeriodicStrategy, check_optimizer_momentum
 from scaledl.sync.stats import SpanRecorder
@@ -51,7 +51,7 @@ class LocalSGD(PeriodicStrategy):
     """Average the workers' models every ``tau`` steps through an outer step (module docstring)."""
 
     name = "local-sgd"
-    keywords = COLLECTIVE_KEYWORDS + ("tau",)
+    comparison = MethodRow(30, "Local SGD (tau 4)", tau=4)
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, *, tau: int = 1,

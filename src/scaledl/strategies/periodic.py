@@ -30,6 +30,7 @@ from torch.optim import Optimizer
 from scaledl.collectives import CollectiveHandle
 from scaledl.strategies.base import Strategy
 from scaledl.strategies.elastic import check_momentum, check_tau, flatten_parameters
+from scaledl.strategies.options import PeriodicOptions
 from scaledl.sync.consistency import broadcast_state
 from scaledl.sync.stats import SpanRecorder, SyncStats, wait_and_charge
 
@@ -63,6 +64,7 @@ class PeriodicStrategy(Strategy):
     """
 
     periodic = True
+    options = PeriodicOptions
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, tau: int,

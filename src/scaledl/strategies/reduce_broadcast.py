@@ -15,6 +15,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from scaledl.strategies.base import Strategy
+from scaledl.strategies.comparison import MethodRow
 from scaledl.sync.propagation import ReduceBroadcast
 from scaledl.sync.stats import SpanRecorder, SyncStats
 from scaledl.topology import Topology
@@ -27,6 +28,8 @@ class ReduceBroadcastSGD(Strategy):
 
     name = "reduce-broadcast"
     collectives = "rooted"
+    timing = "per-layer"
+    comparison = MethodRow(20, "Sync SGD (reduce+bcast)")
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, algorithm: str = "auto", root: int = 0,

@@ -25,6 +25,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from scaledl.collectives.communicator import communicator_for
+from scaledl.strategies.comparison import MethodRow
 from scaledl.strategies.easgd import ElasticStrategy
 from scaledl.strategies.elastic import elastic_difference
 from scaledl.sync.stats import SpanRecorder
@@ -38,7 +39,9 @@ class RoundRobinEASGD(ElasticStrategy):
 
     name = "easgd"
     collectives = "none"
-    keywords = ("timeline", "alpha", "tau")
+    keywords = ("timeline",)
+    timing = "round-robin"
+    comparison = MethodRow(50, "EASGD (round-robin)", tau=1, counterpart="allreduce")
 
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, *, alpha: float | None = None,

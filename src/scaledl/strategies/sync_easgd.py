@@ -32,6 +32,7 @@ exchange's ``syncs`` and ``bytes`` when a step applies it, and its time (``comm_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,24 +42,49 @@ from torch.optim import Optimizer
 
 from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
+from scaledl.strategies.comparison import MethodRow
 from scaledl.strategies.easgd import ElasticStrategy
-from scaledl.strategies.base import COLLECTIVE_KEYWORDS
 from scaledl.strategies.elastic import check_beta, elastic_difference
+from scaledl.strategies.options import ElasticOptions, option
 from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology
 
-__all__ = ["SyncEASGD", "FORMS"]
+__all__ = ["SyncEASGD", "SyncEASGDOptions", "FORMS"]
 
 FORMS: tuple[str, ...] = ("tree", "allreduce")
 """Sync EASGD's exchange: reduce + broadcast with the center on rank 0, or an allreduce of the
 elastic differences with a replicated center."""
 
 
+@dataclass(frozen=True)
+class SyncEASGDOptions(ElasticOptions):
+    """The elastic options and the form of the exchange; ``workers * alpha`` must stay below 1."""
+
+    easgd_form: str | None = option("sync-easgd exchange: tree (reduce + broadcast) or "
+                                    "allreduce")
+    """The exchange: ``"tree"`` (reduce + broadcast, the default) or ``"allreduce"``."""
+
+    def _check(self) -> None:
+        if self.easgd_form is not None and self.easgd_form not in FORMS:
+            raise ValueError(f"easgd_form {self.easgd_form!r} is unknown; use one of "
+                             f"{', '.join(FORMS)}")
+
+    def check_job(self, ranks: int, lr: float) -> None:
+        """The stability condition, before launch (the constructor checks it too)."""
+        super().check_job(ranks, lr)
+        check_beta(self.moving_rate(ranks, lr), ranks)
+
+    def keywords(self, ranks: int, lr: float) -> dict[str, Any]:
+        return {**super().keywords(ranks, lr), "form": self.easgd_form or "tree"}
+
+
 class SyncEASGD(ElasticStrategy):
     """Synchronous elastic averaging with a tree or allreduce exchange (module docstring)."""
 
     name = "sync-easgd"
-    keywords = COLLECTIVE_KEYWORDS + ("alpha", "tau", "form")
+    options = SyncEASGDOptions
+    timing = "periodic"
+    comparison = MethodRow(40, "Sync EASGD", tau=1, counterpart="allreduce")
 
     @classmethod
     def collective_kind(cls, easgd_form: str = "tree") -> str:

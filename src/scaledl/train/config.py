@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scaledl.train.parallel_config import EASGD_FORMS, ParallelConfig, check_types
+from scaledl.train.parallel_config import ParallelConfig, check_types
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,7 +37,7 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "DataConfig", "ModelConfig", "OptimConfig", "ParallelConfig", "RunConfig", "TrainConfig",
-    "EASGD_FORMS", "FIELD_SECTION", "SECTIONS", "load_toml", "build_config",
+    "FIELD_SECTION", "SECTIONS", "load_toml", "build_config",
 ]
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The ``[parallel]`` section of a training configuration: workers, strategy and communication.
 
-Which strategy takes which option is the strategy's own declaration
-(:mod:`scaledl.strategies.catalogue`); this module only reads it."""
+Which strategy takes which option, and what a valid value is, is the strategy's own
+declaration (its options dataclass, :mod:`scaledl.strategies.options`, found through
+:mod:`scaledl.strategies.catalogue`); this module only holds the values a TOML file or the
+command line gives, one field per option name."""
 
 from __future__ import annotations
 
@@ -10,16 +12,11 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from scaledl.strategies.catalogue import strategies, strategy_class
+from scaledl.strategies.catalogue import option_fields, option_takers, strategy_class
+from scaledl.strategies.options import StrategyOptions
 from scaledl.topology import parse_axes
 
-__all__ = [
-    "ParallelConfig", "EASGD_FORMS", "check_types", "takers",
-]
-
-EASGD_FORMS: tuple[str, ...] = ("tree", "allreduce")
-"""How Sync EASGD exchanges with the center: tree reduce + broadcast, or an allreduce of the
-elastic differences with a replicated center."""
+__all__ = ["ParallelConfig", "check_types"]
 
 
 @dataclass(frozen=True)
@@ -39,52 +36,59 @@ class ParallelConfig:
     timeout_s: float = 60.0
     """Seconds any blocking distributed call may take before the run fails naming the rank."""
     alpha: float | None = None
-    """Elastic moving rate ``eta * rho`` in (0, 1); ``None``: ``0.9 / workers`` (Zhang et al.'s
-    ``beta = p * alpha = 0.9``), or ``lr * rho`` when ``rho`` is given."""
+    """Elastic moving rate: :class:`~scaledl.strategies.options.ElasticOptions`."""
     rho: float | None = None
-    """Elastic strength; ``alpha = lr * rho``.  Give ``alpha`` or ``rho``, not both."""
+    """Elastic strength: :class:`~scaledl.strategies.options.ElasticOptions`."""
     tau: int | None = None
-    """Local steps between exchanges of the periodic strategies (EASGD family, local SGD);
-    ``None``: 1, every step."""
+    """Local steps between exchanges: :class:`~scaledl.strategies.options.PeriodicOptions`."""
     servers: int = 0
-    """Dedicated parameter-server ranks (the last ones); 0 runs the server as a thread beside
-    rank 0's worker."""
+    """Dedicated server ranks: :class:`~scaledl.strategies.options.ServerOptions`."""
     easgd_form: str | None = None
-    """Sync EASGD's exchange: ``"tree"`` (reduce + broadcast, the default) or ``"allreduce"``."""
+    """Sync EASGD's exchange: :class:`~scaledl.strategies.sync_easgd.SyncEASGDOptions`."""
+    # The fields above are the strategies' options (their dataclasses declare, document and
+    # check them); a strategy with an option of a new name needs its field here too.
 
     def __post_init__(self) -> None:
         check_types(self)
         self._check_basics()
-        self._check_elastic()
+        self._check_options()
 
-    def _check_elastic(self) -> None:
-        if self.alpha is not None and not 0 < self.alpha < 1:
-            raise ValueError(f"alpha {self.alpha} must be in (0, 1), e.g. 0.9 / workers")
-        if self.rho is not None and not self.rho > 0:
-            raise ValueError(f"rho {self.rho} must be positive (alpha = lr * rho)")
-        if self.alpha is not None and self.rho is not None:
-            raise ValueError(f"alpha {self.alpha} and rho {self.rho} were both given; give one "
-                             "(alpha = lr * rho)")
-        if self.tau is not None and self.tau < 1:
-            raise ValueError(f"tau {self.tau} must be at least 1 (local steps between exchanges)")
-        if self.servers < 0:
-            raise ValueError(f"servers {self.servers} must be >= 0 (0: a server thread beside "
-                             "rank 0)")
-        if self.easgd_form is not None and self.easgd_form not in EASGD_FORMS:
-            raise ValueError(f"easgd_form {self.easgd_form!r} is unknown; use one of "
-                             f"{', '.join(EASGD_FORMS)}")
-        self._check_applies()
+    def _given_options(self) -> dict[str, Any]:
+        """The strategy options set to something other than their default."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        given = {}
+        for name in option_fields():
+            if name not in defaults:
+                raise ValueError(f"strategy option {name!r} has no [parallel] field; add it to "
+                                 "ParallelConfig")
+            if getattr(self, name) != defaults[name]:
+                given[name] = getattr(self, name)
+        return given
 
-    def _check_applies(self) -> None:
-        """An option the chosen strategy does not use is a mistake, not something to ignore."""
-        for option, value, keyword in (
-            ("alpha", self.alpha, "alpha"), ("rho", self.rho, "alpha"), ("tau", self.tau, "tau"),
-            ("servers", self.servers or None, "servers"), ("easgd_form", self.easgd_form, "form"),
-        ):
-            users = takers(keyword)
-            if value is not None and self.strategy not in users:
-                raise ValueError(f"{option} {value!r} does not apply to strategy "
-                                 f"{self.strategy!r}, only to {', '.join(users)}; drop it")
+    def _check_options(self) -> None:
+        """Each given option's own check (the options dataclass of a strategy that takes it),
+        then: an option the chosen strategy does not use is a mistake, not something to
+        ignore."""
+        given = self._given_options()
+        checked: set[str] = set()
+        for name in given:
+            if name in checked:
+                continue
+            owner = strategy_class(option_takers(name)[0]).options
+            mine = {key: value for key, value in given.items() if key in owner.names()}
+            owner(**mine)
+            checked |= set(mine)
+        taken = strategy_class(self.strategy).options.names()
+        for name, value in given.items():
+            if name not in taken:
+                raise ValueError(f"{name} {value!r} does not apply to strategy "
+                                 f"{self.strategy!r}, only to {', '.join(option_takers(name))}; "
+                                 "drop it")
+
+    def strategy_options(self) -> StrategyOptions:
+        """The chosen strategy's options dataclass, from this section's values."""
+        cls = strategy_class(self.strategy).options
+        return cls(**{name: getattr(self, name) for name in cls.names()})
 
     def _check_basics(self) -> None:
         if self.workers is not None and self.workers < 1:
@@ -121,8 +125,3 @@ def check_types(instance: Any) -> None:
         names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in allowed)
         raise ValueError(f"{section}.{f.name} = {value!r} must be {names}")
 
-
-def takers(keyword: str) -> tuple[str, ...]:
-    """The strategies whose constructor takes ``keyword`` (``alpha``: the elastic ones, ``tau``:
-    the periodic ones, ``servers``: the parameter-server ones, ``form``: Sync EASGD)."""
-    return tuple(name for name, cls in strategies().items() if keyword in cls.keywords)

@@ -22,7 +22,7 @@ from scaledl.data import (
 from scaledl.models import available_models, build_model
 from scaledl.strategies import Strategy, build_strategy
 from scaledl.strategies.catalogue import strategy_class
-from scaledl.strategies.elastic import check_beta
+from scaledl.strategies.options import ElasticOptions
 from scaledl.sync.propagation import ROOTED_ALGORITHMS
 from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology, parse_axes
@@ -43,22 +43,11 @@ def algorithms_for(strategy: str, easgd_form: str = "tree") -> tuple[str, ...]:
 
 
 def elastic_alpha(config: TrainConfig, workers: int) -> float:
-    """The elastic moving rate: ``alpha``, else ``lr * rho``, else ``0.9 / workers``."""
+    """The elastic moving rate on ``workers`` training ranks: ``alpha``, else ``lr * rho``,
+    else ``0.9 / workers`` (:meth:`ElasticOptions.moving_rate`)."""
     parallel = config.parallel
-    if parallel.alpha is not None:
-        return parallel.alpha
-    if parallel.rho is not None:
-        alpha = config.optim.lr * parallel.rho
-        if not 0 < alpha < 1:
-            raise ValueError(f"alpha = lr * rho = {config.optim.lr} * {parallel.rho} = "
-                             f"{alpha:g} must be in (0, 1); lower --rho or give --alpha")
-        return alpha
-    return 0.9 / max(1, workers)
-
-
-def training_workers(config: TrainConfig, world_size: int) -> int:
-    """Ranks that train: the world size less the dedicated parameter-server ranks."""
-    return world_size - config.parallel.servers
+    return ElasticOptions(alpha=parallel.alpha, rho=parallel.rho).moving_rate(workers,
+                                                                             config.optim.lr)
 
 
 def validate_config(config: TrainConfig, workers: int) -> None:
@@ -72,8 +61,7 @@ def validate_config(config: TrainConfig, workers: int) -> None:
                          f"{', '.join(available_datasets())}")
     strategy = config.parallel.strategy
     strategy_class(strategy)  # a one-line error naming the known ones
-    _check_servers(config, workers)
-    _check_beta(config, training_workers(config, workers))
+    config.parallel.strategy_options().check_job(workers, config.optim.lr)
     allowed = algorithms_for(strategy, config.parallel.easgd_form or "tree")
     if config.parallel.algorithm not in allowed:
         raise ValueError(f"algorithm {config.parallel.algorithm!r} does not work with strategy "
@@ -86,20 +74,6 @@ def validate_config(config: TrainConfig, workers: int) -> None:
                 f"{workers} workers were asked for; give --workers {math.prod(axes)} or a "
                 f"topology whose axes multiply to {workers}"
             )
-
-
-def _check_beta(config: TrainConfig, workers: int) -> None:
-    """Sync EASGD's stability condition, checked before launch (the strategy checks it too)."""
-    alpha = elastic_alpha(config, workers)
-    if config.parallel.strategy == "sync-easgd":
-        check_beta(alpha, workers)
-
-
-def _check_servers(config: TrainConfig, workers: int) -> None:
-    servers = config.parallel.servers
-    if servers >= workers:
-        raise ValueError(f"servers {servers} leaves no worker among {workers} ranks; give "
-                         f"--workers {servers + 1} or more, or fewer --servers")
 
 
 @dataclass
@@ -121,20 +95,18 @@ dead one is dropped at once), so the other workers finish the run."""
 
 def _strategy_options(config: TrainConfig, topology: Topology | None,
                       timeline: SpanRecorder | None, world_size: int) -> dict[str, Any]:
+    """The constructor keywords: the run values the strategy declares (``keywords``) and those
+    of its options dataclass."""
     parallel = config.parallel
-    strategy = parallel.strategy
-    wanted = strategy_class(strategy).keywords
     values: dict[str, Any] = {
         "algorithm": parallel.algorithm, "topology": topology, "timeline": timeline,
-        "bucket_mb": parallel.bucket_mb, "tau": parallel.tau or 1,
-        "form": parallel.easgd_form or "tree", "servers": parallel.servers,
-        "timeout_s": parallel.timeout_s, "momentum": config.optim.momentum,
+        "bucket_mb": parallel.bucket_mb, "timeout_s": parallel.timeout_s,
+        "momentum": config.optim.momentum,
         # a worker silent for this long (hung, not dead) is dropped so the others finish
         "idle_timeout_s": max(IDLE_FLOOR_S, IDLE_FACTOR * parallel.timeout_s),
     }
-    if "alpha" in wanted:
-        values["alpha"] = elastic_alpha(config, training_workers(config, world_size))
-    return {key: values[key] for key in wanted}
+    wanted = {key: values[key] for key in strategy_class(parallel.strategy).keywords}
+    return {**wanted, **parallel.strategy_options().keywords(world_size, config.optim.lr)}
 
 
 def build_run(

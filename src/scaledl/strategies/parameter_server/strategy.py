@@ -34,6 +34,7 @@ from torch.optim import Optimizer
 
 from scaledl.strategies.base import Strategy
 from scaledl.strategies.elastic import check_alpha, flatten_parameters, learning_rate
+from scaledl.strategies.options import ServerOptions, StrategyOptions
 from scaledl.strategies.parameter_server.layout import Layout, check_timeout, plan_layout
 from scaledl.strategies.parameter_server.connections import (
     InProcessServers, RemoteServers, ServerConnection,
@@ -79,7 +80,8 @@ class ParameterServerStrategy(Strategy):
     locked: ClassVar[bool] = True
     collectives = "none"
     server = True
-    keywords: ClassVar[tuple[str, ...]] = ("servers", "timeout_s", "timeline", "idle_timeout_s")
+    keywords: ClassVar[tuple[str, ...]] = ("timeout_s", "timeline", "idle_timeout_s")
+    options: ClassVar[type[StrategyOptions]] = ServerOptions
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
                  timeout_s: float = 60.0, link: ServerConnection | None = None,
