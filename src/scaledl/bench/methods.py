@@ -12,14 +12,18 @@ means 5 processes for them.  What differs is the method itself:
 * the elastic moving rate ``alpha = 0.9 / workers`` (Zhang et al.'s ``beta = p alpha = 0.9``)
   and ``tau = 1`` (an exchange every step, as in You et al.'s methods) for the EASGD family;
 * ``tau = 4`` for local SGD (with ``tau = 1`` it would be synchronous SGD again).
-What is read back from each run is defined in :mod:`scaledl.bench.methods_result`.
+Each strategy declares its own row (``Strategy.comparison``: label, momentum, tau, counterpart,
+position), so a strategy added to the catalogue with a row is compared too.  What is read back
+from each run is defined in :mod:`scaledl.bench.methods_result`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from scaledl.strategies.catalogue import strategy_class
+
+from scaledl.strategies.catalogue import strategies, strategy_class
 
 __all__ = [
     "Method", "METHODS", "BenchSpec", "select_methods", "available_methods", "ranks",
@@ -55,20 +59,30 @@ class Method:
         return strategy_class(self.name).elastic
 
 
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("allreduce", "Sync SGD (allreduce)"),
-    Method("reduce-broadcast", "Sync SGD (reduce+bcast)"),
-    Method("local-sgd", "Local SGD (tau 4)", tau=4),
-    Method("sync-easgd", "Sync EASGD", tau=1, counterpart="allreduce"),
-    Method("easgd", "EASGD (round-robin)", tau=1, counterpart="allreduce"),
-    Method("async-sgd", "Async SGD"),
-    Method("async-msgd", "Async MSGD", momentum=True),
-    Method("hogwild-sgd", "Hogwild SGD"),
-    Method("async-easgd", "Async EASGD", tau=1, counterpart="async-sgd"),
-    Method("async-measgd", "Async MEASGD", momentum=True, tau=1,
-           counterpart="async-msgd"),
-    Method("hogwild-easgd", "Hogwild EASGD", tau=1, counterpart="hogwild-sgd"),
-)}
+class _Methods(Mapping[str, Method]):
+    """The methods of the comparison by name, in table order, read from the strategy catalogue
+    at each use (the rows the strategies declare, sorted by ``row``)."""
+
+    def _rows(self) -> dict[str, Method]:
+        rows = []
+        for name, cls in strategies().items():
+            row = vars(cls).get("comparison")  # declared by the class itself, not inherited
+            if row is not None:
+                rows.append((row.row, Method(name, row.label, row.momentum, row.tau,
+                                             row.counterpart)))
+        return {method.name: method for _, method in sorted(rows, key=lambda r: r[0])}
+
+    def __getitem__(self, name: str) -> Method:
+        return self._rows()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows())
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+
+METHODS: Mapping[str, Method] = _Methods()
 """Every method of the comparison, in table order."""
 
 
@@ -118,10 +132,8 @@ def default_target(dataset: str) -> float:
 
 
 def available_methods() -> list[str]:
-    """Methods whose strategy this build registers (``scaledl.strategies.STRATEGIES``)."""
-    from scaledl.strategies import STRATEGIES
-
-    return [name for name in METHODS if name in STRATEGIES]
+    """Methods whose strategy this build registers (the strategy catalogue)."""
+    return [name for name in METHODS if name in strategies()]
 
 
 def select_methods(text: str | None, available: list[str]) -> list[Method]:

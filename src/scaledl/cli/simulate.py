@@ -24,7 +24,7 @@ from scaledl.cli.bench_collectives import parse_bytes
 from scaledl.collectives.registry import ALGORITHMS
 from scaledl.models.registry import available_models
 from scaledl.collectives.auto import CostModel
-from scaledl.sim.iteration import STRATEGIES
+from scaledl.sim.iteration import simulated_strategies
 from scaledl.sim.job import Job
 from scaledl.sim.losses import STACKS
 from scaledl.sim.presets import ALIASES, DEVICES, LINKS
@@ -47,7 +47,7 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", default="ring",
                    help="collective algorithm: "
                         + ", ".join(a for a, algo in ALGORITHMS.items() if algo.scheduled))
-    p.add_argument("--strategy", default="allreduce", choices=STRATEGIES)
+    p.add_argument("--strategy", default="allreduce", choices=simulated_strategies())
     p.add_argument("--device", default=None, help=f"one of {', '.join(DEVICES)} (default p100)")
     p.add_argument("--network", default=None,
                    help=f"inter-host link: {', '.join([*LINKS, *ALIASES])} (default ib-edr)")

@@ -27,16 +27,18 @@ from scaledl.cli.launch import (
 from scaledl.cli.paths import check_output_dir
 from scaledl.faults import FAULT_ENV, check_fault_spec
 from scaledl.topology import TOPOLOGY_ENV
-from scaledl.strategies.catalogue import strategies, strategy_class
+from scaledl.strategies.catalogue import option_fields, strategies, strategy_class
 from scaledl.train.config import TrainConfig, build_config, load_toml
 
 __all__ = ["add_parser", "run"]
 
 log = logging.getLogger(__name__)
 
-FLAGS: tuple[tuple[str, type, str], ...] = (
+Flag = tuple[str, type, str]
+"""A flag: its key (``--`` plus the key with dashes), its type and its help."""
+
+_RUN_FLAGS: tuple[Flag, ...] = (
     ("workers", int, "worker processes (default: one per core)"),
-    ("strategy", str, "one of: " + ", ".join(strategies())),
     ("algorithm", str, "collective algorithm (auto, ring, torus, ...; tree/chain for "
                        "reduce-broadcast)"),
     ("topology", str, "network layout innermost first, e.g. 2x2"),
@@ -50,12 +52,6 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("weight_decay", float, "L2 penalty"),
     ("seed", int, "seed of initialisation and data order"),
     ("bucket_mb", float, "gradient bucket size in MiB (allreduce strategy)"),
-    ("alpha", float, "elastic moving rate in (0, 1) (EASGD family; default 0.9 / workers)"),
-    ("rho", float, "elastic strength; alpha = lr * rho (instead of --alpha)"),
-    ("tau", int, "local steps between exchanges (EASGD family, local-sgd)"),
-    ("servers", int, "dedicated parameter-server ranks, taken from --workers (async "
-                     "strategies; default 0: a server thread beside rank 0)"),
-    ("easgd_form", str, "sync-easgd exchange: tree (reduce + broadcast) or allreduce"),
     ("out", str, "run directory"),
     ("resume", str, "checkpoint to resume from, or 'auto' for the latest in --out"),
     ("checkpoint_every", int, "steps between checkpoints (default: every epoch)"),
@@ -68,6 +64,17 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
     ("timeout_s", float, "seconds a blocking call may take before a dead peer is reported"),
     ("synthetic_size", int, "samples of the synthetic data set"),
 )
+"""The flags of the run; ``--strategy`` and the strategies' options come from the catalogue."""
+
+
+def flags() -> tuple[Flag, ...]:
+    """Every flag of ``scaledl train``: the run's, ``--strategy`` with the catalogue's names,
+    and each strategy option (its type and help declared by its options dataclass)."""
+    strategy: Flag = ("strategy", str, "one of: " + ", ".join(strategies()))
+    options = tuple((name, field.metadata["type"], field.metadata["help"])
+                    for name, field in option_fields().items())
+    split = [name for name, _, _ in _RUN_FLAGS].index("out")
+    return (_RUN_FLAGS[0], strategy, *_RUN_FLAGS[1:split], *options, *_RUN_FLAGS[split:])
 
 
 def add_parser(subparsers: Any) -> None:
@@ -76,7 +83,7 @@ def add_parser(subparsers: Any) -> None:
         "train", help="train a model data-parallel on local workers",
         description="Data-parallel training with overlapped gradient aggregation.",
     )
-    for name, kind, text in FLAGS:
+    for name, kind, text in flags():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
                             help=text)
     parser.add_argument("--config", default=None, help="TOML file with [data], [model], "
@@ -93,7 +100,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _config(args: argparse.Namespace) -> TrainConfig:
     file_values = load_toml(args.config) if args.config else {}
-    overrides = {name: getattr(args, name) for name, _, _ in FLAGS}
+    overrides = {name: getattr(args, name) for name, _, _ in flags()}
     overrides["progress"] = args.progress
     overrides["log_samples"] = args.log_samples
     return build_config(file_values, overrides)

@@ -2,29 +2,33 @@
 
 Inputs: a :class:`~scaledl.sim.profile.ModelProfile` (per-layer gradient bytes and compute
 time), a :class:`~scaledl.sim.collective.CollectiveSimulator` (collective times from replayed
-plans) and a strategy:
+plans) and a strategy of the catalogue that declares which of these models its iteration
+follows (``Strategy.timing``; the package's strategy of each model named):
 
-- ``allreduce``: gradients in DataParallel's buckets; a bucket's allreduce starts when backward
-  has produced its last gradient and the previous bucket's allreduce is done (one stream); the
-  step ends when backward and the last allreduce are done, then the optimizer updates.
-- ``reduce-broadcast`` (S-Caffe): per layer, a reduce to the root as soon as backward produced the
-  layer's gradient; the root updates; per layer, a broadcast that the next forward pass of that
-  layer waits for (so later layers' broadcasts hide behind earlier layers' compute).
-- ``sync-easgd`` (You et al.): workers compute locally; every ``tau`` steps the packed model is
-  exchanged by a reduce plus a broadcast with the chosen algorithm (or one allreduce), overlapped
-  with the next steps' compute unless ``overlap`` is off.
-- ``easgd`` (the round-robin original, Algorithm 1 of You et al.): every ``tau`` steps a worker
-  exchanges its model with the master; the master serves the ``P - 1`` workers one after
-  another, and a worker waits only for its own turn, so a cycle of ``tau`` steps lasts
-  ``max(tau x step + e, (P - 1) x e)`` with ``e`` one master<->worker exchange (the mean over
-  workers).
+- ``bucketed`` (``allreduce``): gradients in DataParallel's buckets; a bucket's allreduce
+  starts when backward has produced its last gradient and the previous bucket's allreduce is
+  done (one stream); the step ends when backward and the last allreduce are done, then the
+  optimizer updates.
+- ``per-layer`` (``reduce-broadcast``, S-Caffe): per layer, a reduce to the root as soon as
+  backward produced the layer's gradient; the root updates; per layer, a broadcast that the
+  next forward pass of that layer waits for (so later layers' broadcasts hide behind earlier
+  layers' compute).
+- ``periodic`` (``sync-easgd``, You et al.): workers compute locally; every ``tau`` steps the
+  packed model is exchanged by a reduce plus a broadcast with the chosen algorithm (or one
+  allreduce), overlapped with the next steps' compute unless ``overlap`` is off.
+- ``round-robin`` (``easgd``, the round-robin original, Algorithm 1 of You et al.): every
+  ``tau`` steps a worker exchanges its model with the master; the master serves the ``P - 1``
+  workers one after another, and a worker waits only for its own turn, so a cycle of ``tau``
+  steps lasts ``max(tau x step + e, (P - 1) x e)`` with ``e`` one master<->worker exchange (the
+  mean over workers).
 
 What real clusters lose (:mod:`scaledl.sim.losses`): every collective call pays the stack's
 per-call overhead; compute that runs beside a collective is slowed by the interference
 ``kappa`` (:mod:`scaledl.sim.overlap`); a synchronous step waits for the slowest rank, so
-compute is stretched by ``1 + cv e_P`` (``cv / sqrt(tau)`` for sync-easgd, whose ranks meet
-every ``tau`` steps; round-robin easgd has no global barrier); a Horovod stack replaces the
-buckets by its negotiation cycle and fused buffers.  With :data:`~scaledl.sim.losses.IDEAL`
+compute is stretched by ``1 + cv e_P`` (``cv / sqrt(tau)`` for the periodic model, whose
+ranks meet every ``tau`` steps; the round robin has no global barrier); a Horovod stack
+replaces the buckets by its negotiation cycle and fused buffers.  With
+:data:`~scaledl.sim.losses.IDEAL`
 (``--ideal``) none of this applies: the model of earlier releases.
 
 Weak scaling: the per-GPU batch is fixed, so scaling efficiency is the one-GPU iteration time
@@ -50,10 +54,24 @@ from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.losses import IDEAL, Losses, advance, straggler_factor
 from scaledl.sim.overlap import bucketed_allreduce, call_time, cycled_allreduce, reduce_broadcast
 from scaledl.sim.profile import ModelProfile
+from scaledl.strategies.catalogue import strategies
 
-__all__ = ["STRATEGIES", "IterationResult", "simulate_iteration", "round_robin_schedules"]
+__all__ = ["simulated_strategies", "timing_of", "IterationResult", "simulate_iteration",
+           "round_robin_schedules"]
 
-STRATEGIES = ("allreduce", "reduce-broadcast", "sync-easgd", "easgd")
+
+def simulated_strategies() -> tuple[str, ...]:
+    """The strategies of the catalogue that declare a timing model, in catalogue order."""
+    return tuple(name for name, cls in strategies().items() if cls.timing is not None)
+
+
+def timing_of(strategy: str) -> str:
+    """The timing model ``strategy`` declares; a one-line error for one the simulator lacks."""
+    cls = strategies().get(strategy)
+    if cls is None or cls.timing is None:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of: "
+                         f"{', '.join(simulated_strategies())}")
+    return cls.timing
 
 
 @dataclass(frozen=True)
@@ -123,14 +141,14 @@ def round_robin_schedules(world_size: int, numel: int) -> list[Schedule]:
 
 
 def _easgd_exchange(
-    profile: ModelProfile, sim: CollectiveSimulator, strategy: str, algorithm: str,
+    profile: ModelProfile, sim: CollectiveSimulator, timing: str, algorithm: str,
     losses: Losses,
 ) -> float:
     numel = profile.parameter_bytes // profile.itemsize
     p = sim.topology.world_size
     if p == 1 or numel == 0:
         return 0.0
-    if strategy == "easgd":
+    if timing == "round-robin":
         compiled = compile_schedules(round_robin_schedules(p, numel), p, profile.itemsize)
         calls = 2 * (p - 1) * losses.call_overhead_s  # the master's sends and receives
         return makespan(compiled, cost(compiled, sim.topology, sim.network)) + calls
@@ -171,8 +189,7 @@ def simulate_iteration(
     without it, from the ideal rule on ``flops`` or ``compute_time``; ``losses`` adds per-call
     overheads, interference, stragglers and Horovod's cycle (:data:`IDEAL`: none).
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+    timing = timing_of(strategy)
     if tau < 1:
         raise ValueError(f"tau {tau} must be >= 1 (exchange every tau steps)")
     if update_s < 0:
@@ -183,17 +200,17 @@ def simulate_iteration(
     for seconds in reversed(backward):  # summed in the timelines' order: no rounding gap
         compute += seconds
     p = sim.topology.world_size
-    jitter = losses.jitter_cv / (math.sqrt(tau) if strategy == "sync-easgd" else 1.0)
-    stretch = straggler_factor(jitter, p) if strategy != "easgd" else 1.0
+    jitter = losses.jitter_cv / (math.sqrt(tau) if timing == "periodic" else 1.0)
+    stretch = straggler_factor(jitter, p) if timing != "round-robin" else 1.0
     if stretch != 1.0:
         forward, backward = [f * stretch for f in forward], [b * stretch for b in backward]
     software = 0.0
-    if p > 1 and losses.tensor_overhead_s and strategy in ("allreduce", "reduce-broadcast"):
+    if p > 1 and losses.tensor_overhead_s and timing in ("bucketed", "per-layer"):
         backward = [b + layer.tensors * losses.tensor_overhead_s
                     for b, layer in zip(backward, profile.layers)]
         software = sum(layer.tensors for layer in profile.layers) * losses.tensor_overhead_s
     compute_end = compute * stretch
-    if strategy == "allreduce":
+    if timing == "bucketed":
         if losses.cycle is not None and overlap:
             end, busy, compute_end = cycled_allreduce(profile, sim, algorithm, forward, backward,
                                                       losses, losses.cycle)
@@ -201,16 +218,16 @@ def simulate_iteration(
             end, busy, compute_end = bucketed_allreduce(profile, sim, algorithm, forward,
                                                         backward, overlap, losses)
         iteration = end + update_s
-    elif strategy == "reduce-broadcast":
+    elif timing == "per-layer":
         end, busy, compute_end = reduce_broadcast(profile, sim, algorithm, forward, backward,
                                                   losses)
         iteration = end + update_s
-    elif strategy == "easgd":
+    elif timing == "round-robin":
         iteration, busy = _round_robin_iteration(
-            _easgd_exchange(profile, sim, strategy, algorithm, losses), p, compute + update_s,
+            _easgd_exchange(profile, sim, timing, algorithm, losses), p, compute + update_s,
             tau)
     else:
-        busy = _easgd_exchange(profile, sim, strategy, algorithm, losses) / tau
+        busy = _easgd_exchange(profile, sim, timing, algorithm, losses) / tau
         if overlap:
             compute_end = advance(0.0, compute * stretch, [(0.0, busy)], losses.interference)
             iteration = max(compute_end, busy) + update_s

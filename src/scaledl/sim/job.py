@@ -11,7 +11,7 @@ from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
-from scaledl.sim.iteration import STRATEGIES, IterationResult, simulate_iteration
+from scaledl.sim.iteration import IterationResult, simulate_iteration, timing_of
 from scaledl.sim.losses import IDEAL, Losses, stack
 from scaledl.sim.network import LinkClass, Network
 from scaledl.sim.presets import Device, build_network, device
@@ -116,11 +116,8 @@ class Job:
 
     def check(self) -> None:
         """Raise ValueError for an impossible combination of options."""
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of: "
-                             f"{', '.join(STRATEGIES)}")
-        needed = {"allreduce": Collective.ALLREDUCE, "reduce-broadcast": Collective.REDUCE}
-        collective = needed.get(self.strategy, Collective.ALLREDUCE)
+        needed = {"bucketed": Collective.ALLREDUCE, "per-layer": Collective.REDUCE}
+        collective = needed.get(timing_of(self.strategy), Collective.ALLREDUCE)
         base, paths = parse_algorithm(self.algorithm)
         if base not in simulated_algorithms(collective):
             raise ValueError(
@@ -224,7 +221,7 @@ class Job:
     def profile(self) -> ModelProfile:
         """The model profile with this job's bucketing (the measured profile's model and input
         shape when one is given)."""
-        by_layer = self.strategy == "reduce-broadcast"
+        by_layer = timing_of(self.strategy) == "per-layer"
         measured = self.measured()
         if measured is not None:
             return profile_model(measured.model, int(self.bucket_mb * (1 << 20)),

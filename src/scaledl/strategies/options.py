@@ -9,11 +9,11 @@ blocks they are built from, so a family's option is declared, documented and che
 * :class:`ServerOptions`: ``servers``, the dedicated parameter-server ranks;
 * :class:`ServerElasticOptions`: both, for the asynchronous EASGD family.
 
-A field's ``metadata["help"]`` is its ``scaledl train`` help; a class checks its own values in
-``_check`` (one-line errors naming the value and the fix), checks that need the job (the ranks,
-the learning rate) in :meth:`StrategyOptions.check_job`, and turns itself into the strategy's
-constructor keywords in :meth:`StrategyOptions.keywords`.  No torch here: the configuration
-check and the CLI read these without building anything.
+A field's ``metadata`` gives its ``scaledl train`` flag (type and help); a class checks its own
+values in ``_check`` (one-line errors naming the value and the fix), checks that need the job
+(the ranks, the learning rate) in :meth:`StrategyOptions.check_job`, and turns itself into the
+strategy's constructor keywords in :meth:`StrategyOptions.keywords`.  No torch here: the
+configuration check and the CLI read these without building anything.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ __all__ = [
 ]
 
 
-def option(help_text: str, default: Any = None) -> Any:
-    """A strategy option field: its default and its ``scaledl train`` help."""
-    return field(default=default, metadata={"help": help_text})
+def option(kind: type, help_text: str, default: Any = None) -> Any:
+    """A strategy option field: its default, and the type and help of its ``scaledl train``
+    flag (``metadata["type"]``, ``metadata["help"]``)."""
+    return field(default=default, metadata={"type": kind, "help": help_text})
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class StrategyOptions:
 class PeriodicOptions(StrategyOptions):
     """Options of a strategy that exchanges every ``tau`` local steps."""
 
-    tau: int | None = option("local steps between exchanges (EASGD family, local-sgd)")
+    tau: int | None = option(int, "local steps between exchanges (EASGD family, local-sgd)")
     """Local steps between exchanges; ``None``: 1, every step."""
 
     def _check(self) -> None:
@@ -80,11 +81,11 @@ class PeriodicOptions(StrategyOptions):
 class ElasticOptions(PeriodicOptions):
     """Options of a strategy that pulls its workers toward a center every ``tau`` steps."""
 
-    alpha: float | None = option("elastic moving rate in (0, 1) (EASGD family; default 0.9 / "
-                                 "workers)")
+    alpha: float | None = option(float, "elastic moving rate in (0, 1) (EASGD family; "
+                                 "default 0.9 / workers)")
     """Elastic moving rate ``eta * rho`` in (0, 1); ``None``: ``0.9 / workers`` (Zhang et
     al.'s ``beta = p * alpha = 0.9``), or ``lr * rho`` when ``rho`` is given."""
-    rho: float | None = option("elastic strength; alpha = lr * rho (instead of --alpha)")
+    rho: float | None = option(float, "elastic strength; alpha = lr * rho (instead of --alpha)")
     """Elastic strength; ``alpha = lr * rho``.  Give ``alpha`` or ``rho``, not both."""
 
     def _check(self) -> None:
@@ -121,8 +122,9 @@ class ElasticOptions(PeriodicOptions):
 class ServerOptions(StrategyOptions):
     """Options of a strategy served by a parameter server."""
 
-    servers: int = option("dedicated parameter-server ranks, taken from --workers (async "
-                          "strategies; default 0: a server thread beside rank 0)", default=0)
+    servers: int = option(int, "dedicated parameter-server ranks, taken from --workers "
+                          "(async strategies; default 0: a server thread beside rank 0)",
+                          default=0)
     """Dedicated parameter-server ranks (the last ones); 0 runs the server as a thread beside
     rank 0's worker."""
 

@@ -60,8 +60,8 @@ elastic differences with a replicated center."""
 class SyncEASGDOptions(ElasticOptions):
     """The elastic options and the form of the exchange; ``workers * alpha`` must stay below 1."""
 
-    easgd_form: str | None = option("sync-easgd exchange: tree (reduce + broadcast) or "
-                                    "allreduce")
+    easgd_form: str | None = option(str, "sync-easgd exchange: tree (reduce + broadcast) "
+                                    "or allreduce")
     """The exchange: ``"tree"`` (reduce + broadcast, the default) or ``"allreduce"``."""
 
     def _check(self) -> None:

@@ -84,6 +84,7 @@ class ParallelConfig:
                 raise ValueError(f"{name} {value!r} does not apply to strategy "
                                  f"{self.strategy!r}, only to {', '.join(option_takers(name))}; "
                                  "drop it")
+        self.strategy_options()  # the chosen strategy's own checks
 
     def strategy_options(self) -> StrategyOptions:
         """The chosen strategy's options dataclass, from this section's values."""
