@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scaledl.strategies.catalogue import strategies, strategy_class
+from scaledl.strategies.comparison import MethodRow
 
 __all__ = [
     "Method", "METHODS", "BenchSpec", "select_methods", "available_methods", "ranks",
@@ -35,18 +36,38 @@ DEFAULT_MOMENTUM = 0.9
 
 @dataclass(frozen=True)
 class Method:
-    """One training method: a strategy and the options that make it the paper's method."""
+    """One training method: a strategy and the row it declares for the comparison (the options
+    that make it the paper's method: :class:`~scaledl.strategies.comparison.MethodRow`)."""
 
     name: str
     """Method name (the strategy name, as ``scaledl train --strategy`` takes it)."""
-    label: str
-    """Name in tables and plots (You et al.'s)."""
-    momentum: bool = False
-    """Whether the method uses momentum (the bench's ``momentum``), else plain SGD steps."""
-    tau: int | None = None
-    """Local steps between exchanges (periodic methods); ``None`` for the others."""
-    counterpart: str | None = None
-    """The SGD method this EASGD variant is compared with (You et al.'s pairs)."""
+    row: MethodRow
+    """The strategy's own declaration: label, momentum, tau, counterpart, position."""
+
+    @property
+    def label(self) -> str:
+        """Name in tables and plots."""
+        return self.row.label
+
+    @property
+    def momentum(self) -> bool:
+        """Whether the method uses the bench's momentum."""
+        return self.row.momentum
+
+    @property
+    def tau(self) -> int | None:
+        """Local steps between exchanges, or ``None``."""
+        return self.row.tau
+
+    @property
+    def counterpart(self) -> str | None:
+        """The SGD method this EASGD variant is compared with."""
+        return self.row.counterpart
+
+    def to_dict(self) -> dict[str, object]:
+        """The method's definition for the results file."""
+        return {"name": self.name, "label": self.label, "momentum": self.momentum,
+                "tau": self.tau, "counterpart": self.counterpart, "elastic": self.elastic}
 
     @property
     def needs_server(self) -> bool:
@@ -68,8 +89,7 @@ class _Methods(Mapping[str, Method]):
         for name, cls in strategies().items():
             row = vars(cls).get("comparison")  # declared by the class itself, not inherited
             if row is not None:
-                rows.append((row.row, Method(name, row.label, row.momentum, row.tau,
-                                             row.counterpart)))
+                rows.append((row.row, Method(name, row)))
         return {method.name: method for _, method in sorted(rows, key=lambda r: r[0])}
 
     def __getitem__(self, name: str) -> Method:

@@ -70,8 +70,7 @@ def to_json(results: list[MethodResult], spec: BenchSpec, env: dict[str, Any],
             command: list[str] | None = None, skipped: list[str] | None = None
             ) -> dict[str, Any]:
     """Everything in one JSON-ready dict: the budget, the method definitions, the results."""
-    methods = {r.method: {**asdict(METHODS[r.method]), "elastic": METHODS[r.method].elastic}
-               for r in results if r.method in METHODS}
+    methods = {r.method: METHODS[r.method].to_dict() for r in results if r.method in METHODS}
     return {
         "command": command, "environment": env, "spec": asdict(spec),
         "alpha": spec.alpha(), "methods": methods, "not_available": skipped or [],

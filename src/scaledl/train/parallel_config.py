@@ -35,18 +35,14 @@ class ParallelConfig:
     """Gradient bucket size in MiB: a full bucket starts its collective during backward."""
     timeout_s: float = 60.0
     """Seconds any blocking distributed call may take before the run fails naming the rank."""
+    # The strategies' options: their dataclasses (scaledl.strategies.options, SyncEASGDOptions)
+    # declare, document and check them; a strategy with an option of a new name needs its
+    # field here too.
     alpha: float | None = None
-    """Elastic moving rate: :class:`~scaledl.strategies.options.ElasticOptions`."""
     rho: float | None = None
-    """Elastic strength: :class:`~scaledl.strategies.options.ElasticOptions`."""
     tau: int | None = None
-    """Local steps between exchanges: :class:`~scaledl.strategies.options.PeriodicOptions`."""
     servers: int = 0
-    """Dedicated server ranks: :class:`~scaledl.strategies.options.ServerOptions`."""
     easgd_form: str | None = None
-    """Sync EASGD's exchange: :class:`~scaledl.strategies.sync_easgd.SyncEASGDOptions`."""
-    # The fields above are the strategies' options (their dataclasses declare, document and
-    # check them); a strategy with an option of a new name needs its field here too.
 
     def __post_init__(self) -> None:
         check_types(self)
