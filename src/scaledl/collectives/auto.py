@@ -180,13 +180,14 @@ def _native_time(
 ) -> float:
     """The backend's own collective, modelled on scaledl schedules with its overhead.
 
-    Gloo runs reduce_scatter as a whole allreduce followed by a copy, so it is costed as one.
+    Gloo runs reduce_scatter as a whole allreduce followed by a copy, so it is costed as one
+    (``model.native_reduce_scatter_allreduce``; NCCL's own is costed as a reduce_scatter).
     """
     proxies: tuple[str, ...] = ("ring", "halving_doubling")
     target, count = collective, numel
     if collective in (Collective.BROADCAST, Collective.REDUCE):
         proxies = ("tree",)
-    elif collective is Collective.REDUCE_SCATTER:
+    elif collective is Collective.REDUCE_SCATTER and model.native_reduce_scatter_allreduce:
         target, count = Collective.ALLREDUCE, numel * topology.world_size
     return min(
         _predict(proxy, target, topology, count, itemsize, model, root,

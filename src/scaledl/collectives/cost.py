@@ -96,6 +96,10 @@ class CostModel:
     project's 2-core machine (docs/benchmarks.md)."""
     shm_window: int = 4 << 20
     """Bytes of one shared-memory window: larger slices stream through it in pieces."""
+    native_reduce_scatter_allreduce: bool = True
+    """The backend runs reduce_scatter as an allreduce of the whole buffer and a copy (Gloo,
+    the default); False where it has a reduce_scatter of its own (NCCL).  Prices the native
+    collective and the ``native`` stages of hierarchical and torus."""
 
     def link(self, axis: int) -> LinkCost:
         """The model of a link that crosses ``axis``."""
@@ -166,7 +170,8 @@ def stage_time(stage: Stage, itemsize: int, model: CostModel, sharers: int = 1) 
     Shared memory: ``waits x alpha + bytes copied x beta + adds`` of the ``shm`` link class
     (:func:`shm_terms`).  The backend's own collective is priced as its ring (allreduce: the
     better of ring and halving-doubling; broadcast, reduce: a binomial tree) on the stage's link
-    class with the backend's per-round overhead and bandwidth factor; ``sharers`` stages of one
+    class with the backend's per-round overhead and bandwidth factor (a reduce_scatter as the
+    whole buffer's allreduce where the backend runs it so: Gloo); ``sharers`` stages of one
     host that leave it at once share its interface, so their bytes move that much slower.
     """
     nbytes = stage.numel * itemsize
@@ -183,6 +188,8 @@ def stage_time(stage: Stage, itemsize: int, model: CostModel, sharers: int = 1) 
     if collective in (Collective.BROADCAST, Collective.REDUCE):
         return math.ceil(math.log2(members)) * (step + nbytes * beta)
     ring = (members - 1) * (step + nbytes / members * beta)
+    if collective is Collective.REDUCE_SCATTER and model.native_reduce_scatter_allreduce:
+        collective = Collective.ALLREDUCE
     if collective is not Collective.ALLREDUCE:
         return ring
     rounds = 2 * math.ceil(math.log2(members))
