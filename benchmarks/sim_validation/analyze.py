@@ -46,7 +46,7 @@ TRAIN = (  # tag, model, algorithm, layout, rate, batch (as run.sh)
 def _network(rate: str) -> Any:
     device = DEVICES["cpu"]
     return replace(build_network(rate, "loopback", device.gamma), cpu_beta=device.tcp_beta,
-                   cpu_beta_link=device.tcp_link_beta)
+                   cpu_beta_link=device.tcp_link_beta, native_reduce_scatter_allreduce=True)
 
 
 def collectives(raw: Path) -> list[dict[str, Any]]:

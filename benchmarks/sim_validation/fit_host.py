@@ -46,7 +46,7 @@ def _predictions(points: list[tuple[str, Point]], theta: np.ndarray) -> np.ndarr
     out = []
     for rate, point in points:
         network = replace(build_network(rate, "loopback", gamma), cpu_beta=beta,
-                          cpu_beta_link=link_beta)
+                          cpu_beta_link=link_beta, native_reduce_scatter_allreduce=True)
         contention = max(1.0, point.topology.world_size / CORES)
         out.append(predict(point, network, cores=CORES) + call * contention)
     return np.array(out)
@@ -84,8 +84,8 @@ def main() -> None:
     measured = np.array([p.measured_s for _, p in points])
     errors = _predictions(points, theta) / measured - 1
     within = int(np.sum(np.abs(errors) <= 0.15))
-    print(f"{len(points)} calibration points; rms relative error {np.sqrt(np.mean(errors**2)):.1%}, "
-          f"{within} within 15%")
+    rms = np.sqrt(np.mean(errors**2))
+    print(f"{len(points)} calibration points; rms relative error {rms:.1%}, {within} within 15%")
     print(f"CPU_TCP_BETA = {theta[0]:.3f}e-9   CPU_TCP_LINK_BETA = {theta[1]:.3f}e-9   "
           f"scaledl call overhead = {theta[2]:.3f}e-3")
 

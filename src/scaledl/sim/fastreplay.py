@@ -14,9 +14,9 @@ takes a fraction of a second.  A cycle (a deadlock) raises
 :class:`~scaledl.collectives.schedule.ScheduleError`.  Tests check it against the full replay.
 
 On top of the replay's host-interface sharing, :class:`~scaledl.sim.network.Network` adds
-oversubscribed rack uplinks and, where bytes pass through host CPUs, a round's CPU time
-(``own`` is at least its sent and received bytes at ``cpu_beta`` plus its reduction, both
-stretched by ``cpu_contention``); see that module.
+oversubscribed rack uplinks and, where bytes pass through host CPUs, a round's CPU time: ``own``
+is at least the time its CPU work (bytes through TCP, the reduction) takes when the rounds of
+one index share the cores (:func:`shared_cores`); see that module.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from scaledl.sim.compiled import Compiled
 from scaledl.sim.network import UPLINK, Network
 from scaledl.topology import Topology
 
-__all__ = ["Costs", "cost", "evaluate", "makespan", "PathFeatures", "critical_path"]
+__all__ = [
+    "Costs", "cost", "evaluate", "makespan", "PathFeatures", "critical_path", "shared_cores",
+]
 
 Arr = np.ndarray
 
@@ -102,8 +104,9 @@ def cost(
     raw = _classes(compiled, coords)
     klass = np.array(canon, dtype=np.int64)[raw]
     node, rnd, r_max = compiled.send_node, compiled.send_round, compiled.max_rounds
-    weight = (_sharers(host, rnd, node, raw >= 1, r_max) if network.share_host_interface
-              else np.ones(len(node)))
+    host_share = (_sharers(host, rnd, node, raw >= 1, r_max) if network.share_host_interface
+                  else np.ones(len(node)))
+    weight = host_share
     if network.oversubscription > 1 and len(topology.axes) > 2:
         rack_share = _sharers(rack, rnd, node, raw >= UPLINK, r_max)
         scaled = rack_share * network.oversubscription / topology.axes[1]
@@ -120,15 +123,11 @@ def cost(
     link_time = np.where(used, alphas[None, :] + out * betas[None, :], 0.0).max(axis=1)
     reduced = np.zeros(n, dtype=np.float64)
     np.add.at(reduced, compiled.recv_node, compiled.recv_bytes * compiled.recv_reduce)
-    gamma = network.gamma * network.cpu_contention
-    own = np.maximum(link_time, reduced * gamma)
-    if network.cpu_beta > 0 or network.cpu_beta_link > 0:  # bytes through host CPUs (TCP)
-        per_byte = np.where(raw >= 1, network.cpu_beta + network.cpu_beta_link, network.cpu_beta)
-        cpu = np.zeros(n, dtype=np.float64)
-        np.add.at(cpu, node, compiled.send_bytes * per_byte)
-        np.add.at(cpu, compiled.recv_node, compiled.recv_bytes * per_byte[compiled.match])
-        own = np.maximum(own, cpu * network.cpu_contention + reduced * gamma)
-    post = np.minimum(reduced, network.chunk_bytes) * gamma + network.overhead
+    work = reduced * network.gamma + _tcp_work(compiled, network, raw >= 1, host_share)
+    own = np.maximum(link_time, shared_cores(work, compiled.world_size, compiled.max_rounds,
+                                             network.cpu_contention))
+    post = (np.minimum(reduced, network.chunk_bytes) * network.gamma * network.cpu_contention
+            + network.overhead)
     matched = compiled.match
     e_class = klass[matched]
     edge = alphas[e_class] + out[node[matched], e_class] * betas[e_class]
@@ -137,6 +136,52 @@ def cost(
     a0, a1, a2 = (float(a) for a in alphas)
     b0, b1, b2 = (float(b) for b in betas)
     return Costs(own, post, edge, klass, out, (a0, a1, a2), (b0, b1, b2))
+
+
+def _tcp_work(compiled: Compiled, network: Network, off_host: Arr, host_share: Arr) -> Arr:
+    """Per node: CPU seconds its transfers cost where bytes pass through host CPUs (TCP).
+
+    Every byte costs ``cpu_beta`` at each end (the copies through the socket buffers).  A byte
+    that leaves the host costs its sender ``cpu_beta_link`` more per flow of the host that
+    leaves in the same round: the sender's CPU carries a packet through the host's network path
+    (on the emulated cluster a veth, the bridge and the tbf qdisc, all in the sending context),
+    and flows that share that path contend for its queue and lock.
+    """
+    work = np.zeros(compiled.nodes, dtype=np.float64)
+    if network.cpu_beta == 0 and network.cpu_beta_link == 0:
+        return work
+    extra = np.where(off_host, network.cpu_beta_link * host_share, 0.0)
+    np.add.at(work, compiled.send_node, compiled.send_bytes * (network.cpu_beta + extra))
+    np.add.at(work, compiled.recv_node, compiled.recv_bytes * network.cpu_beta)
+    return work
+
+
+def shared_cores(work: Arr, world_size: int, max_rounds: int, contention: float) -> Arr:
+    """Per node: when its CPU ``work`` (seconds on a core of its own) is done, the ranks'
+    rounds of one index sharing ``world_size / contention`` cores.
+
+    Processor sharing: while ``n`` rounds still have work, each runs at ``min(1, cores / n)``
+    of a core, so the lightest finish first and the rest speed up (water-filling over the
+    works sorted per round index).  Equal works all finish at ``work x contention`` (the
+    fixed stretch); unequal ones cost what the cores can do: a ring on the emulated cluster,
+    whose ranks that cross hosts carry far more CPU work per byte than those on loopback,
+    takes ``max(heaviest, total / cores)``-like time instead of the heaviest stretched by the
+    contention.  With ``contention == 1`` every rank has a core and ``work`` comes back as it
+    is.
+    """
+    if contention <= 1.0 or world_size < 2:
+        return work
+    grid = work.reshape(world_size, max_rounds)
+    order = np.argsort(grid, axis=0, kind="stable")
+    ranked = np.take_along_axis(grid, order, axis=0)
+    steps = np.diff(ranked, axis=0, prepend=0.0)
+    cores = world_size / contention
+    active = world_size - np.arange(world_size, dtype=np.float64)
+    done = np.cumsum(steps * np.maximum(1.0, active / cores)[:, None], axis=0)
+    finish = np.empty_like(grid)
+    np.put_along_axis(finish, order, done, axis=0)
+    result: Arr = finish.reshape(-1)
+    return result
 
 
 def _price_stages(

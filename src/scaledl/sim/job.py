@@ -162,7 +162,8 @@ class Job:
         uplink = net.uplink
         if uplink is not None and (self.inter_latency_us is not None or self.inter_gbps):
             uplink = _override(uplink, self.inter_latency_us, self.inter_gbps)
-        net = replace(net, inter=inter, intra=intra, uplink=uplink)
+        net = replace(net, inter=inter, intra=intra, uplink=uplink,
+                      native_reduce_scatter_allreduce=dev.backend == "gloo")
         if not self.ideal:
             net = replace(net, cpu_beta=dev.tcp_beta, cpu_beta_link=dev.tcp_link_beta)
         return net

@@ -23,11 +23,12 @@ round are the ones in flight together):
 
 Receives do not compete with sends (full-duplex links).  ``overhead`` is a per-round software
 cost and ``gamma`` the reduction cost per byte, as in :class:`scaledl.collectives.cost.CostModel`.
-Where bytes pass through the host CPU (TCP), ``cpu_beta`` is the CPU time per byte at each end
-(``cpu_beta_link`` more for bytes that cross hosts) and ``cpu_contention`` the ranks per core
-when they outnumber the cores: a round then lasts at least ``(sent + received) x cpu_beta x
-contention + reduced x gamma x contention`` (plus the link bytes' extra), which is what bounds
-the emulated cluster at 10 Gbit/s.
+Where bytes pass through the host CPU (TCP), a round is also CPU work: ``(sent + received) x
+cpu_beta`` plus, for each byte sent off the host, ``cpu_beta_link`` times the flows of the host
+leaving it in the same round, plus ``reduced x gamma``.  With ``cpu_contention`` ranks per core
+the ranks' rounds of one index share the cores (processor sharing: equal works stretch by the
+contention, a light round ends early and frees its share), and a round cannot end before its
+work is done.  That is what bounds the emulated cluster at 10 Gbit/s.
 """
 
 from __future__ import annotations
@@ -95,12 +96,16 @@ class Network:
     checksums; 0 for RDMA and NVLink): a round's sent plus received bytes cost this on the
     rank's CPU, with its reduction, and the round cannot end sooner."""
     cpu_beta_link: float = 0.0
-    """Extra host CPU seconds per byte at each end of a transfer that crosses hosts (a real
-    network path: a veth, bridge and qdisc on the emulated cluster, against loopback inside a
+    """Extra host CPU seconds per byte, at the sending end, of a transfer that crosses hosts,
+    per flow of the host leaving it in the same round (a real network path: a veth, bridge and
+    qdisc on the emulated cluster, run in the sender's context, against loopback inside a
     host)."""
     cpu_contention: float = 1.0
     """Ranks per CPU core when the ranks outnumber the cores (the emulated cluster: every host
-    on one machine): CPU work (transfers and reductions) takes this much longer."""
+    on one machine): the ranks' CPU work (transfers and reductions) of one round shares
+    ``ranks / cpu_contention`` cores (equal works take this much longer)."""
+    native_reduce_scatter_allreduce: bool = False
+    """The backend's own reduce_scatter is a whole allreduce (Gloo); False: NCCL's own."""
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.oversubscription) or self.oversubscription < 1:
@@ -141,7 +146,8 @@ class Network:
         """The same parameters in ``auto``'s calibration format (one link per axis)."""
         links = tuple(LinkCost(link.alpha, link.beta) for link in self.classes)
         return CostModel(links=links, overhead=self.overhead, gamma=self.gamma,
-                         chunk_bytes=self.chunk_bytes)
+                         chunk_bytes=self.chunk_bytes,
+                         native_reduce_scatter_allreduce=self.native_reduce_scatter_allreduce)
 
     @classmethod
     def from_cost_model(cls, model: CostModel, name: str = "calibrated") -> Network:
@@ -151,4 +157,5 @@ class Network:
             LinkClass(CLASS_NAMES[axis], link.alpha, link.beta) for axis, link in enumerate(links)
         )
         return cls(name, intra, inter, uplink, overhead=model.overhead, gamma=model.gamma,
-                   chunk_bytes=model.chunk_bytes)
+                   chunk_bytes=model.chunk_bytes,
+                   native_reduce_scatter_allreduce=model.native_reduce_scatter_allreduce)

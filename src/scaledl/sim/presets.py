@@ -20,15 +20,16 @@ CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
 (benchmarks/sim_validation/raw/profile-resnet20.json, load average 2.5-2.7 from other users:
 the jitter is this shared machine's, not an idle one's)."""
-CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.996e-9
-"""Host CPU seconds per byte at each end of a transfer by scaledl's executor over Gloo on this
-VM: inside a host (loopback) and extra across an emulated link (veth, bridge, tbf).  Fitted once,
-with the scaledl stack's per-call cost, to the 2x2 run 1 files of benchmarks/sim_validation/raw
-(all three link rates, messages >= 256 KiB, with the link presets and ranks / cores contention;
-least squares on relative errors); every other file validates them.  A raw TCP stream costs
-0.21 ns/B on loopback and 0.40 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py):
-loopback agrees, the emulated link costs more (the tbf qdisc and 1500-byte packets under
-contention)."""
+CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.678e-9
+"""Host CPU seconds per byte of a transfer by scaledl's executor over Gloo on this VM: at each
+end (loopback's copies), and extra at the sender per flow leaving its host in the same round
+across an emulated link (veth, bridge, tbf in the sending context).  Fitted once, with the
+scaledl stack's per-call cost, to the 2x2 run 1 files of benchmarks/sim_validation/raw (all three
+link rates, messages >= 1 MiB, with the link presets and the ranks sharing 2 cores; least
+squares on relative errors, benchmarks/sim_validation/fit_host.py: the free fit and the one with
+loopback held agree); every other file validates them.  A raw TCP stream costs 0.21 ns/B on
+loopback and 0.40 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py): loopback
+agrees, and one flow across the emulated link costs 0.24 + 0.68 = 0.92 ns/B at its sender."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,10 @@ class Device:
     tcp_beta: float = 0.0
     """CPU seconds per byte a rank spends at each end of a TCP transfer (0: RDMA, no CPU)."""
     tcp_link_beta: float = 0.0
-    """Extra CPU seconds per byte at each end when the transfer crosses hosts."""
+    """Extra CPU seconds per byte at the sending end when the transfer crosses hosts."""
+    backend: str = "nccl"
+    """The library of the backend's own collectives on this device ('nccl' on GPUs, 'gloo' on
+    the cpu device, 'mpi' on KNL): Gloo's reduce_scatter is a whole allreduce."""
 
     def __post_init__(self) -> None:
         if self.peak_tflops <= 0 or not 0 < self.efficiency <= 1 or self.memory_gbps <= 0:
@@ -154,7 +158,7 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            "Intel Xeon Phi 7250: 68 cores x 1.4 GHz x 2 AVX-512 units x 16 FP32 lanes x 2 (FMA) "
            "= 6.09 TFLOP/s; MCDRAM about 400 GB/s; 68 cores x 4 threads x 16 lanes",
            compute_efficiency=0.30, fill_threads=68 * 4 * 16, launch_s=MODERN_LAUNCH,
-           jitter_cv=GPU_JITTER),
+           jitter_cv=GPU_JITTER, backend="mpi"),
     Device("cpu", 0.1, 0.5, 43.0, "loopback",
            "this project's 2-core VM: FLOP/s an order of magnitude (use --profile or "
            "--compute-time with a measured iteration instead); memory 43 GB/s measured "
@@ -162,7 +166,7 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            "interference, jitter and TCP cost measured by `scaledl simulate profile`",
            compute_efficiency=0.5, fill_threads=2 * 8, launch_s=10e-6,
            interference=CPU_INTERFERENCE, jitter_cv=CPU_JITTER, tcp_beta=CPU_TCP_BETA,
-           tcp_link_beta=CPU_TCP_LINK_BETA),
+           tcp_link_beta=CPU_TCP_LINK_BETA, backend="gloo"),
 )}
 
 TCP_PAYLOAD = 1448 / 1514

@@ -1,0 +1,114 @@
+"""The host CPU terms of the replay against closed forms on tiny cases: processor sharing of the
+cores among one round's ranks, the sender's extra cost per flow leaving a host, and the
+backend's own reduce_scatter priced as it runs (Gloo: a whole allreduce; NCCL: its own)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaledl.collectives.auto import _native_time
+from scaledl.collectives.cost import CostModel, stage_time
+from scaledl.collectives.schedule import Collective, Path, Stage
+from scaledl.sim.collective import compile_collective
+from scaledl.sim.fastreplay import cost, makespan, shared_cores
+from scaledl.sim.network import LinkClass, Network
+from scaledl.sim.job import Job
+from scaledl.sim.presets import DEVICES
+from scaledl.topology import Topology
+
+FREE = Network("free", LinkClass("a", 0, 0), LinkClass("b", 0, 0), rack_latency=0)
+TWO_BY_TWO = Topology.parse("2x2")
+
+
+def test_one_core_per_rank_leaves_the_work_as_it_is() -> None:
+    work = np.array([3.0, 1.0, 0.0, 2.0])
+    assert shared_cores(work, 4, 1, 1.0).tolist() == work.tolist()
+
+
+def test_equal_works_stretch_by_the_contention() -> None:
+    work = np.full(6 * 3, 2.0)
+    assert np.allclose(shared_cores(work, 6, 3, 3.0), 6.0, rtol=1e-12)
+
+
+def test_two_heavy_and_two_light_ranks_on_two_cores() -> None:
+    """Four ranks, two cores, one round: the light ones (1 s) run at half a core and end at
+    2 s; then each heavy one (3 s) has a core for its last 2 s and ends at 4 s, the total work
+    over the cores, where a fixed stretch would give 6 s."""
+    work = np.array([3.0, 1.0, 3.0, 1.0])
+    assert shared_cores(work, 4, 1, 2.0).tolist() == pytest.approx([4.0, 2.0, 4.0, 2.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 10.0), min_size=2, max_size=8), st.floats(1.0, 4.0))
+def test_sharing_is_bounded_by_each_work_and_by_the_cores(works: list[float],
+                                                          contention: float) -> None:
+    work = np.array(works)
+    finish = shared_cores(work, len(works), 1, contention)
+    cores = len(works) / contention
+    assert np.all(finish >= work * (1 - 1e-12))
+    assert np.all(finish <= work.max() * contention * (1 + 1e-12) + 1e-12)
+    assert finish.max() >= max(work.max(), work.sum() / cores) * (1 - 1e-9)
+    order = np.argsort(work, kind="stable")
+    assert np.all(np.diff(finish[order]) >= -1e-9)  # the lighter finish first
+
+
+def test_a_ring_on_two_hosts_shares_two_cores() -> None:
+    """Ring allreduce of n bytes on 2x2 (block layout): every round moves n/4 per rank; ranks 1
+    and 3 send off their host (cpu_beta + link each byte), 0 and 2 on loopback, and every
+    receive costs cpu_beta.  On two cores a round takes the total work over two cores."""
+    n, beta, link = 1 << 20, 1e-9, 3e-9
+    network = replace(FREE, cpu_beta=beta, cpu_beta_link=link, cpu_contention=2.0)
+    compiled = compile_collective("ring", Collective.ALLREDUCE, TWO_BY_TWO, n // 4)
+    heavy, light = n / 4 * (2 * beta + link), n / 4 * 2 * beta
+    want = 6 * (2 * heavy + 2 * light) / 2
+    assert makespan(compiled, cost(compiled, TWO_BY_TWO, network)) == pytest.approx(want, 1e-12)
+
+
+def test_flows_leaving_one_host_together_cost_their_senders_more() -> None:
+    """torus[ring,ring] on 2x2: the axis-1 phase is two rounds in which both ranks of each host
+    send n/4 bytes to the other host at once, so each byte costs its sender 2 x link; the
+    axis-0 phase stays on the host and costs nothing here (cpu_beta = 0)."""
+    n, link = 1 << 20, 2e-9
+    network = replace(FREE, cpu_beta_link=link)
+    compiled = compile_collective("torus[ring,ring]", Collective.ALLREDUCE, TWO_BY_TWO, n // 4)
+    want = 2 * n / 4 * link * 2
+    assert makespan(compiled, cost(compiled, TWO_BY_TWO, network)) == pytest.approx(want, 1e-12)
+
+
+def test_a_native_reduce_scatter_stage_is_a_whole_allreduce_on_gloo() -> None:
+    members, numel = 3, 3000
+    stage = Stage(Collective.REDUCE_SCATTER, tuple(range(members)), 0, numel, Path.NATIVE,
+                  level=1)
+    nccl = CostModel(native_reduce_scatter_allreduce=False)
+    gloo = CostModel(native_reduce_scatter_allreduce=True)
+    allreduce = replace(stage, collective=Collective.ALLREDUCE)
+    assert stage_time(stage, 4, gloo) == pytest.approx(stage_time(allreduce, 4, gloo), 1e-12)
+    link = nccl.link(1)
+    ring = (members - 1) * (nccl.native_overhead + link.alpha
+                            + numel * 4 / members * link.beta * nccl.native_beta_factor)
+    assert stage_time(stage, 4, nccl) == pytest.approx(ring, rel=1e-12)
+    assert stage_time(stage, 4, gloo) > stage_time(stage, 4, nccl)
+
+
+def test_the_native_reduce_scatter_follows_the_backend() -> None:
+    topo = Topology((4,), explicit=True)
+    gloo = _native_time(Collective.REDUCE_SCATTER, topo, 1 << 16, 4, CostModel(), 0)
+    whole = _native_time(Collective.ALLREDUCE, topo, 4 << 16, 4, CostModel(), 0)
+    nccl = _native_time(Collective.REDUCE_SCATTER, topo, 1 << 16, 4,
+                        CostModel(native_reduce_scatter_allreduce=False), 0)
+    assert gloo == pytest.approx(whole, rel=1e-12)
+    assert nccl < gloo
+
+
+def test_the_simulator_prices_native_stages_by_the_devices_backend() -> None:
+    assert DEVICES["cpu"].backend == "gloo"
+    assert all(d.backend != "gloo" for name, d in DEVICES.items() if name != "cpu")
+    cpu = Job(model="mlp", device="cpu", gpus=4, topology="2x2", network="1gbit")
+    gpu = Job(model="mlp", device="v100", gpus=4, topology="2x2", network="1gbit")
+    assert cpu.network_value().native_reduce_scatter_allreduce
+    assert not gpu.network_value().native_reduce_scatter_allreduce
