@@ -15,7 +15,8 @@ from scaledl.collectives.auto import _native_time
 from scaledl.collectives.cost import CostModel, stage_time
 from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.sim.collective import compile_collective
-from scaledl.sim.fastreplay import cost, makespan, shared_cores
+from scaledl.sim.fastreplay import cost, makespan
+from scaledl.sim.hostcpu import shared_cores, stage_seconds
 from scaledl.sim.network import LinkClass, Network
 from scaledl.sim.job import Job
 from scaledl.sim.presets import DEVICES
@@ -112,3 +113,27 @@ def test_the_simulator_prices_native_stages_by_the_devices_backend() -> None:
     gpu = Job(model="mlp", device="v100", gpus=4, topology="2x2", network="1gbit")
     assert cpu.network_value().native_reduce_scatter_allreduce
     assert not gpu.network_value().native_reduce_scatter_allreduce
+
+
+def test_a_native_stage_across_hosts_is_cpu_work_where_bytes_pass_through_tcp() -> None:
+    """Gloo's allreduce of n bytes between two hosts, two such stages leaving each host at once,
+    two ranks per core: each member sends and receives n (2 (L-1)/L n with L = 2); a sent byte
+    costs cpu_beta + 2 x link, a received one cpu_beta."""
+    n, beta, link = 8 << 20, 1e-9, 3e-9
+    network = replace(FREE, cpu_beta=beta, cpu_beta_link=link, cpu_contention=2.0,
+                      native_reduce_scatter_allreduce=True)
+    model = network.to_cost_model()
+    stage = Stage(Collective.ALLREDUCE, (0, 2), 0, n // 4, Path.NATIVE, level=1)
+    want = n * (beta + 2 * link + beta) * 2.0
+    assert want > stage_time(stage, 4, model, 2)
+    assert stage_seconds(stage, 4, model, network, 2) == pytest.approx(want, rel=1e-12)
+    scatter = replace(stage, collective=Collective.REDUCE_SCATTER)  # Gloo: a whole allreduce
+    assert stage_seconds(scatter, 4, model, network, 2) == pytest.approx(want, rel=1e-12)
+    gather = replace(stage, collective=Collective.ALLGATHER)
+    assert stage_seconds(gather, 4, model, network, 2) == pytest.approx(want / 2, rel=1e-12)
+    inside = replace(stage, level=0)
+    assert stage_seconds(inside, 4, model, network, 2) == pytest.approx(n * 2 * beta * 2.0,
+                                                                        rel=1e-12)
+    shm = replace(stage, path=Path.SHM)
+    assert stage_seconds(shm, 4, model, network, 2) == pytest.approx(
+        stage_time(shm, 4, model) * 2.0, rel=1e-12)

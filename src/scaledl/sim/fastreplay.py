@@ -16,7 +16,7 @@ takes a fraction of a second.  A cycle (a deadlock) raises
 On top of the replay's host-interface sharing, :class:`~scaledl.sim.network.Network` adds
 oversubscribed rack uplinks and, where bytes pass through host CPUs, a round's CPU time: ``own``
 is at least the time its CPU work (bytes through TCP, the reduction) takes when the rounds of
-one index share the cores (:func:`shared_cores`); see that module.
+one index share the cores; see :mod:`scaledl.sim.hostcpu` and :mod:`scaledl.sim.network`.
 """
 
 from __future__ import annotations
@@ -25,15 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scaledl.collectives.cost import stage_time
 from scaledl.collectives.schedule import ScheduleError
 from scaledl.sim.compiled import Compiled
+from scaledl.sim.hostcpu import shared_cores, stage_seconds, tcp_work
 from scaledl.sim.network import UPLINK, Network
 from scaledl.topology import Topology
 
-__all__ = [
-    "Costs", "cost", "evaluate", "makespan", "PathFeatures", "critical_path", "shared_cores",
-]
+__all__ = ["Costs", "cost", "evaluate", "makespan", "PathFeatures", "critical_path"]
 
 Arr = np.ndarray
 
@@ -123,7 +121,7 @@ def cost(
     link_time = np.where(used, alphas[None, :] + out * betas[None, :], 0.0).max(axis=1)
     reduced = np.zeros(n, dtype=np.float64)
     np.add.at(reduced, compiled.recv_node, compiled.recv_bytes * compiled.recv_reduce)
-    work = reduced * network.gamma + _tcp_work(compiled, network, raw >= 1, host_share)
+    work = reduced * network.gamma + tcp_work(compiled, network, raw >= 1, host_share)
     own = np.maximum(link_time, shared_cores(work, compiled.world_size, compiled.max_rounds,
                                              network.cpu_contention))
     post = (np.minimum(reduced, network.chunk_bytes) * network.gamma * network.cpu_contention
@@ -138,60 +136,13 @@ def cost(
     return Costs(own, post, edge, klass, out, (a0, a1, a2), (b0, b1, b2))
 
 
-def _tcp_work(compiled: Compiled, network: Network, off_host: Arr, host_share: Arr) -> Arr:
-    """Per node: CPU seconds its transfers cost where bytes pass through host CPUs (TCP).
-
-    Every byte costs ``cpu_beta`` at each end (the copies through the socket buffers).  A byte
-    that leaves the host costs its sender ``cpu_beta_link`` more per flow of the host that
-    leaves in the same round: the sender's CPU carries a packet through the host's network path
-    (on the emulated cluster a veth, the bridge and the tbf qdisc, all in the sending context),
-    and flows that share that path contend for its queue and lock.
-    """
-    work = np.zeros(compiled.nodes, dtype=np.float64)
-    if network.cpu_beta == 0 and network.cpu_beta_link == 0:
-        return work
-    extra = np.where(off_host, network.cpu_beta_link * host_share, 0.0)
-    np.add.at(work, compiled.send_node, compiled.send_bytes * (network.cpu_beta + extra))
-    np.add.at(work, compiled.recv_node, compiled.recv_bytes * network.cpu_beta)
-    return work
-
-
-def shared_cores(work: Arr, world_size: int, max_rounds: int, contention: float) -> Arr:
-    """Per node: when its CPU ``work`` (seconds on a core of its own) is done, the ranks'
-    rounds of one index sharing ``world_size / contention`` cores.
-
-    Processor sharing: while ``n`` rounds still have work, each runs at ``min(1, cores / n)``
-    of a core, so the lightest finish first and the rest speed up (water-filling over the
-    works sorted per round index).  Equal works all finish at ``work x contention`` (the
-    fixed stretch); unequal ones cost what the cores can do: a ring on the emulated cluster,
-    whose ranks that cross hosts carry far more CPU work per byte than those on loopback,
-    takes ``max(heaviest, total / cores)``-like time instead of the heaviest stretched by the
-    contention.  With ``contention == 1`` every rank has a core and ``work`` comes back as it
-    is.
-    """
-    if contention <= 1.0 or world_size < 2:
-        return work
-    grid = work.reshape(world_size, max_rounds)
-    order = np.argsort(grid, axis=0, kind="stable")
-    ranked = np.take_along_axis(grid, order, axis=0)
-    steps = np.diff(ranked, axis=0, prepend=0.0)
-    cores = world_size / contention
-    active = world_size - np.arange(world_size, dtype=np.float64)
-    done = np.cumsum(steps * np.maximum(1.0, active / cores)[:, None], axis=0)
-    finish = np.empty_like(grid)
-    np.put_along_axis(finish, order, done, axis=0)
-    result: Arr = finish.reshape(-1)
-    return result
-
-
 def _price_stages(
     compiled: Compiled, network: Network, host: Arr, own: Arr, post: Arr, edge: Arr
 ) -> None:
     """A stage node ends ``stage_time`` after the last of its members started it: its own cost
     and every marker edge into it carry that time, and it pays no per-round overhead.  Stages of
-    one host and round that leave the host share its interface (as the full replay has it).  A
-    shared-memory stage is CPU work alone (copies and reductions), so it stretches with
-    ``cpu_contention`` like the rounds' CPU time."""
+    one host and round that leave the host share its interface (as the full replay has it); the
+    host CPU's share of a stage is :func:`~scaledl.sim.hostcpu.stage_seconds`'s."""
     assert compiled.stages is not None and compiled.recv_virtual is not None
     model = network.to_cost_model()
     r_max = compiled.max_rounds
@@ -202,9 +153,8 @@ def _price_stages(
             key = (int(host[rank]), node % r_max)
             leaving[key] = leaving.get(key, 0) + 1
     seconds = {
-        node: stage_time(stage, compiled.itemsize, model,
-                         leaving.get((int(host[node // r_max]), node % r_max), 1))
-        * (network.cpu_contention if stage.path == "shm" else 1.0)
+        node: stage_seconds(stage, compiled.itemsize, model, network,
+                            leaving.get((int(host[node // r_max]), node % r_max), 1))
         for node, stage in compiled.stages.items()
     }
     nodes = np.fromiter(seconds, dtype=np.int64, count=len(seconds))

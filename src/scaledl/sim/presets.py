@@ -20,7 +20,7 @@ CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
 (benchmarks/sim_validation/raw/profile-resnet20.json, load average 2.5-2.7 from other users:
 the jitter is this shared machine's, not an idle one's)."""
-CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.678e-9
+CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.750e-9
 """Host CPU seconds per byte of a transfer by scaledl's executor over Gloo on this VM: at each
 end (loopback's copies), and extra at the sender per flow leaving its host in the same round
 across an emulated link (veth, bridge, tbf in the sending context).  Fitted once, with the
@@ -29,7 +29,7 @@ link rates, messages >= 1 MiB, with the link presets and the ranks sharing 2 cor
 squares on relative errors, benchmarks/sim_validation/fit_host.py: the free fit and the one with
 loopback held agree); every other file validates them.  A raw TCP stream costs 0.21 ns/B on
 loopback and 0.40 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py): loopback
-agrees, and one flow across the emulated link costs 0.24 + 0.68 = 0.92 ns/B at its sender."""
+agrees, and one flow across the emulated link costs 0.24 + 0.75 = 0.99 ns/B at its sender."""
 
 
 @dataclass(frozen=True)
