@@ -68,14 +68,15 @@ def collectives(raw: Path) -> list[dict[str, Any]]:
 
 
 def noise_floor(rows: list[dict[str, Any]], rate: str) -> tuple[int, int]:
-    """Pairs of runs of the same layout, algorithm and size within 15% of each other."""
+    """Pairs of runs (every two runs) of the same layout, algorithm and size within 15% of each
+    other."""
     runs: dict[tuple[str, str, int], list[float]] = {}
     for row in rows:
         if row["rate"] == rate:
             runs.setdefault((row["layout"], row["algorithm"], row["nbytes"]), []).append(
                 row["measured_ms"])
-    pairs = [v for v in runs.values() if len(v) >= 2]
-    return sum(abs(v[1] / v[0] - 1) <= TOLERANCE for v in pairs), len(pairs)
+    pairs = [(a, b) for v in runs.values() for i, a in enumerate(v) for b in v[i + 1:]]
+    return sum(abs(b / a - 1) <= TOLERANCE for a, b in pairs), len(pairs)
 
 
 def training(raw: Path) -> list[dict[str, Any]]:
@@ -135,7 +136,7 @@ def profiles(raw: Path) -> list[dict[str, Any]]:
 def _print(coll: list[dict[str, Any]], train: list[dict[str, Any]],
            prof: list[dict[str, Any]]) -> None:
     print("## Collectives (messages >= 1 MiB), held out unless marked\n")
-    print("| rate | held-out points within 15% | all files | run-to-run within 15% |")
+    print("| rate | held-out points within 15% | all files | pairs of runs within 15% |")
     print("|---|---:|---:|---:|")
     for rate in RATES:
         held = [r for r in coll if r["rate"] == rate and r["held_out"]]
@@ -145,6 +146,16 @@ def _print(coll: list[dict[str, Any]], train: list[dict[str, Any]],
         print(f"| {rate} | {within}/{len(held)} ({within / max(len(held), 1):.0%}) | "
               f"{sum(abs(r['error']) <= TOLERANCE for r in every)}/{len(every)} | "
               f"{ok}/{pairs} |")
+    runs = sorted({r["run"] for r in coll})
+    print("\nHeld-out points within 15%, by run:\n")
+    print("| rate | " + " | ".join(runs) + " |")
+    print("|---|" + "---:|" * len(runs))
+    for rate in RATES:
+        cells = []
+        for run in runs:
+            held = [r for r in coll if r["rate"] == rate and r["run"] == run and r["held_out"]]
+            cells.append(f"{sum(abs(r['error']) <= TOLERANCE for r in held)}/{len(held)}")
+        print(f"| {rate} | " + " | ".join(cells) + " |")
     print("\n| file | algorithm (as it ran) | MiB | measured ms | predicted ms | error |")
     print("|---|---|---:|---:|---:|---:|")
     for r in coll:

@@ -89,12 +89,15 @@ profile() {
   note "before profiles"
   # batches: the training runs' (64 and 32) and one more, and a held-out batch for the check
   # that a profile predicts a batch it did not measure (analyze.py)
-  for spec in "mlp 1x28x28 16,64 32" "resnet20 3x32x32 8,32 16"; do
-    read -r model shape batches held <<< "$spec"
+  # repeats: the MLP's sub-millisecond iterations need many for a stable median
+  for spec in "mlp 1x28x28 16,64 32 41" "resnet20 3x32x32 8,32 16 7"; do
+    read -r model shape batches held repeats <<< "$spec"
     OMP_NUM_THREADS=1 scaledl simulate profile --model "$model" --input-shape "$shape" \
-      --classes 10 --batches "$batches" --threads 1 --repeats 7 -o "$out/profile-$model.json"
+      --classes 10 --batches "$batches" --threads 1 --repeats "$repeats" \
+      -o "$out/profile-$model.json"
     OMP_NUM_THREADS=1 scaledl simulate profile --model "$model" --input-shape "$shape" \
-      --classes 10 --batches "$held" --threads 1 --repeats 7 -o "$out/profile-$model-b$held.json"
+      --classes 10 --batches "$held" --threads 1 --repeats "$repeats" \
+      -o "$out/profile-$model-b$held.json"
   done
   note "after profiles"
 }
