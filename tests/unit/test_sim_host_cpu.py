@@ -1,6 +1,7 @@
-"""The host CPU terms of the replay against closed forms on tiny cases: processor sharing of the
-cores among one round's ranks, the sender's extra cost per flow leaving a host, and the
-backend's own reduce_scatter priced as it runs (Gloo: a whole allreduce; NCCL: its own)."""
+"""The host terms of the replay against closed forms on tiny cases: processor sharing of the
+cores among one round's ranks, the sender's extra cost per flow leaving a host, the backend's
+own collectives as CPU work and its reduce_scatter priced as it runs (Gloo: a whole allreduce;
+NCCL: its own), and the burst a shaped emulated link passes after idling."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from hypothesis import strategies as st
 
 from scaledl.collectives.auto import _native_time
 from scaledl.collectives.cost import CostModel, stage_time
+from scaledl.cluster.spec import ClusterSpec, parse_rate
 from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.hostcpu import shared_cores, stage_seconds
 from scaledl.sim.network import LinkClass, Network
 from scaledl.sim.job import Job
-from scaledl.sim.presets import DEVICES
+from scaledl.sim.presets import DEVICES, TCP_PAYLOAD, build_network
 from scaledl.topology import Topology
 
 FREE = Network("free", LinkClass("a", 0, 0), LinkClass("b", 0, 0), rack_latency=0)
@@ -137,3 +139,28 @@ def test_a_native_stage_across_hosts_is_cpu_work_where_bytes_pass_through_tcp() 
     shm = replace(stage, path=Path.SHM)
     assert stage_seconds(shm, 4, model, network, 2) == pytest.approx(
         stage_time(shm, 4, model) * 2.0, rel=1e-12)
+
+
+def test_an_idle_shaped_link_passes_its_burst_at_once() -> None:
+    """Ring allreduce of n bytes between two hosts of one rank each: two rounds of n/2; the
+    first leaves a full token bucket of b bytes at once, the second pays every byte."""
+    n, burst = 1 << 20, 100_000.0
+    link = LinkClass.from_bandwidth("shaped", 1e-4, 0.1)
+    network = Network("t", link, link, burst_bytes=burst)
+    topo = Topology.parse("1x2")
+    compiled = compile_collective("ring", Collective.ALLREDUCE, topo, n // 4)
+    want = 2 * link.alpha + (n - burst) * link.beta
+    assert makespan(compiled, cost(compiled, topo, network)) == pytest.approx(want, rel=1e-12)
+    huge = replace(network, burst_bytes=10.0 * n)  # never below the latency
+    assert makespan(compiled, cost(compiled, topo, huge)) == pytest.approx(
+        2 * link.alpha + n / 2 * link.beta, rel=1e-12)
+    with pytest.raises(ValueError, match="burst"):
+        replace(network, burst_bytes=-1.0)
+
+
+@pytest.mark.parametrize("rate", ["100mbit", "1gbit", "10gbit"])
+def test_the_emulated_presets_burst_is_the_clusters_token_bucket(rate: str) -> None:
+    spec = ClusterSpec("b", 2, parse_rate(rate), 0)
+    assert build_network(rate, "loopback", 0.0).burst_bytes == pytest.approx(
+        spec.burst_bytes * TCP_PAYLOAD, rel=1e-12)
+    assert build_network("ib-edr", "nvlink1", 0.0).burst_bytes == 0.0

@@ -114,6 +114,8 @@ def cost(
         len(node), dtype=bool)
     out = np.zeros((n, 3), dtype=np.float64)
     np.add.at(out, (node[real], klass[real]), (compiled.send_bytes * weight)[real])
+    if network.burst_bytes > 0:
+        _spend_burst(out, compiled, (raw >= 1) & real, klass, network.burst_bytes)
     used = np.zeros((n, 3), dtype=bool)
     used[node[real], klass[real]] = True
     alphas = np.array([link.alpha for link in links])
@@ -134,6 +136,20 @@ def cost(
     a0, a1, a2 = (float(a) for a in alphas)
     b0, b1, b2 = (float(b) for b in betas)
     return Costs(own, post, edge, klass, out, (a0, a1, a2), (b0, b1, b2))
+
+
+def _spend_burst(out: Arr, compiled: Compiled, leaving: Arr, klass: Arr, burst: float) -> None:
+    """A shaped interface that idled passes ``burst`` bytes at once (a token bucket's depth):
+    each rank's first round that sends off its host, after the call's start, finds the bucket
+    full, so that round's (shared) bytes on the class are ``burst`` fewer, never below 0."""
+    if not leaving.any():
+        return
+    ranks, rounds = compiled.send_rank[leaving], compiled.send_round[leaving]
+    first = np.full(compiled.world_size, compiled.max_rounds, dtype=np.int64)
+    np.minimum.at(first, ranks, rounds)
+    chosen = np.flatnonzero(leaving)[rounds == first[ranks]]
+    nodes, classes = compiled.send_node[chosen], klass[chosen]
+    out[nodes, classes] = np.maximum(out[nodes, classes] - burst, 0.0)
 
 
 def _price_stages(

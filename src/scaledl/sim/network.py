@@ -28,7 +28,9 @@ cpu_beta`` plus, for each byte sent off the host, ``cpu_beta_link`` times the fl
 leaving it in the same round, plus ``reduced x gamma``.  With ``cpu_contention`` ranks per core
 the ranks' rounds of one index share the cores (processor sharing: equal works stretch by the
 contention, a light round ends early and frees its share), and a round cannot end before its
-work is done.  That is what bounds the emulated cluster at 10 Gbit/s.
+work is done.  That is what bounds the emulated cluster at 10 Gbit/s.  A shaped interface
+that idled (the emulated cluster's tbf links) passes ``burst_bytes`` at once: a collective's
+first round off each host pays that many bytes less.
 """
 
 from __future__ import annotations
@@ -106,6 +108,10 @@ class Network:
     ``ranks / cpu_contention`` cores (equal works take this much longer)."""
     native_reduce_scatter_allreduce: bool = False
     """The backend's own reduce_scatter is a whole allreduce (Gloo); False: NCCL's own."""
+    burst_bytes: float = 0.0
+    """Bytes a shaped host interface passes at once after idling (a token bucket's depth:
+    ``scaledl cluster``'s tbf links); a collective's first round off each host pays that many
+    bytes less.  0 for real fabrics."""
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.oversubscription) or self.oversubscription < 1:
@@ -119,6 +125,8 @@ class Network:
                 raise ValueError(f"network {what} {value} must be finite and >= 0")
         if not (math.isfinite(self.cpu_contention) and self.cpu_contention >= 1):
             raise ValueError(f"CPU contention {self.cpu_contention} must be >= 1")
+        if not (math.isfinite(self.burst_bytes) and self.burst_bytes >= 0):
+            raise ValueError(f"burst {self.burst_bytes} bytes must be finite and >= 0")
         if self.chunk_bytes < 1:
             raise ValueError(f"chunk_bytes {self.chunk_bytes} must be >= 1")
 

@@ -20,7 +20,7 @@ CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
 (benchmarks/sim_validation/raw/profile-resnet20.json, load average 2.5-2.7 from other users:
 the jitter is this shared machine's, not an idle one's)."""
-CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.750e-9
+CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.737e-9
 """Host CPU seconds per byte of a transfer by scaledl's executor over Gloo on this VM: at each
 end (loopback's copies), and extra at the sender per flow leaving its host in the same round
 across an emulated link (veth, bridge, tbf in the sending context).  Fitted once, with the
@@ -202,6 +202,15 @@ ALIASES = {"nvlink": "nvlink1", "1gbit": "emulated-1gbit", "10gbit": "emulated-1
 
 DEFAULT_INTRA = "nvlink1"
 
+EMULATED_BURST = {
+    name: max(32 * 1024, bits_per_s / 8 / 1000) * TCP_PAYLOAD
+    for name, bits_per_s in (("emulated-100mbit", 1e8), ("emulated-1gbit", 1e9),
+                             ("emulated-10gbit", 1e10))
+}
+"""Payload bytes an emulated link passes at once after idling: ``scaledl cluster``'s tbf bucket
+holds one millisecond at the link rate, at least 32 KiB (``ClusterSpec.burst_bytes``), of whole
+frames."""
+
 EXECUTOR_OVERHEAD = {"emulated-1gbit": 40e-6, "emulated-10gbit": 40e-6,
                      "emulated-100mbit": 40e-6, "loopback": 40e-6}
 """Per-round software cost on the emulated cluster (scaledl's executor over Gloo on this VM;
@@ -236,5 +245,5 @@ def build_network(
     return Network(
         name=f"{inter_link.name} + {intra_link.name}", intra=intra_link, inter=inter_link,
         uplink=link(uplink) if uplink else None, oversubscription=oversubscription,
-        overhead=overhead, gamma=gamma,
+        overhead=overhead, gamma=gamma, burst_bytes=EMULATED_BURST.get(inter_link.name, 0.0),
     )
