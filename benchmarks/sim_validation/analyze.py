@@ -5,11 +5,13 @@
 Everything is predicted from presets (link rates, the cpu device's executor costs, the scaledl
 stack's per-call cost) and ranks / cores contention; nothing here is fitted.  The cpu device's
 two host CPU constants and the per-call cost were derived once from the 2x2 run 1 files
-(presets.py CPU_TCP_BETA, losses.py STACKS["scaledl"]); every other file is held out.  Writes
+(fit_host.py; presets.py CPU_TCP_BETA, losses.py STACKS["scaledl"]); every other file is held
+out.  Writes
 results.json beside the raw directory and prints markdown tables:
 
 1. collectives: predicted vs measured per file, messages >= 1 MiB, within 15%, held-out share
-   per link rate, and the run-to-run spread of the measurements themselves (the noise floor);
+   per link rate and per run, and how often two runs of a point agree within 15% (every pair of
+   runs: the noise floor);
 2. training: `scaledl train` median step time (steps after the first 5) against the prediction
    from the measured profile for the same model, workers, topology, algorithm and batch;
 3. profiles: the measured iteration at a batch the profile did not contain against the

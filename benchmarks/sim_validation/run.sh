@@ -62,6 +62,7 @@ train_one() {  # train_one TAG RATE LAYOUT MODEL ALGORITHM BATCH SAMPLES DATASET
        --seed 0 --out "$dir" --no-progress --eval-every 100000 > /dev/null
   note "after train-$tag"
   cp "$dir/metrics.jsonl" "$out/train-$tag.metrics.jsonl"
+  rm -rf "$dir"
 }
 
 train_single() {  # the trainer's own per-step cost: one worker, no communication, one core
@@ -73,6 +74,7 @@ train_single() {  # the trainer's own per-step cost: one worker, no communicatio
     --eval-every 100000 > /dev/null
   note "after train-single-$model"
   cp "$dir/metrics.jsonl" "$out/train-single-$model.metrics.jsonl"
+  rm -rf "$dir"
 }
 
 train() {
