@@ -5,6 +5,7 @@ NCCL: its own), and the burst a shaped emulated link passes after idling."""
 
 from __future__ import annotations
 
+import pathlib
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +18,7 @@ from scaledl.collectives.cost import CostModel, stage_time
 from scaledl.cluster.spec import ClusterSpec, parse_rate
 from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.sim.collective import compile_collective
-from scaledl.sim.fastreplay import cost, makespan
+from scaledl.sim.fastreplay import cost, critical_path, makespan
 from scaledl.sim.hostcpu import shared_cores, stage_seconds
 from scaledl.sim.network import LinkClass, Network
 from scaledl.sim.job import Job
@@ -164,3 +165,44 @@ def test_the_emulated_presets_burst_is_the_clusters_token_bucket(rate: str) -> N
     assert build_network(rate, "loopback", 0.0).burst_bytes == pytest.approx(
         spec.burst_bytes * TCP_PAYLOAD, rel=1e-12)
     assert build_network("ib-edr", "nvlink1", 0.0).burst_bytes == 0.0
+
+
+def test_the_burst_is_one_per_host_interface() -> None:
+    """halving-doubling on 3x2 leaves host 0 in two successive rounds: only the first finds the
+    bucket full, and every host spends it once."""
+    topo = Topology.parse("3x2")
+    link = LinkClass.from_bandwidth("shaped", 1e-4, 0.1)
+    network = Network("t", link, link, burst_bytes=1000.0)
+    compiled = compile_collective("halving_doubling", Collective.ALLREDUCE, topo, 1 << 16)
+    spent = cost(compiled, topo, replace(network, burst_bytes=0.0)).out - cost(
+        compiled, topo, network).out
+    nodes = np.flatnonzero(spent.sum(axis=1))
+    hosts = {topo.node(int(node // compiled.max_rounds)) for node in nodes}
+    assert hosts == {0, 1}
+    for host in hosts:
+        mine = [int(n % compiled.max_rounds) for n in nodes
+                if topo.node(int(n // compiled.max_rounds)) == host]
+        assert len(set(mine)) == 1  # one round per host
+    assert np.allclose(spent[nodes].max(axis=1), 1000.0)
+
+
+def test_a_burst_that_covers_a_rounds_bytes_still_pays_its_latency_on_the_critical_path() -> None:
+    topo = TWO_BY_TWO
+    network = Network("t", LinkClass.from_bandwidth("in", 5e-6, 10.0),
+                      LinkClass.from_bandwidth("out", 300e-6, 0.125))
+    compiled = compile_collective("ring", Collective.ALLREDUCE, topo, 1024)
+    plain = critical_path(compiled, cost(compiled, topo, network))
+    burst = critical_path(compiled, cost(compiled, topo, replace(network, burst_bytes=1.3e5)))
+    assert burst.alpha_counts == plain.alpha_counts
+    assert burst.known == pytest.approx(plain.known, abs=1e-12)
+
+
+def test_a_calibrated_emulated_network_keeps_its_burst_and_an_overridden_rate_has_none(
+        tmp_path: pathlib.Path) -> None:
+    job = Job(model="mlp", device="cpu", gpus=4, topology="2x2", network="1gbit")
+    burst = job.network_value().burst_bytes
+    assert burst > 0
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(job.network_value().to_cost_model().to_json())
+    assert replace(job, calibration=calibration).network_value().burst_bytes == burst
+    assert replace(job, inter_gbps=0.5).network_value().burst_bytes == 0.0

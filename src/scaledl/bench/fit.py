@@ -40,7 +40,8 @@ __all__ = [
 
 _NATIVE_PROXIES = {Collective.BROADCAST: ("tree",), Collective.REDUCE: ("tree",)}
 """What ``auto`` models ``native`` as (mirrors ``scaledl.collectives.auto._native_time``: ring or
-halving-doubling otherwise, and reduce_scatter costed as a whole allreduce)."""
+halving-doubling otherwise, and reduce_scatter costed as a whole allreduce where the backend runs
+it so: ``CostModel.native_reduce_scatter_allreduce``)."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,8 @@ def _fit_native(
     for m in natives:
         collective, numel = Collective(m.collective), _numel(m, itemsize)
         proxies = _NATIVE_PROXIES.get(collective, ("ring", "halving_doubling"))
-        if collective is Collective.REDUCE_SCATTER:  # Gloo runs it as a whole allreduce
+        if collective is Collective.REDUCE_SCATTER and model.native_reduce_scatter_allreduce:
+            # Gloo runs it as a whole allreduce
             collective, numel = Collective.ALLREDUCE, m.nbytes // itemsize
         candidates = [
             _sample(name, m, topology, itemsize, model, model.native_overhead,

@@ -184,7 +184,7 @@ class Communicator:
         self.members, self.default_topology = self._introduce()
         """Every member's identity, and the layout used when a call gives none."""
         self.cost_model = replace(self._agree_on_model(CostModel.load()),
-                                  native_reduce_scatter_allreduce=self.backend != "nccl")
+                                  native_reduce_scatter_allreduce=self.backend == "gloo")
         """Agreed by every member; the backend's own reduce_scatter priced as it runs."""
         hosts = [member.host for member in self.members]
         self.shm = open_shm(self.channel, hosts, [m.pid for m in self.members]) \

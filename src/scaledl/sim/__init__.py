@@ -5,6 +5,8 @@
 - :mod:`~scaledl.sim.compiled`, :mod:`~scaledl.sim.fastreplay`: every rank's schedule compiled to
   arrays and replayed in virtual time, vectorised (equal to
   :func:`scaledl.collectives.replay.replay` on the same plans);
+- :mod:`~scaledl.sim.hostcpu`: where bytes pass through host CPUs (TCP): CPU work per round, the
+  cores shared by processor sharing, stages as CPU work;
 - :mod:`~scaledl.sim.collective`: one collective's predicted time, plans cached;
 - :mod:`~scaledl.sim.profile`, :mod:`~scaledl.sim.compute`: per-layer bytes and FLOPs, and how
   long each layer takes (ideal rule, device roofline, measured profile);

@@ -49,9 +49,13 @@ class Costs:
     send_class: Arr
     """Per send: canonical link class (classes with equal alpha and beta are one interface)."""
     out: Arr
-    """Per node and canonical class, shape ``(nodes, 3)``: bytes sent, weighted by sharing."""
+    """Per node and canonical class, shape ``(nodes, 3)``: bytes sent, weighted by sharing, less
+    an idle shaped link's burst (the bytes paid at ``beta``)."""
     alphas: tuple[float, float, float]
     betas: tuple[float, float, float]
+    used: Arr | None = None
+    """Per node and canonical class: the round sends on it (pays its ``alpha`` even when the
+    burst left no bytes to pay); None: where ``out > 0``."""
 
 
 def _rank_arrays(topology: Topology) -> tuple[Arr, Arr, Arr]:
@@ -115,7 +119,7 @@ def cost(
     out = np.zeros((n, 3), dtype=np.float64)
     np.add.at(out, (node[real], klass[real]), (compiled.send_bytes * weight)[real])
     if network.burst_bytes > 0:
-        _spend_burst(out, compiled, (raw >= 1) & real, klass, network.burst_bytes)
+        _spend_burst(out, compiled, host, (raw >= 1) & real, klass, network.burst_bytes)
     used = np.zeros((n, 3), dtype=bool)
     used[node[real], klass[real]] = True
     alphas = np.array([link.alpha for link in links])
@@ -135,19 +139,21 @@ def cost(
         _price_stages(compiled, network, host, own, post, edge)
     a0, a1, a2 = (float(a) for a in alphas)
     b0, b1, b2 = (float(b) for b in betas)
-    return Costs(own, post, edge, klass, out, (a0, a1, a2), (b0, b1, b2))
+    return Costs(own, post, edge, klass, out, (a0, a1, a2), (b0, b1, b2), used)
 
 
-def _spend_burst(out: Arr, compiled: Compiled, leaving: Arr, klass: Arr, burst: float) -> None:
-    """A shaped interface that idled passes ``burst`` bytes at once (a token bucket's depth):
-    each rank's first round that sends off its host, after the call's start, finds the bucket
-    full, so that round's (shared) bytes on the class are ``burst`` fewer, never below 0."""
+def _spend_burst(out: Arr, compiled: Compiled, host: Arr, leaving: Arr, klass: Arr,
+                 burst: float) -> None:
+    """A shaped host interface that idled passes ``burst`` bytes at once (a token bucket's
+    depth): the first round in which a host's ranks send off it, after the call's start, finds
+    the bucket full, so that round's (shared) bytes on the class are ``burst`` fewer, never below
+    0; later rounds find it drained."""
     if not leaving.any():
         return
-    ranks, rounds = compiled.send_rank[leaving], compiled.send_round[leaving]
-    first = np.full(compiled.world_size, compiled.max_rounds, dtype=np.int64)
-    np.minimum.at(first, ranks, rounds)
-    chosen = np.flatnonzero(leaving)[rounds == first[ranks]]
+    hosts, rounds = host[compiled.send_rank[leaving]], compiled.send_round[leaving]
+    first = np.full(int(host.max()) + 1, compiled.max_rounds, dtype=np.int64)
+    np.minimum.at(first, hosts, rounds)
+    chosen = np.flatnonzero(leaving)[rounds == first[hosts]]
     nodes, classes = compiled.send_node[chosen], klass[chosen]
     out[nodes, classes] = np.maximum(out[nodes, classes] - burst, 0.0)
 
@@ -282,8 +288,9 @@ def critical_path(compiled: Compiled, costs: Costs, end: Arr | None = None) -> P
             node = int(pred[chosen])
             continue
         own = float(costs.own[node])
+        sends = costs.used[node] if costs.used is not None else costs.out[node] > 0
         times = [costs.alphas[c] + costs.out[node, c] * costs.betas[c]
-                 if costs.out[node, c] > 0 else -1.0 for c in range(3)]
+                 if sends[c] else -1.0 for c in range(3)]
         best = int(np.argmax(times))
         if own > 0 and abs(times[best] - own) <= 1e-12 + 1e-9 * own:
             alpha[best] += 1

@@ -14,7 +14,7 @@ from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Tim
 from scaledl.sim.iteration import IterationResult, simulate_iteration, timing_of
 from scaledl.sim.losses import IDEAL, Losses, stack
 from scaledl.sim.network import LinkClass, Network
-from scaledl.sim.presets import Device, build_network, device
+from scaledl.sim.presets import EMULATED_BURST, Device, build_network, device, link
 from scaledl.sim.profile import ModelProfile, profile_model
 from scaledl.sim.profile_file import MeasuredProfile, load_profile
 from scaledl.topology import Topology
@@ -153,7 +153,8 @@ class Job:
             except (OSError, ValueError, TypeError, KeyError) as error:
                 raise ValueError(f"cannot read calibration {self.calibration}: {error}; "
                                  "write one with `scaledl simulate calibrate`") from None
-            net = replace(Network.from_cost_model(model), oversubscription=self.oversubscription)
+            net = replace(Network.from_cost_model(model), oversubscription=self.oversubscription,
+                          burst_bytes=EMULATED_BURST.get(link(self.network).name, 0.0))
         else:
             net = build_network(self.network, self.intra or dev.intra, dev.gamma,
                                 self.oversubscription, self.uplink)
@@ -162,7 +163,8 @@ class Job:
         uplink = net.uplink
         if uplink is not None and (self.inter_latency_us is not None or self.inter_gbps):
             uplink = _override(uplink, self.inter_latency_us, self.inter_gbps)
-        net = replace(net, inter=inter, intra=intra, uplink=uplink,
+        burst = 0.0 if self.inter_gbps else net.burst_bytes  # an overridden rate is not tbf's
+        net = replace(net, inter=inter, intra=intra, uplink=uplink, burst_bytes=burst,
                       native_reduce_scatter_allreduce=dev.backend == "gloo")
         if not self.ideal:
             net = replace(net, cpu_beta=dev.tcp_beta, cpu_beta_link=dev.tcp_link_beta)

@@ -29,7 +29,7 @@ link rates, messages >= 1 MiB, with the link presets and the ranks sharing 2 cor
 squares on relative errors, benchmarks/sim_validation/fit_host.py: the free fit and the one with
 loopback held agree); every other file validates them.  A raw TCP stream costs 0.21 ns/B on
 loopback and 0.40 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py): loopback
-agrees, and one flow across the emulated link costs 0.24 + 0.75 = 0.99 ns/B at its sender."""
+agrees, and one flow across the emulated link costs 0.24 + 0.74 = 0.97 ns/B at its sender."""
 
 
 @dataclass(frozen=True)
