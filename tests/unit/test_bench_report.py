@@ -152,6 +152,30 @@ def test_calibrate_recovers_known_alpha_beta() -> None:
     assert summary["link"]["rms_relative_error"] < 1e-3  # type: ignore[index]
 
 
+def test_calibrate_fits_an_nccl_style_native_reduce_scatter_as_its_own() -> None:
+    """Where the backend has a reduce_scatter of its own (the prior says so), its native rows are
+    fitted as that, not as Gloo's whole allreduce."""
+    truth = CostModel(links=(LinkCost(30e-6, 1 / 2.5e9),), overhead=20e-6,
+                      native_overhead=5e-6, native_beta_factor=1.7,
+                      native_reduce_scatter_allreduce=False)
+    topology = Topology.flat(4)
+    measured = [m for m in _synthetic(truth, topology, 4) if m.algorithm != "native"]
+    for nbytes in (4096, 65536, 1 << 20, 16 << 20):
+        shard = nbytes // 4 // topology.world_size
+        native = min(
+            max(schedule_time(plan(proxy, Collective.REDUCE_SCATTER, topology, rank, shard),
+                              topology, 4, truth, truth.native_overhead,
+                              truth.native_beta_factor)
+                for rank in range(topology.world_size))
+            for proxy in ("ring", "halving_doubling")
+        )
+        measured.append(Measurement("reduce_scatter", "native", nbytes, 4, (native,)))
+    prior = CostModel(overhead=20e-6).for_backend("nccl")
+    model, _ = calibrate(measured, topology, 4, prior, 1 << 20)
+    assert model.native_overhead == pytest.approx(5e-6, rel=1e-2)
+    assert model.native_beta_factor == pytest.approx(1.7, rel=1e-3)
+
+
 def test_calibrate_needs_two_sizes() -> None:
     one = [Measurement("allreduce", "ring", 4096, 2, (1e-4,))]
     with pytest.raises(ValueError, match="two or more message sizes"):

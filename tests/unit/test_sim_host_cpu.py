@@ -206,3 +206,10 @@ def test_a_calibrated_emulated_network_keeps_its_burst_and_an_overridden_rate_ha
     calibration.write_text(job.network_value().to_cost_model().to_json())
     assert replace(job, calibration=calibration).network_value().burst_bytes == burst
     assert replace(job, inter_gbps=0.5).network_value().burst_bytes == 0.0
+
+
+@pytest.mark.parametrize("backend, whole", [("gloo", True), ("nccl", False), ("mpi", False)])
+def test_only_gloo_runs_reduce_scatter_as_a_whole_allreduce(backend: str, whole: bool) -> None:
+    flipped = CostModel(native_reduce_scatter_allreduce=not whole)
+    assert flipped.for_backend(backend).native_reduce_scatter_allreduce is whole
+    assert flipped.for_backend(backend).links == flipped.links

@@ -11,7 +11,7 @@ execute.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -68,8 +68,8 @@ def _view(group: Group) -> _GroupView:
     hosts = tuple(host_digest(job.hosts[g]) for g in ranks)
     fabric = Fabric(hosts if shm_supported(backend) else None,
                     native_stages=backend in ("gloo", "nccl"))
-    model = replace(CostModel.load(), native_reduce_scatter_allreduce=backend == "gloo")
-    return _GroupView(len(ranks), rank, job.topology_for(ranks, rank), model, True, fabric)
+    return _GroupView(len(ranks), rank, job.topology_for(ranks, rank),
+                      CostModel.load().for_backend(backend), True, fabric)
 
 
 def _topology(topology: Topology | None, view: _GroupView | Communicator) -> Topology:

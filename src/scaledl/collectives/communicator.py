@@ -183,8 +183,7 @@ class Communicator:
         """Where small control tensors live: NCCL groups have no CPU backend."""
         self.members, self.default_topology = self._introduce()
         """Every member's identity, and the layout used when a call gives none."""
-        self.cost_model = replace(self._agree_on_model(CostModel.load()),
-                                  native_reduce_scatter_allreduce=self.backend == "gloo")
+        self.cost_model = self._agree_on_model(CostModel.load()).for_backend(self.backend)
         """Agreed by every member; the backend's own reduce_scatter priced as it runs."""
         hosts = [member.host for member in self.members]
         self.shm = open_shm(self.channel, hosts, [m.pid for m in self.members]) \

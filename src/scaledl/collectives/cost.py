@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from scaledl.collectives.schedule import Action, Collective, Path as StagePath, Schedule, Stage
@@ -29,7 +29,7 @@ from scaledl.topology import Topology
 
 __all__ = [
     "LinkCost", "CostModel", "stage_time", "shm_terms", "schedule_time", "calibration_path",
-    "CALIBRATION_ENV",
+    "CALIBRATION_ENV", "reduce_scatter_is_allreduce",
 ]
 
 CALIBRATION_ENV = "SCALEDL_CALIBRATION"
@@ -101,6 +101,12 @@ class CostModel:
     the default); False where it has a reduce_scatter of its own (NCCL).  Prices the native
     collective and the ``native`` stages of hierarchical and torus."""
 
+    def for_backend(self, backend: str) -> CostModel:
+        """This model with the backend's own collectives priced as ``backend`` runs them
+        (only Gloo runs reduce_scatter as a whole allreduce)."""
+        return replace(self,
+                       native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(backend))
+
     def link(self, axis: int) -> LinkCost:
         """The model of a link that crosses ``axis``."""
         return self.links[min(max(axis, 0), len(self.links) - 1)]
@@ -131,6 +137,12 @@ class CostModel:
                     "`scaledl bench collectives --calibrate`"
                 ) from None
         return cls()
+
+
+def reduce_scatter_is_allreduce(backend: str) -> bool:
+    """True where the backend's own reduce_scatter is an allreduce of the whole buffer and a
+    copy: Gloo (NCCL and MPI have their own)."""
+    return backend == "gloo"
 
 
 def calibration_path() -> Path:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scaledl.collectives.auto import CostModel, Fabric, check_paths
+from scaledl.collectives.cost import reduce_scatter_is_allreduce
 from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import CollectiveSimulator
@@ -165,7 +166,7 @@ class Job:
             uplink = _override(uplink, self.inter_latency_us, self.inter_gbps)
         burst = 0.0 if self.inter_gbps else net.burst_bytes  # an overridden rate is not tbf's
         net = replace(net, inter=inter, intra=intra, uplink=uplink, burst_bytes=burst,
-                      native_reduce_scatter_allreduce=dev.backend == "gloo")
+                      native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(dev.backend))
         if not self.ideal:
             net = replace(net, cpu_beta=dev.tcp_beta, cpu_beta_link=dev.tcp_link_beta)
         return net
