@@ -23,15 +23,14 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from scaledl.sim.calibrate import load_points, predict
 from scaledl.sim.job import Job
 from scaledl.sim.losses import STACKS
+from scaledl.sim.network import Network
 from scaledl.sim.profile_file import load_profile
-from scaledl.sim.presets import DEVICES, build_network
 
 CORES, MIN_BYTES, TOLERANCE = 2, 1 << 20, 0.15
 CALL = STACKS["scaledl"].call_overhead_s
@@ -45,10 +44,9 @@ TRAIN = (  # tag, model, algorithm, layout, rate, batch (as run.sh)
 )
 
 
-def _network(rate: str) -> Any:
-    device = DEVICES["cpu"]
-    return replace(build_network(rate, "loopback", device.gamma), cpu_beta=device.tcp_beta,
-                   cpu_beta_link=device.tcp_link_beta, native_reduce_scatter_allreduce=True)
+def _network(rate: str) -> Network:
+    """The network `scaledl simulate --device cpu --network RATE --intra loopback` replays on."""
+    return Job(device="cpu", network=rate, intra="loopback").network_value()
 
 
 def collectives(raw: Path) -> list[dict[str, Any]]:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from analyze import CALIBRATION_FILES, CORES, MIN_BYTES
+from analyze import CALIBRATION_FILES, CORES, MIN_BYTES, _network
 from scaledl.sim.calibrate import Point, load_points, predict
-from scaledl.sim.presets import CPU_TCP_BETA, CPU_TCP_LINK_BETA, DEVICES, build_network
+from scaledl.sim.presets import CPU_TCP_BETA, CPU_TCP_LINK_BETA
 from scaledl.sim.losses import STACKS
 
 SCALE = np.array([1e-9, 1e-9, 1e-3])
@@ -42,11 +42,9 @@ def _points(raw: Path) -> list[tuple[str, Point]]:
 
 def _predictions(points: list[tuple[str, Point]], theta: np.ndarray) -> np.ndarray:
     beta, link_beta, call = (theta * SCALE).tolist()
-    gamma = DEVICES["cpu"].gamma
     out = []
     for rate, point in points:
-        network = replace(build_network(rate, "loopback", gamma), cpu_beta=beta,
-                          cpu_beta_link=link_beta, native_reduce_scatter_allreduce=True)
+        network = replace(_network(rate), cpu_beta=beta, cpu_beta_link=link_beta)
         contention = max(1.0, point.topology.world_size / CORES)
         out.append(predict(point, network, cores=CORES) + call * contention)
     return np.array(out)

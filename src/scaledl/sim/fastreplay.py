@@ -53,9 +53,9 @@ class Costs:
     an idle shaped link's burst (the bytes paid at ``beta``)."""
     alphas: tuple[float, float, float]
     betas: tuple[float, float, float]
-    used: Arr | None = None
+    used: Arr
     """Per node and canonical class: the round sends on it (pays its ``alpha`` even when the
-    burst left no bytes to pay); None: where ``out > 0``."""
+    burst left no bytes to pay)."""
 
 
 def _rank_arrays(topology: Topology) -> tuple[Arr, Arr, Arr]:
@@ -288,9 +288,8 @@ def critical_path(compiled: Compiled, costs: Costs, end: Arr | None = None) -> P
             node = int(pred[chosen])
             continue
         own = float(costs.own[node])
-        sends = costs.used[node] if costs.used is not None else costs.out[node] > 0
         times = [costs.alphas[c] + costs.out[node, c] * costs.betas[c]
-                 if sends[c] else -1.0 for c in range(3)]
+                 if costs.used[node, c] else -1.0 for c in range(3)]
         best = int(np.argmax(times))
         if own > 0 and abs(times[best] - own) <= 1e-12 + 1e-9 * own:
             alpha[best] += 1
