@@ -22,6 +22,9 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 
 TF = "tensorflow/tensorflow tensorflow/docs_src/performance/benchmarks.md (May 2017)"
 DDP = "pytorch/pytorch benchmarks/distributed/ddp/README.md (PyTorch 1.4, NCCL)"
+DLE = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
+       "(pytorch-21.03 NGC container), training performance tables; batch per GPU from "
+       "ConvNets/configs.yml")
 
 
 def _weak(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
@@ -108,6 +111,14 @@ def _ddp(model: str, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
     return _same(job)
 
 
+def _dle(device: str, intra: str, batch: int, images_per_s: float
+         ) -> Callable[[bool], tuple[Job, Job]]:
+    # NVIDIA's ResNet-50 v1.5 recipe: torch DDP over NCCL on one DGX, one process per GPU
+    job = Job(model="resnet50", gpus=8, topology="8", algorithm="ring", device=device,
+              intra=intra, batch=batch, stack="nccl", compute_time=batch / images_per_s)
+    return _same(job)
+
+
 CASES = (
     Case("PowerAI DDL, ResNet-50, 256 P100", "efficiency", 0.95,
          "64 hosts x 4 P100 (4x16x4), torus (DDL's multi-dimensional ring), one EDR InfiniBand "
@@ -156,6 +167,23 @@ CASES = (
          "as above, one GPU without DDP at 197 images/s",
          DDP + ": p50 197 images/s (1 GPU, no DDP) and 178 (16 GPUs)",
          _weak(_ddp("resnet101", 197))),
+    Case("NVIDIA ResNet-50 v1.5, DGX A100, TF32", "efficiency", 7248 / (8 * 938),
+         "one DGX A100 (8 A100 80 GB on NVSwitch), PyTorch DDP over NCCL, 25 MB buckets, "
+         "256 images/GPU, TF32, one GPU at the published 938 images/s (the a100 preset, a "
+         "40 GB part, stands in; only its links and per-call costs are used)",
+         DLE + ": 938 and 7248 images/s", _weak(_dle("a100", "nvlink3", 256, 938))),
+    Case("NVIDIA ResNet-50 v1.5, DGX A100, mixed precision", "efficiency", 16621 / (8 * 2470),
+         "as above with AMP (fp16 compute, fp32 gradients: the same bytes), one GPU at "
+         "2470 images/s",
+         DLE + ": 2470 and 16621 images/s", _weak(_dle("a100", "nvlink3", 256, 2470))),
+    Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, FP32", "efficiency", 2855 / (8 * 367),
+         "one DGX-1 (8 V100 16 GB on NVLink), PyTorch DDP over NCCL, 25 MB buckets, "
+         "112 images/GPU, FP32, one GPU at the published 367 images/s",
+         DLE + ": 367 and 2855 images/s", _weak(_dle("v100", "nvlink2", 112, 367))),
+    Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, mixed precision", "efficiency",
+         8322 / (8 * 1200),
+         "as above with AMP at 256 images/GPU (fp32 gradients), one GPU at 1200 images/s",
+         DLE + ": 1200 and 8322 images/s", _weak(_dle("v100", "nvlink2", 256, 1200))),
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
          "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
          "on CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",

@@ -1,0 +1,62 @@
+"""The published-points table of ``scaledl simulate reproduce``: its scoring, and every case
+predicted with the same presets (docs/simulation.md, "Reproducing published results")."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaledl.cli.simulate_report import reproduction_table
+from scaledl.sim.cases import CASES
+from scaledl.sim.reproduce import Case, Prediction, error, evaluate, within_target
+
+LINEAR_SPEEDUP = {"S-Caffe, GoogLeNet, 32 -> 160 K80": 160 / 32}
+"""The largest speedup each speedup case can have (GPUs after / before)."""
+
+
+def test_error_is_points_for_fractions_and_relative_for_speedups() -> None:
+    assert error("efficiency", 0.90, 0.93) == pytest.approx(3.0)
+    assert error("share", 0.50, 0.45) == pytest.approx(-5.0)
+    assert error("speedup", 2.5, 3.0) == pytest.approx(0.2)
+
+
+def test_target_is_five_points_or_fifteen_percent_and_none_for_shares() -> None:
+    assert within_target("efficiency", 5.0) and not within_target("efficiency", -5.01)
+    assert within_target("speedup", -0.15) and not within_target("speedup", 0.151)
+    assert within_target("share", 40.0) is None
+
+
+def test_a_case_with_an_unknown_metric_is_refused() -> None:
+    with pytest.raises(ValueError, match="metric 'throughput'"):
+        Case("x", "throughput", 1.0, "setup", "source", lambda ideal: Prediction(1.0, ""))
+
+
+def test_every_case_names_its_setup_and_source_once() -> None:
+    names = [case.name for case in CASES]
+    assert len(set(names)) == len(names)
+    for case in CASES:
+        assert case.setup and case.source
+        assert 0 < case.published <= (LINEAR_SPEEDUP.get(case.name, 1.0))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.metric != "share"],
+                         ids=lambda case: case.name)
+def test_no_case_is_predicted_above_linear_and_losses_never_help(case: Case) -> None:
+    full, ideal = case.predict(False), case.predict(True)
+    limit = LINEAR_SPEEDUP.get(case.name, 1.0)
+    assert 0 < full.value <= limit + 1e-9
+    assert 0 < ideal.value <= limit + 1e-9
+    assert full.value <= ideal.value + 1e-9, "a loss term made the prediction better"
+    assert full.detail
+
+
+def test_the_table_prints_every_row_and_the_count_within_target() -> None:
+    made_up = (
+        Case("near", "efficiency", 0.90, "s1", "src1", lambda ideal: Prediction(0.93, "d1")),
+        Case("far", "speedup", 2.0, "s2", "src2", lambda ideal: Prediction(3.0, "d2")),
+        Case("share", "share", 0.5, "s3", "src3", lambda ideal: Prediction(0.2, "d3")),
+    )
+    table = reproduction_table(evaluate(made_up))
+    assert "| near | 90.0% | 93.0% | +3.0 pt | yes | d1 | s1 | src1 |" in table
+    assert "| far | 2.00x | 3.00x | +50% | **no** |" in table
+    assert "| n/a (share) |" in table
+    assert table.endswith("1 of 2 points within 5 points of efficiency (15% of a speedup)")
