@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measurements that validate `scaledl simulate` on the emulated cluster (docs/simulation.md,
 # "Validation on the emulated cluster").  Root, repository root, venv active:
-#   bash benchmarks/sim_validation/run.sh [collectives] [profile] [train] [tcp]   (default: all)
+#   bash benchmarks/sim_validation/run.sh [collectives] [profile] [train] [tcp] [timeshare]
+#   (default: all)
 # Raw JSON goes to $OUT (default benchmarks/sim_validation/raw); load.txt records the load
 # average before and after every run, because other users' processes on the same cores
 # distort every timing.  Each emulated-cluster run is short (a few seconds to a minute).
@@ -14,7 +15,7 @@ out=${OUT:-benchmarks/sim_validation/raw}
 mkdir -p "$out"
 if [ -n "${SCALEDL_SRC:-}" ]; then export PYTHONPATH="$SCALEDL_SRC${PYTHONPATH:+:$PYTHONPATH}"; fi
 echo "$(date -u +%FT%TZ) start: phases '${*:-all}', commit $(git rev-parse --short HEAD), source ${SCALEDL_SRC:-working tree}, $(nproc) cores" >> "$out/load.txt"
-phases=${*:-collectives profile train tcp}
+phases=${*:-collectives profile train tcp timeshare}
 note() { echo "$(date -u +%FT%TZ) $1: load average $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"; }
 clusters=()
 teardown() { for c in "${clusters[@]}"; do scaledl cluster down "$c" >/dev/null 2>&1 || true; done; }
@@ -92,7 +93,7 @@ profile() {
   # batches: the training runs' (64 and 32) and one more, and a held-out batch for the check
   # that a profile predicts a batch it did not measure (analyze.py)
   # repeats: the MLP's sub-millisecond iterations need many for a stable median
-  for spec in "mlp 1x28x28 16,64 32 41" "resnet20 3x32x32 8,32 16 7"; do
+  for spec in "mlp 1x28x28 16,64 32 41" "resnet20 3x32x32 8,32 16 21"; do
     read -r model shape batches held repeats <<< "$spec"
     OMP_NUM_THREADS=1 scaledl simulate profile --model "$model" --input-shape "$shape" \
       --classes 10 --batches "$batches" --threads 1 --repeats "$repeats" \
@@ -115,6 +116,13 @@ tcp() {  # raw TCP cost per byte: loopback, and across an emulated link unshaped
       | sed "s/}\$/, \"rate\": \"$rate\"}/" >> "$out/tcp-stream.jsonl"
   done
   note "after tcp"
+}
+
+timeshare() {  # compute lost when ranks time-share the cores (presets.py CPU_TIMESHARE)
+  note "before timeshare"
+  for _ in 1 2 3; do python benchmarks/sim_validation/timeshare.py --ranks 4,6; done \
+    >> "$out/timeshare.jsonl"
+  note "after timeshare"
 }
 
 for phase in $phases; do "$phase"; done

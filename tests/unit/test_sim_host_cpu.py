@@ -213,3 +213,31 @@ def test_only_gloo_runs_reduce_scatter_as_a_whole_allreduce(backend: str, whole:
     flipped = CostModel(native_reduce_scatter_allreduce=not whole)
     assert flipped.for_backend(backend).native_reduce_scatter_allreduce is whole
     assert flipped.for_backend(backend).links == flipped.links
+
+
+@pytest.mark.parametrize(("ranks", "cores", "expected"), [
+    (4, 2, 2 * (1 + 0.5 * 0.17)),   # twice oversubscribed: waits half the time for a core
+    (6, 2, 3 * (1 + 2 / 3 * 0.17)),
+    (2, 2, 1.0),                    # a core per rank: no sharing, no loss
+    (1, 4, 1.0),
+])
+def test_time_sharing_stretches_compute_beyond_the_fair_share(
+        ranks: int, cores: int, expected: float) -> None:
+    job = Job(model="mlp", device="cpu", gpus=ranks, topology=str(ranks), cores=cores)
+    assert DEVICES["cpu"].timeshare == pytest.approx(0.17)
+    assert job.stretch(ranks) == pytest.approx(expected)
+    assert job.contention(ranks) == pytest.approx(max(1.0, ranks / cores)), \
+        "collectives' CPU work keeps the fair share its constants were fitted with"
+    profile = job.profile()
+    alone = replace(job, cores=None).layer_times(profile, ranks)
+    shared = job.layer_times(profile, ranks)
+    assert sum(shared[0]) == pytest.approx(sum(alone[0]) * expected)
+    assert sum(shared[1]) == pytest.approx(sum(alone[1]) * expected)
+
+
+def test_time_sharing_is_off_for_dedicated_cores_gpus_and_the_ideal_model() -> None:
+    assert Job(device="cpu", gpus=4, topology="4").stretch(4) == 1.0
+    assert Job(device="cpu", gpus=4, topology="4", cores=2, ideal=True).stretch(4) == 1.0
+    assert Job(device="p100", gpus=4, topology="4", cores=2).stretch(4) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="time-sharing"):
+        replace(DEVICES["cpu"], timeshare=-0.1)

@@ -183,6 +183,17 @@ class Job:
             return 1.0
         return max(1.0, world_size / self.cores)
 
+    def stretch(self, world_size: int) -> float:
+        """How much longer a rank's compute and update take when ``cores`` is given and the
+        ranks outnumber them: the fair share ``c = ranks / cores`` times ``1 + timeshare *
+        (1 - 1 / c)``, the device's time-sharing loss for the share of time the rank waits for a
+        core (1 with ``ideal`` or dedicated cores).  Collectives' CPU work uses
+        :meth:`contention` alone: its constants were fitted with the ranks sharing the cores."""
+        share = self.contention(world_size)
+        if share == 1.0:
+            return 1.0
+        return share * (1.0 + device(self.device).timeshare * (1.0 - 1.0 / share))
+
     def device_value(self) -> Device:
         """The device preset, its compute efficiency overridden by ``--device-efficiency``."""
         dev = device(self.device)
@@ -213,11 +224,11 @@ class Job:
 
     def layer_times(self, profile: ModelProfile, world_size: int = 1) -> Times:
         """Per-layer forward and backward seconds on one device of this job, stretched by CPU
-        contention when ``cores`` is given (as the update is in :meth:`run`)."""
+        contention when ``cores`` is given (:meth:`stretch`, as the update is in :meth:`run`)."""
         times = self.compute_model(profile).layer_times(profile, self.batch)
         if self.compute_time is not None:
             times = scaled(times, self.compute_time)
-        factor = self.contention(world_size)
+        factor = self.stretch(world_size)
         if factor != 1.0:
             times = ([f * factor for f in times[0]], [b * factor for b in times[1]])
         return times
@@ -256,7 +267,7 @@ class Job:
         net = network if network is not None else self.network_value()
         net = replace(net, cpu_contention=self.contention(topo.world_size))
         sim = CollectiveSimulator(topo, net, prof.itemsize)
-        update = self.update_seconds(prof) * self.contention(topo.world_size)
+        update = self.update_seconds(prof) * self.stretch(topo.world_size)
         return simulate_iteration(
             prof, sim, self.batch, self.strategy, self.algorithm,
             update_s=update, tau=self.tau, overlap=self.overlap,

@@ -30,6 +30,13 @@ squares on relative errors, benchmarks/sim_validation/fit_host.py: the free fit 
 loopback held agree); every other file validates them.  A raw TCP stream costs 0.21 ns/B on
 loopback and 0.40 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py): loopback
 agrees, and one flow across the emulated link costs 0.24 + 0.74 = 0.97 ns/B at its sender."""
+CPU_TIMESHARE = 0.17
+"""Compute lost to time-sharing when ranks outnumber cores: a step takes its fair share
+``ranks / cores`` times ``1 + CPU_TIMESHARE * (1 - cores / ranks)``.  Measured on this VM by
+benchmarks/sim_validation/timeshare.py (ResNet-20 training steps, one thread per process, 4 and
+6 processes on 2 cores against one alone; twelve measurements in two quiet sessions: ratios
+0.96-1.24 of the fair share, the constant's estimates -0.08 to 0.35, median 0.17: 0.13 at 4
+processes, 0.22 at 6; raw/timeshare.jsonl)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,9 @@ class Device:
     """CPU seconds per byte a rank spends at each end of a TCP transfer (0: RDMA, no CPU)."""
     tcp_link_beta: float = 0.0
     """Extra CPU seconds per byte at the sending end when the transfer crosses hosts."""
+    timeshare: float = 0.0
+    """Fraction of compute lost per unit of the time a rank waits for a core when ranks
+    outnumber ``--cores`` (cold caches after another rank's slice); see ``Job.stretch``."""
     backend: str = "nccl"
     """The library of the backend's own collectives on this device ('nccl' on GPUs, 'gloo' on
     the cpu device, 'mpi' on KNL): Gloo's reduce_scatter is a whole allreduce."""
@@ -72,12 +82,13 @@ class Device:
             )
         if not 0 < self.compute_efficiency <= 1 or self.fill_threads < 1 or min(
                 self.launch_s, self.interference, self.jitter_cv, self.tcp_beta,
-                self.tcp_link_beta) < 0:
+                self.tcp_link_beta, self.timeshare) < 0:
             raise ValueError(
                 f"device {self.name!r} needs compute efficiency in (0, 1], fill threads >= 1 "
-                f"and launch, interference, jitter and TCP costs >= 0; got "
+                f"and launch, interference, jitter, TCP and time-sharing costs >= 0; got "
                 f"{self.compute_efficiency}, {self.fill_threads}, {self.launch_s}, "
-                f"{self.interference}, {self.jitter_cv}, {self.tcp_beta}")
+                f"{self.interference}, {self.jitter_cv}, {self.tcp_beta}, "
+                f"{self.tcp_link_beta}, {self.timeshare}")
 
     @property
     def flops(self) -> float:
@@ -166,7 +177,7 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            "interference, jitter and TCP cost measured by `scaledl simulate profile`",
            compute_efficiency=0.5, fill_threads=2 * 8, launch_s=10e-6,
            interference=CPU_INTERFERENCE, jitter_cv=CPU_JITTER, tcp_beta=CPU_TCP_BETA,
-           tcp_link_beta=CPU_TCP_LINK_BETA, backend="gloo"),
+           tcp_link_beta=CPU_TCP_LINK_BETA, timeshare=CPU_TIMESHARE, backend="gloo"),
 )}
 
 TCP_PAYLOAD = 1448 / 1514
