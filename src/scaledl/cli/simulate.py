@@ -79,9 +79,10 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "(default: scaledl on --device cpu, nccl on GPUs)")
     p.add_argument("--cores", type=int, default=None,
                    help="CPU cores every rank shares (one machine emulating the cluster, "
-                        "`scaledl cluster`): compute and shared-memory stages slow by ranks / "
-                        "cores; a collective round's TCP and reduction work shares the cores "
-                        "with the other ranks' rounds")
+                        "`scaledl cluster`): shared-memory stages slow by ranks / cores, "
+                        "compute and the update by that and the device's time-sharing loss; a "
+                        "collective round's TCP and reduction work shares the cores with the "
+                        "other ranks' rounds")
     p.add_argument("--ideal", action="store_true",
                    help="the optimistic model: constant device efficiency, no stragglers, "
                         "interference, software costs or host CPU limits")
