@@ -65,6 +65,7 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     (["--tau", "0", "--strategy", "easgd"], "--tau 0"),
     (["--compute-time", "0"], "--compute-time 0.0"),
     (["--update-time", "-1"], "--update-time -1.0"),
+    (["--input-rate", "0"], "--input-rate 0.0 must be a finite number of samples per second"),
     (["--input-shape", "3x0x0"], "--input-shape '3x0x0'"),
 ])
 def test_user_errors_are_one_line(extra: list[str], message: str,

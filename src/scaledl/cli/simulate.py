@@ -65,6 +65,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-efficiency", type=float, default=None,
                    help="fraction of the device's peak FLOP/s training achieves")
     p.add_argument("--update-time", type=float, default=None, help="optimizer step, seconds")
+    p.add_argument("--input-rate", type=float, default=None, metavar="SAMPLES_PER_S",
+                   help="samples/s one host's input pipeline delivers (time the data loader "
+                        "alone); an iteration waits for it when the GPUs are faster")
     p.add_argument("--inter-latency", type=float, default=None, help="override, microseconds")
     p.add_argument("--inter-bandwidth", type=float, default=None, help="override, GB/s")
     p.add_argument("--intra-latency", type=float, default=None, help="override, microseconds")
@@ -167,6 +170,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         inter_gbps=args.inter_bandwidth, intra_latency_us=args.intra_latency,
         intra_gbps=args.intra_bandwidth, calibration=args.calibration, ideal=args.ideal,
         stack=args.stack, profile_path=args.profile_file, cores=args.cores,
+        input_rate=args.input_rate,
     )
 
 

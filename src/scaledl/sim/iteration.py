@@ -98,12 +98,15 @@ class IterationResult:
     """The stack's per-gradient-tensor work during backward (inside ``exposed_s``)."""
     interference_s: float = 0.0
     """Compute time lost to overlapped collectives per iteration (inside ``exposed_s``)."""
+    input_s: float = 0.0
+    """Time the iteration waits for the host's input pipeline (inside ``exposed_s``)."""
 
     @property
     def communication_share(self) -> float:
         """Fraction of the iteration spent waiting for communication (not for stragglers,
-        per-tensor software or interference)."""
-        waiting = self.exposed_s - self.straggler_s - self.software_s - self.interference_s
+        per-tensor software, interference or input)."""
+        waiting = (self.exposed_s - self.straggler_s - self.software_s - self.interference_s
+                   - self.input_s)
         return max(waiting, 0.0) / self.iteration_s if self.iteration_s > 0 else 0.0
 
     @property

@@ -110,6 +110,9 @@ class Job:
     """A ``scaledl simulate profile`` file: measured per-layer times instead of FLOPs."""
     cores: int | None = None
     """CPU cores shared by every rank (one machine emulating the cluster); None: dedicated."""
+    input_rate: float | None = None
+    """Samples per second one host's input pipeline delivers (measured: its data loader
+    alone); None: input is never the bottleneck.  See :meth:`fed`."""
 
     def topology_value(self) -> Topology:
         """The topology, checked against ``gpus``."""
@@ -142,6 +145,9 @@ class Job:
             raise ValueError(f"--bucket-mb {self.bucket_mb} must be > 0")
         if self.cores is not None and self.cores < 1:
             raise ValueError(f"--cores {self.cores} must be >= 1")
+        if self.input_rate is not None and not 0 < self.input_rate < math.inf:
+            raise ValueError(f"--input-rate {self.input_rate} must be a finite number of "
+                             "samples per second > 0")
         if self.stack is not None:
             stack(self.stack)
 
@@ -268,8 +274,21 @@ class Job:
         net = replace(net, cpu_contention=self.contention(topo.world_size))
         sim = CollectiveSimulator(topo, net, prof.itemsize)
         update = self.update_seconds(prof) * self.stretch(topo.world_size)
-        return simulate_iteration(
+        result = simulate_iteration(
             prof, sim, self.batch, self.strategy, self.algorithm,
             update_s=update, tau=self.tau, overlap=self.overlap,
             times=self.layer_times(prof, topo.world_size), losses=self.losses(),
         )
+        return self.fed(result, topo.ranks_per_node)
+
+    def fed(self, result: IterationResult, ranks_per_host: int) -> IterationResult:
+        """``result`` waiting for the input pipeline: it prepares the next batches while the
+        ranks train (prefetching), so an iteration takes at least the ``ranks_per_host x
+        batch / input_rate`` seconds one host's pipeline needs for it, and one GPU alone at
+        least ``batch / input_rate`` (unchanged without ``input_rate`` or with ``ideal``)."""
+        if self.input_rate is None or self.ideal:
+            return result
+        iteration = max(result.iteration_s, ranks_per_host * self.batch / self.input_rate)
+        single = max(result.single_gpu_s, self.batch / self.input_rate)
+        return replace(result, iteration_s=iteration, single_gpu_s=single,
+                       exposed_s=iteration - single, input_s=iteration - result.iteration_s)
