@@ -22,6 +22,8 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 
 TF = "tensorflow/tensorflow tensorflow/docs_src/performance/benchmarks.md (May 2017)"
 DDP = "pytorch/pytorch benchmarks/distributed/ddp/README.md (PyTorch 1.4, NCCL)"
+HVD_2017 = ("uber/horovod README.md (2017, the first release's two benchmark tables), "
+            "'allreduce on GPU with NCCL' rows")
 DLE = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
        "(pytorch-21.03 NGC container), training performance tables; batch per GPU from "
        "ConvNets/configs.yml")
@@ -70,10 +72,11 @@ def _scaffe(ideal: bool) -> Prediction:
                                f"{large.communication_share:.0%}")
 
 
-def _horovod(model: str, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
-    job = Job(model=model, gpus=512, topology="4x128", algorithm="ring", device="p100",
-              network="25gbe", intra="pcie3", batch=64, bucket_mb=64.0, stack="horovod",
-              compute_time=64 / images_per_s)
+def _horovod(model: str, images_per_s: float, gpus: int = 512, network: str = "25gbe"
+             ) -> Callable[[bool], tuple[Job, Job]]:
+    job = Job(model=model, gpus=gpus, topology=f"4x{gpus // 4}", algorithm="ring",
+              device="p100", network=network, intra="pcie3", batch=64, bucket_mb=64.0,
+              stack="horovod", compute_time=64 / images_per_s)
     return _same(job)
 
 
@@ -138,6 +141,31 @@ CASES = (
          "as above, one GPU at Horovod's measured 130.9 images/s",
          "horovod/horovod README and docs/benchmarks.rst (512-GPU chart)",
          _weak(_horovod("vgg16", 130.9))),
+    Case("Horovod, ResNet-101, 16 GPUs, RDMA", "efficiency", 1746.2 / (16 * 119.4),
+         "4 servers x 4 Pascal GPUs (4x4), 25 Gbit/s RoCE used with RDMA, PCIe inside, ring, "
+         "64 images/GPU, one GPU at 119.4 images/s; Horovod (5 ms cycle, 64 MiB fusion)",
+         HVD_2017 + ": RDMA Horovod, 1,746.2 images/s (14.6x)",
+         _weak(_horovod("resnet101", 119.4, 16, "25gbe-roce"))),
+    Case("Horovod, VGG-16, 16 GPUs, RDMA", "efficiency", 1787.4 / (16 * 130.9),
+         "as above, one GPU at 130.9 images/s",
+         HVD_2017 + ": RDMA Horovod, 1,787.4 images/s (13.7x)",
+         _weak(_horovod("vgg16", 130.9, 16, "25gbe-roce"))),
+    Case("Horovod, ResNet-101, 16 GPUs, TCP", "efficiency", 1685.1 / (16 * 119.4),
+         "the same servers and network through TCP (NCCL's socket transport)",
+         HVD_2017 + ": TCP Horovod, 1,685.1 images/s (14.1x)",
+         _weak(_horovod("resnet101", 119.4, 16, "25gbe"))),
+    Case("Horovod, VGG-16, 16 GPUs, TCP", "efficiency", 1308.7 / (16 * 130.9),
+         "as above", HVD_2017 + ": TCP Horovod, 1,308.7 images/s (10.0x)",
+         _weak(_horovod("vgg16", 130.9, 16, "25gbe"))),
+    Case("Horovod, ResNet-101, 64 GPUs, 40 GbE TCP", "efficiency", 7741.6 / (64 * 136.0),
+         "16 servers x 4 Pascal GPUs (4x16), plain 40 Gbit/s network (TCP), PCIe inside, ring, "
+         "64 images/GPU, one GPU at 136.0 images/s; Horovod (5 ms cycle, 64 MiB fusion)",
+         HVD_2017 + ": TCP Horovod, 7,741.6 images/s (56.9x)",
+         _weak(_horovod("resnet101", 136.0, 64, "40gbe"))),
+    Case("Horovod, VGG-16, 64 GPUs, 40 GbE TCP", "efficiency", 6084.2 / (64 * 149.6),
+         "as above, one GPU at 149.6 images/s",
+         HVD_2017 + ": TCP Horovod, 6,084.2 images/s (40.7x)",
+         _weak(_horovod("vgg16", 149.6, 64, "40gbe"))),
     Case("Goyal et al., ResNet-50, 8 -> 256 P100", "efficiency", 0.90,
          "32 Big Basin servers x 8 P100 on NVLink (8x32), one 50 Gbit/s Ethernet port per "
          "server, 32 images/GPU (8k batch), intra-server reduce, inter-server allreduce, "

@@ -193,6 +193,8 @@ LINKS: dict[str, LinkClass] = {
     "25gbe": LinkClass.from_bandwidth("25gbe", 10e-6, 25.0 / 8),
     "50gbe": LinkClass.from_bandwidth("50gbe", 10e-6, 50.0 / 8),
     "100gbe": LinkClass.from_bandwidth("100gbe", 10e-6, 100.0 / 8),
+    "40gbe": LinkClass.from_bandwidth("40gbe", 10e-6, 40.0 / 8),
+    "25gbe-roce": LinkClass.from_bandwidth("25gbe-roce", 1.0e-6, 25.0 / 8),
     "pcie3": LinkClass.from_bandwidth("pcie3", 5e-6, 15.75),
     "nvlink1": LinkClass.from_bandwidth("nvlink1", 3e-6, 40.0),
     "nvlink1-dgx1": LinkClass.from_bandwidth("nvlink1-dgx1", 3e-6, 20.0),
