@@ -6,8 +6,9 @@
 # Raw JSON goes to $OUT (default benchmarks/sim_validation/raw); load.txt records the load
 # average before and after every run, because other users' processes on the same cores
 # distort every timing.  Each emulated-cluster run is short (a few seconds to a minute).
-# RUNS (default "1 2") names the collective runs and RATES (default "100mbit 1gbit 10gbit") the
-# link rates; the host CPU constants were fitted on the 2x2 run 1 files, every other is held out.
+# RUNS (default "1 2") names the collective runs, RATES (default "100mbit 1gbit 10gbit") the
+# link rates and ITERS the timed iterations per point (default per rate: 3, 5, 10); the host CPU
+# constants were fitted on the 2x2 run 1 files, every other is held out.
 # SCALEDL_SRC=DIR/src measures another source tree (e.g. a clean `git archive HEAD src`) while
 # this checkout's working tree is being edited.
 set -euo pipefail
@@ -38,6 +39,7 @@ collectives() {
   for run in ${RUNS:-1 2}; do
     for rate in ${RATES:-100mbit 1gbit 10gbit}; do
       read -r lo hi iters <<< "$(sizes "$rate")"
+      iters=${ITERS:-$iters}
       for layout in 2x2 3x2; do
         file="$out/allreduce-$layout-$rate-run$run.json"
         note "before $(basename "$file")"
