@@ -67,12 +67,13 @@ def collectives(raw: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def noise_floor(rows: list[dict[str, Any]], rate: str) -> tuple[int, int]:
-    """Pairs of runs (every two runs) of the same layout, algorithm and size within 15% of each
-    other."""
+def noise_floor(rows: list[dict[str, Any]], rate: str,
+                between: tuple[str, str] | None = None) -> tuple[int, int]:
+    """Pairs of runs (every two runs, or the two named in ``between``) of the same layout,
+    algorithm and size within 15% of each other."""
     runs: dict[tuple[str, str, int], list[float]] = {}
     for row in rows:
-        if row["rate"] == rate:
+        if row["rate"] == rate and (between is None or row["run"] in between):
             runs.setdefault((row["layout"], row["algorithm"], row["nbytes"]), []).append(
                 row["measured_ms"])
     pairs = [(a, b) for v in runs.values() for i, a in enumerate(v) for b in v[i + 1:]]
@@ -155,6 +156,16 @@ def _print(coll: list[dict[str, Any]], train: list[dict[str, Any]],
         for run in runs:
             held = [r for r in coll if r["rate"] == rate and r["run"] == run and r["held_out"]]
             cells.append(f"{sum(abs(r['error']) <= TOLERANCE for r in held)}/{len(held)}")
+        print(f"| {rate} | " + " | ".join(cells) + " |")
+    print("\nPairs of runs within 15% of each other, by pair of runs:\n")
+    pairs = [(a, b) for i, a in enumerate(runs) for b in runs[i + 1:]]
+    print("| rate | " + " | ".join(f"{a}-{b}" for a, b in pairs) + " |")
+    print("|---|" + "---:|" * len(pairs))
+    for rate in RATES:
+        cells = []
+        for pair in pairs:
+            ok, total = noise_floor(coll, rate, pair)
+            cells.append(f"{ok}/{total}" if total else "-")
         print(f"| {rate} | " + " | ".join(cells) + " |")
     print("\n| file | algorithm (as it ran) | MiB | measured ms | predicted ms | error |")
     print("|---|---|---:|---:|---:|---:|")
