@@ -151,11 +151,13 @@ CASES = (
          HVD_2017 + ": RDMA Horovod, 1,787.4 images/s (13.7x)",
          _weak(_horovod("vgg16", 130.9, 16, "25gbe-roce"))),
     Case("Horovod, ResNet-101, 16 GPUs, TCP", "efficiency", 1685.1 / (16 * 119.4),
-         "the same servers and network through TCP (NCCL's socket transport)",
+         "the same servers and network through TCP (NCCL's socket transport), one GPU at "
+         "119.4 images/s",
          HVD_2017 + ": TCP Horovod, 1,685.1 images/s (14.1x)",
          _weak(_horovod("resnet101", 119.4, 16, "25gbe"))),
     Case("Horovod, VGG-16, 16 GPUs, TCP", "efficiency", 1308.7 / (16 * 130.9),
-         "as above", HVD_2017 + ": TCP Horovod, 1,308.7 images/s (10.0x)",
+         "as above, one GPU at 130.9 images/s",
+         HVD_2017 + ": TCP Horovod, 1,308.7 images/s (10.0x)",
          _weak(_horovod("vgg16", 130.9, 16, "25gbe"))),
     Case("Horovod, ResNet-101, 64 GPUs, 40 GbE TCP", "efficiency", 7741.6 / (64 * 136.0),
          "16 servers x 4 Pascal GPUs (4x16), plain 40 Gbit/s network (TCP), PCIe inside, ring, "
