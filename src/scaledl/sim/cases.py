@@ -114,6 +114,34 @@ def _ddp(model: str, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
     return _same(job)
 
 
+HVD_2017_CLUSTERS = {
+    "25gbe-roce": "4 servers x 4 Pascal GPUs (4x4), 25 Gbit/s RoCE used with RDMA, PCIe inside",
+    "25gbe": "the same 4 servers and network through TCP (NCCL's socket transport)",
+    "40gbe": "16 servers x 4 Pascal GPUs (4x16), plain 40 Gbit/s network (TCP), PCIe inside",
+}
+HVD_2017_RUNS = (  # model, its name, GPUs, network, transport, one GPU and all GPUs (images/s)
+    ("resnet101", "ResNet-101", 16, "25gbe-roce", "RDMA", 119.4, 1746.2),
+    ("vgg16", "VGG-16", 16, "25gbe-roce", "RDMA", 130.9, 1787.4),
+    ("resnet101", "ResNet-101", 16, "25gbe", "TCP", 119.4, 1685.1),
+    ("vgg16", "VGG-16", 16, "25gbe", "TCP", 130.9, 1308.7),
+    ("resnet101", "ResNet-101", 64, "40gbe", "40 GbE TCP", 136.0, 7741.6),
+    ("vgg16", "VGG-16", 64, "40gbe", "40 GbE TCP", 149.6, 6084.2),
+)
+"""The 'allreduce on GPU with NCCL' rows of Horovod's first README (HVD_2017)."""
+
+
+def _hvd_2017(model: str, label: str, gpus: int, network: str, transport: str,
+              single: float, measured: float) -> Case:
+    """One row of Horovod's 2017 tables: efficiency as throughput over GPUs x one GPU's."""
+    return Case(
+        f"Horovod, {label}, {gpus} GPUs, {transport}", "efficiency", measured / (gpus * single),
+        f"{HVD_2017_CLUSTERS[network]}, ring, 64 images/GPU, one GPU at {single} images/s; "
+        "Horovod (5 ms cycle, 64 MiB fusion)",
+        f"{HVD_2017}: {transport.split()[-1]} Horovod, {measured:,.1f} images/s "
+        f"({measured / single:.1f}x)",
+        _weak(_horovod(model, single, gpus, network)))
+
+
 def _dle(device: str, intra: str, batch: int, images_per_s: float
          ) -> Callable[[bool], tuple[Job, Job]]:
     # NVIDIA's ResNet-50 v1.5 recipe: torch DDP over NCCL on one DGX, one process per GPU
@@ -141,33 +169,7 @@ CASES = (
          "as above, one GPU at Horovod's measured 130.9 images/s",
          "horovod/horovod README and docs/benchmarks.rst (512-GPU chart)",
          _weak(_horovod("vgg16", 130.9))),
-    Case("Horovod, ResNet-101, 16 GPUs, RDMA", "efficiency", 1746.2 / (16 * 119.4),
-         "4 servers x 4 Pascal GPUs (4x4), 25 Gbit/s RoCE used with RDMA, PCIe inside, ring, "
-         "64 images/GPU, one GPU at 119.4 images/s; Horovod (5 ms cycle, 64 MiB fusion)",
-         HVD_2017 + ": RDMA Horovod, 1,746.2 images/s (14.6x)",
-         _weak(_horovod("resnet101", 119.4, 16, "25gbe-roce"))),
-    Case("Horovod, VGG-16, 16 GPUs, RDMA", "efficiency", 1787.4 / (16 * 130.9),
-         "as above, one GPU at 130.9 images/s",
-         HVD_2017 + ": RDMA Horovod, 1,787.4 images/s (13.7x)",
-         _weak(_horovod("vgg16", 130.9, 16, "25gbe-roce"))),
-    Case("Horovod, ResNet-101, 16 GPUs, TCP", "efficiency", 1685.1 / (16 * 119.4),
-         "the same servers and network through TCP (NCCL's socket transport), one GPU at "
-         "119.4 images/s",
-         HVD_2017 + ": TCP Horovod, 1,685.1 images/s (14.1x)",
-         _weak(_horovod("resnet101", 119.4, 16, "25gbe"))),
-    Case("Horovod, VGG-16, 16 GPUs, TCP", "efficiency", 1308.7 / (16 * 130.9),
-         "as above, one GPU at 130.9 images/s",
-         HVD_2017 + ": TCP Horovod, 1,308.7 images/s (10.0x)",
-         _weak(_horovod("vgg16", 130.9, 16, "25gbe"))),
-    Case("Horovod, ResNet-101, 64 GPUs, 40 GbE TCP", "efficiency", 7741.6 / (64 * 136.0),
-         "16 servers x 4 Pascal GPUs (4x16), plain 40 Gbit/s network (TCP), PCIe inside, ring, "
-         "64 images/GPU, one GPU at 136.0 images/s; Horovod (5 ms cycle, 64 MiB fusion)",
-         HVD_2017 + ": TCP Horovod, 7,741.6 images/s (56.9x)",
-         _weak(_horovod("resnet101", 136.0, 64, "40gbe"))),
-    Case("Horovod, VGG-16, 64 GPUs, 40 GbE TCP", "efficiency", 6084.2 / (64 * 149.6),
-         "as above, one GPU at 149.6 images/s",
-         HVD_2017 + ": TCP Horovod, 6,084.2 images/s (40.7x)",
-         _weak(_horovod("vgg16", 149.6, 64, "40gbe"))),
+    *(_hvd_2017(*run) for run in HVD_2017_RUNS),
     Case("Goyal et al., ResNet-50, 8 -> 256 P100", "efficiency", 0.90,
          "32 Big Basin servers x 8 P100 on NVLink (8x32), one 50 Gbit/s Ethernet port per "
          "server, 32 images/GPU (8k batch), intra-server reduce, inter-server allreduce, "
