@@ -29,7 +29,7 @@ from typing import Any
 from scaledl.sim.calibrate import load_points, predict
 from scaledl.sim.job import Job
 from scaledl.sim.losses import STACKS
-from scaledl.sim.network import Network
+from scaledl.sim.network import Network, ranks_per_core
 from scaledl.sim.profile_file import load_profile
 
 CORES, MIN_BYTES, TOLERANCE = 2, 1 << 20, 0.15
@@ -56,7 +56,7 @@ def collectives(raw: Path) -> list[dict[str, Any]]:
         for point in load_points([path]):
             if point.nbytes < MIN_BYTES:
                 continue
-            contention = max(1.0, point.topology.world_size / CORES)
+            contention = ranks_per_core(point.topology.world_size, CORES)
             predicted = predict(point, _network(rate), cores=CORES) + CALL * contention
             rows.append({"file": path.name, "layout": layout, "rate": rate, "run": run,
                          "algorithm": point.algorithm, "ran": point.ran,

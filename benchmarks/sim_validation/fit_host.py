@@ -25,6 +25,7 @@ import numpy as np
 
 from analyze import CALIBRATION_FILES, CORES, MIN_BYTES, _network
 from scaledl.sim.calibrate import Point, load_points, predict
+from scaledl.sim.network import ranks_per_core
 from scaledl.sim.presets import CPU_TCP_BETA, CPU_TCP_LINK_BETA
 from scaledl.sim.losses import STACKS
 
@@ -45,7 +46,7 @@ def _predictions(points: list[tuple[str, Point]], theta: np.ndarray) -> np.ndarr
     out = []
     for rate, point in points:
         network = replace(_network(rate), cpu_beta=beta, cpu_beta_link=link_beta)
-        contention = max(1.0, point.topology.world_size / CORES)
+        contention = ranks_per_core(point.topology.world_size, CORES)
         out.append(predict(point, network, cores=CORES) + call * contention)
     return np.array(out)
 

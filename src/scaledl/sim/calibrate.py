@@ -38,7 +38,7 @@ from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.compiled import Compiled
 from scaledl.sim.fastreplay import cost, critical_path, evaluate
-from scaledl.sim.network import CLASS_NAMES, Network
+from scaledl.sim.network import CLASS_NAMES, Network, ranks_per_core
 from scaledl.topology import Topology
 
 __all__ = [
@@ -131,7 +131,7 @@ def on_host(network: Network, point: Point, cores: int | None) -> Network:
     """``network`` with the CPU contention of ``point``'s ranks on ``cores`` cores."""
     if cores is None:
         return network
-    return replace(network, cpu_contention=max(1.0, point.topology.world_size / cores))
+    return replace(network, cpu_contention=ranks_per_core(point.topology.world_size, cores))
 
 
 def predict(point: Point, network: Network, merge_equal: bool = True,

@@ -14,8 +14,8 @@ from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
 from scaledl.sim.iteration import IterationResult, simulate_iteration, timing_of
 from scaledl.sim.losses import IDEAL, Losses, stack
-from scaledl.sim.network import LinkClass, Network
-from scaledl.sim.presets import EMULATED_BURST, Device, build_network, device, link
+from scaledl.sim.network import LinkClass, Network, ranks_per_core
+from scaledl.sim.presets import Device, build_network, burst_bytes, device
 from scaledl.sim.profile import ModelProfile, profile_model
 from scaledl.sim.profile_file import MeasuredProfile, load_profile
 from scaledl.topology import Topology
@@ -161,7 +161,7 @@ class Job:
                 raise ValueError(f"cannot read calibration {self.calibration}: {error}; "
                                  "write one with `scaledl simulate calibrate`") from None
             net = replace(Network.from_cost_model(model), oversubscription=self.oversubscription,
-                          burst_bytes=EMULATED_BURST.get(link(self.network).name, 0.0))
+                          burst_bytes=burst_bytes(self.network))
         else:
             net = build_network(self.network, self.intra or dev.intra, dev.gamma,
                                 self.oversubscription, self.uplink)
@@ -187,7 +187,7 @@ class Job:
         """Ranks per core when ``cores`` is given and the ranks outnumber them, else 1."""
         if self.cores is None or self.ideal:
             return 1.0
-        return max(1.0, world_size / self.cores)
+        return ranks_per_core(world_size, self.cores)
 
     def stretch(self, world_size: int) -> float:
         """How much longer a rank's compute and update take when ``cores`` is given and the

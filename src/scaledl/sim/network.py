@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from scaledl.collectives.cost import CostModel, LinkCost
 
-__all__ = ["LinkClass", "Network", "INTRA", "INTER", "UPLINK", "CLASS_NAMES"]
+__all__ = ["LinkClass", "Network", "INTRA", "INTER", "UPLINK", "CLASS_NAMES", "ranks_per_core"]
 
 INTRA, INTER, UPLINK = 0, 1, 2
 CLASS_NAMES = ("intra-host", "inter-host", "rack uplink")
@@ -167,3 +167,9 @@ class Network:
         return cls(name, intra, inter, uplink, overhead=model.overhead, gamma=model.gamma,
                    chunk_bytes=model.chunk_bytes,
                    native_reduce_scatter_allreduce=model.native_reduce_scatter_allreduce)
+
+
+def ranks_per_core(world_size: int, cores: int) -> float:
+    """``Network.cpu_contention`` of ``world_size`` ranks on ``cores`` cores: ranks per core
+    where they outnumber the cores, else 1."""
+    return max(1.0, world_size / cores)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from scaledl.sim.network import LinkClass, Network
 
-__all__ = ["Device", "DEVICES", "LINKS", "device", "link", "build_network", "DEFAULT_INTRA"]
+__all__ = ["Device", "DEVICES", "LINKS", "device", "link", "build_network", "burst_bytes",
+           "DEFAULT_INTRA"]
 
 CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
@@ -248,6 +249,12 @@ def link(name: str) -> LinkClass:
     return found
 
 
+def burst_bytes(inter: str) -> float:
+    """Payload bytes the inter-host link preset ``inter`` passes at once after idling (its tbf
+    bucket on the emulated cluster); 0 for every real fabric."""
+    return EMULATED_BURST.get(link(inter).name, 0.0)
+
+
 def build_network(
     inter: str, intra: str, gamma: float, oversubscription: float = 1.0,
     uplink: str | None = None,
@@ -258,5 +265,5 @@ def build_network(
     return Network(
         name=f"{inter_link.name} + {intra_link.name}", intra=intra_link, inter=inter_link,
         uplink=link(uplink) if uplink else None, oversubscription=oversubscription,
-        overhead=overhead, gamma=gamma, burst_bytes=EMULATED_BURST.get(inter_link.name, 0.0),
+        overhead=overhead, gamma=gamma, burst_bytes=burst_bytes(inter),
     )
