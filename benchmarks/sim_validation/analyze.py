@@ -13,7 +13,8 @@ results.json beside the raw directory and prints markdown tables:
    per link rate and per run, and how often two runs of a point agree within 15% (every pair of
    runs: the noise floor);
 2. training: `scaledl train` median step time (steps after the first 5) against the prediction
-   from the measured profile for the same model, workers, topology, algorithm and batch;
+   from the measured profile for the same model, workers, topology, algorithm and batch, per
+   repeat of run.sh's train phase (TRAIN_RUN), and each configuration's median error;
 3. profiles: the measured iteration at a batch the profile did not contain against the
    profile's prediction.
 """
@@ -81,39 +82,45 @@ def noise_floor(rows: list[dict[str, Any]], rate: str,
 
 
 def training(raw: Path) -> list[dict[str, Any]]:
+    """One row per configuration and repeat (run.sh's TRAIN_RUN): the repeat's median step
+    against the prediction with that repeat's single-worker step as the update time."""
     rows = []
     for tag, model, algorithm, layout, rate, batch in TRAIN:
-        metrics = raw / f"train-{tag}.metrics.jsonl"
-        if not metrics.is_file():
-            continue
-        steps = [json.loads(line) for line in metrics.read_text().splitlines()]
-        times = [r["step_s"] for r in steps if r.get("kind") == "step"][5:]
-        per_host, hosts = (int(v) for v in layout.split("x"))
-        profile = raw / f"profile-{model}.json"
-        job = Job(model=model, device="cpu", network=rate, intra="loopback",
-                  gpus=per_host * hosts, topology=layout, algorithm=algorithm, batch=batch,
-                  profile_path=profile, cores=CORES,
-                  update_time=_beyond_compute(raw, model, batch, profile))
-        result = job.run()
-        measured = statistics.median(times)
-        rows.append({"run": tag, "steps": len(times), "measured_ms": measured * 1e3,
-                     "measured_p25_ms": statistics.quantiles(times, n=4)[0] * 1e3,
-                     "measured_p75_ms": statistics.quantiles(times, n=4)[2] * 1e3,
-                     "predicted_ms": result.iteration_s * 1e3,
-                     "error": result.iteration_s / measured - 1,
-                     "predicted_compute_ms": result.compute_s * 1e3,
-                     "predicted_comm_busy_ms": result.communication_s * 1e3})
+        for metrics in sorted(raw.glob(f"train-{tag}-run*.metrics.jsonl")):
+            repeat = metrics.name.removesuffix(".metrics.jsonl").rsplit("-run", 1)[1]
+            times = _step_times(metrics)
+            per_host, hosts = (int(v) for v in layout.split("x"))
+            profile = raw / f"profile-{model}.json"
+            single = raw / f"train-single-{model}-run{repeat}.metrics.jsonl"
+            job = Job(model=model, device="cpu", network=rate, intra="loopback",
+                      gpus=per_host * hosts, topology=layout, algorithm=algorithm, batch=batch,
+                      profile_path=profile, cores=CORES,
+                      update_time=_beyond_compute(single, model, batch, profile))
+            result = job.run()
+            measured = statistics.median(times)
+            rows.append({"run": tag, "repeat": int(repeat), "steps": len(times),
+                         "measured_ms": measured * 1e3,
+                         "measured_p25_ms": statistics.quantiles(times, n=4)[0] * 1e3,
+                         "measured_p75_ms": statistics.quantiles(times, n=4)[2] * 1e3,
+                         "predicted_ms": result.iteration_s * 1e3,
+                         "error": result.iteration_s / measured - 1,
+                         "predicted_compute_ms": result.compute_s * 1e3,
+                         "predicted_comm_busy_ms": result.communication_s * 1e3})
     return rows
 
 
-def _beyond_compute(raw: Path, model: str, batch: int, profile: Path) -> float | None:
+def _step_times(metrics: Path) -> list[float]:
+    """A training run's step times, without the first 5 (warm-up)."""
+    steps = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return [r["step_s"] for r in steps if r.get("kind") == "step"][5:]
+
+
+def _beyond_compute(single: Path, model: str, batch: int, profile: Path) -> float | None:
     """What one worker's training step costs beyond the profile's forward and backward (the
     update and the trainer's own bookkeeping), measured by run.sh's single-worker run."""
-    single = raw / f"train-single-{model}.metrics.jsonl"
     if not single.is_file():
         return None
-    steps = [json.loads(line) for line in single.read_text().splitlines()]
-    step = statistics.median([r["step_s"] for r in steps if r.get("kind") == "step"][5:])
+    step = statistics.median(_step_times(single))
     measured = load_profile(profile)
     fwd_bwd = measured.compute_for(Job(model=model, profile_path=profile).profile())
     times = fwd_bwd.layer_times(Job(model=model, profile_path=profile).profile(), batch)
@@ -175,12 +182,19 @@ def _print(coll: list[dict[str, Any]], train: list[dict[str, Any]],
         print(f"| {r['file']}{mark} | {ran} | {r['nbytes'] >> 20} | "
               f"{r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | {r['error']:+.1%} |")
     print("\n## Training steps\n")
-    print("| run | steps | measured median ms (p25-p75) | predicted ms | error |")
-    print("|---|---:|---:|---:|---:|")
+    print("| run | repeat | steps | measured median ms (p25-p75) | predicted ms | error |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in train:
-        print(f"| {r['run']} | {r['steps']} | {r['measured_ms']:.1f} "
+        print(f"| {r['run']} | {r['repeat']} | {r['steps']} | {r['measured_ms']:.1f} "
               f"({r['measured_p25_ms']:.1f}-{r['measured_p75_ms']:.1f}) | "
               f"{r['predicted_ms']:.1f} | {r['error']:+.1%} |")
+    print("\n| run | repeats | median error | errors |")
+    print("|---|---:|---:|---|")
+    for tag, *_ in TRAIN:
+        errors = [r["error"] for r in train if r["run"] == tag]
+        if errors:
+            print(f"| {tag} | {len(errors)} | {statistics.median(errors):+.1%} | "
+                  + ", ".join(f"{e:+.1%}" for e in errors) + " |")
     print("\n## Profiles: a batch the profile did not measure\n")
     print("| model | batch | measured ms | predicted ms | error |")
     print("|---|---:|---:|---:|---:|")

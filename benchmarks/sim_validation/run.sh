@@ -8,7 +8,8 @@
 # distort every timing.  Each emulated-cluster run is short (a few seconds to a minute).
 # RUNS (default "1 2") names the collective runs, RATES (default "100mbit 1gbit 10gbit") the
 # link rates and ITERS the timed iterations per point (default per rate: 3, 5, 10); the host CPU
-# constants were fitted on the 2x2 run 1 files, every other is held out.
+# constants were fitted on the 2x2 run 6 files, every other is held out.  TRAIN_RUN (default 1)
+# numbers the train phase's files: analyze.py reports every repeat and their median.
 # SCALEDL_SRC=DIR/src measures another source tree (e.g. a clean `git archive HEAD src`) while
 # this checkout's working tree is being edited.
 set -euo pipefail
@@ -64,7 +65,7 @@ train_one() {  # train_one TAG RATE LAYOUT MODEL ALGORITHM BATCH SAMPLES DATASET
        --epochs 1 --batch-size "$batch" --algorithm "$algorithm" --topology "$layout" \
        --seed 0 --out "$dir" --no-progress --eval-every 100000 > /dev/null
   note "after train-$tag"
-  cp "$dir/metrics.jsonl" "$out/train-$tag.metrics.jsonl"
+  cp "$dir/metrics.jsonl" "$out/train-$tag-run${TRAIN_RUN:-1}.metrics.jsonl"
   rm -rf "$dir"
 }
 
@@ -76,7 +77,7 @@ train_single() {  # the trainer's own per-step cost: one worker, no communicatio
     --synthetic-size 2048 --epochs 1 --batch-size "$batch" --seed 0 --out "$dir" --no-progress \
     --eval-every 100000 > /dev/null
   note "after train-single-$model"
-  cp "$dir/metrics.jsonl" "$out/train-single-$model.metrics.jsonl"
+  cp "$dir/metrics.jsonl" "$out/train-single-$model-run${TRAIN_RUN:-1}.metrics.jsonl"
   rm -rf "$dir"
 }
 
