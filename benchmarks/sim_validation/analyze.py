@@ -4,7 +4,7 @@
 
 Everything is predicted from presets (link rates, the cpu device's executor costs, the scaledl
 stack's per-call cost) and ranks / cores contention; nothing here is fitted.  The cpu device's
-two host CPU constants and the per-call cost were derived once from the 2x2 run 1 files
+two host CPU constants and the per-call cost were derived once from the 2x2 run 6 files
 (fit_host.py; presets.py CPU_TCP_BETA, losses.py STACKS["scaledl"]); every other file is held
 out.  Writes
 results.json beside the raw directory and prints markdown tables:
@@ -37,7 +37,10 @@ CORES, MIN_BYTES, TOLERANCE = 2, 1 << 20, 0.15
 CALL = STACKS["scaledl"].call_overhead_s
 """The executor's per-call cost (per rank per core), as `scaledl simulate` charges it."""
 RATES, LAYOUTS = ("100mbit", "1gbit", "10gbit"), ("2x2", "3x2")
-CALIBRATION_FILES = {f"allreduce-2x2-{rate}-run1.json" for rate in RATES}
+CALIBRATION_RUN = 6
+"""The run the host constants were fitted to: the first with 40 timed iterations per point (12
+at 100 Mbit/s) at every rate, all in one hour."""
+CALIBRATION_FILES = {f"allreduce-2x2-{rate}-run{CALIBRATION_RUN}.json" for rate in RATES}
 TRAIN = (  # tag, model, algorithm, layout, rate, batch (as run.sh)
     ("mlp-ring-2x2-1gbit", "mlp", "ring", "2x2", "1gbit", 64),
     ("mlp-hierarchical-3x2-100mbit", "mlp", "hierarchical", "3x2", "100mbit", 64),

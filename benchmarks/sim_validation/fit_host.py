@@ -5,7 +5,7 @@ per byte at each end of a transfer inside a host (``CPU_TCP_BETA`` in sim/preset
 per byte across an emulated link (``CPU_TCP_LINK_BETA``), and the scaledl stack's software cost
 per collective call (``STACKS["scaledl"]`` in sim/losses.py).  This script fits all three at once,
 least squares on relative errors, to the points of the calibration files only (analyze.py's
-``CALIBRATION_FILES``: the 2x2 run 1 files at every rate, messages >= 1 MiB) by Gauss-Newton
+``CALIBRATION_FILES``: the 2x2 run 6 files at every rate, messages >= 1 MiB) by Gauss-Newton
 with finite differences, and prints them with the fit's residual.  Paste the values into the two
 source files, then run analyze.py: every other file stays held out.
 

@@ -21,16 +21,19 @@ CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
 (benchmarks/sim_validation/raw/profile-resnet20.json, load average 2.5-2.7 from other users:
 the jitter is this shared machine's, not an idle one's)."""
-CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.237e-9, 0.737e-9
+CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.207e-9, 0.485e-9
 """Host CPU seconds per byte of a transfer by scaledl's executor over Gloo on this VM: at each
 end (loopback's copies), and extra at the sender per flow leaving its host in the same round
 across an emulated link (veth, bridge, tbf in the sending context).  Fitted once, with the
-scaledl stack's per-call cost, to the 2x2 run 1 files of benchmarks/sim_validation/raw (all three
-link rates, messages >= 1 MiB, with the link presets and the ranks sharing 2 cores; least
-squares on relative errors, benchmarks/sim_validation/fit_host.py: the free fit and the one with
-loopback held agree); every other file validates them.  A raw TCP stream costs 0.21 ns/B on
-loopback and 0.40 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py): loopback
-agrees, and one flow across the emulated link costs 0.24 + 0.74 = 0.97 ns/B at its sender."""
+scaledl stack's per-call cost, to the 2x2 run 6 files of benchmarks/sim_validation/raw (all three
+link rates measured within one hour at 40 timed iterations per point, 12 at 100 Mbit/s; messages
+>= 1 MiB, with the link presets and the ranks sharing 2 cores; least squares on relative errors,
+benchmarks/sim_validation/fit_host.py: the free fit and the one with loopback held agree);
+every other file validates them.  A raw TCP stream costs 0.16-0.23 ns/B on loopback and
+0.40-0.64 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py): loopback agrees,
+and one flow across the emulated link costs 0.21 + 0.49 = 0.69 ns/B at its sender.  The first
+fit (run 1, 10 iterations per point, a day earlier) gave 0.237 and 0.737: this VM's CPU cost per
+byte drifts by more than 15% between sessions (docs/simulation.md, "Validation here")."""
 CPU_TIMESHARE = 0.17
 """Compute lost to time-sharing when ranks outnumber cores: a step takes its fair share
 ``ranks / cores`` times ``1 + CPU_TIMESHARE * (1 - cores / ranks)``.  Measured on this VM by
