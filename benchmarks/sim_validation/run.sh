@@ -2,7 +2,7 @@
 # Measurements that validate `scaledl simulate` on the emulated cluster (docs/simulation.md,
 # "Validation on the emulated cluster").  Root, repository root, venv active:
 #   bash benchmarks/sim_validation/run.sh [collectives] [profile] [train] [tcp] [timeshare]
-#   (default: all)
+#                                         [tcp_timeshare]   (default: all)
 # Raw JSON goes to $OUT (default benchmarks/sim_validation/raw); load.txt records the load
 # average before and after every run, because other users' processes on the same cores
 # distort every timing.  Each emulated-cluster run is short (a few seconds to a minute).
@@ -17,7 +17,7 @@ out=${OUT:-benchmarks/sim_validation/raw}
 mkdir -p "$out"
 if [ -n "${SCALEDL_SRC:-}" ]; then export PYTHONPATH="$SCALEDL_SRC${PYTHONPATH:+:$PYTHONPATH}"; fi
 echo "$(date -u +%FT%TZ) start: phases '${*:-all}', commit $(git rev-parse --short HEAD), source ${SCALEDL_SRC:-working tree}, $(nproc) cores" >> "$out/load.txt"
-phases=${*:-collectives profile train tcp timeshare}
+phases=${*:-collectives profile train tcp timeshare tcp_timeshare}
 note() { echo "$(date -u +%FT%TZ) $1: load average $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"; }
 clusters=()
 teardown() { for c in "${clusters[@]}"; do scaledl cluster down "$c" >/dev/null 2>&1 || true; done; }
@@ -126,6 +126,14 @@ timeshare() {  # compute lost when ranks time-share the cores (presets.py CPU_TI
   for _ in 1 2 3; do python benchmarks/sim_validation/timeshare.py --ranks 4,6; done \
     >> "$out/timeshare.jsonl"
   note "after timeshare"
+}
+
+tcp_timeshare() {  # TCP's cost per byte when ranks time-share the cores (CPU_TCP_TIMESHARE)
+  note "before tcp_timeshare"
+  python benchmarks/sim_validation/tcp_timeshare.py measure --ranks 2,3,4,5,6 --repeats 3 \
+    --out "$out"
+  python benchmarks/sim_validation/tcp_timeshare.py fit "$out"
+  note "after tcp_timeshare"
 }
 
 for phase in $phases; do "$phase"; done

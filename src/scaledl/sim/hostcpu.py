@@ -38,9 +38,11 @@ def tcp_work(compiled: Compiled, network: Network, off_host: Arr, host_share: Ar
     work = np.zeros(compiled.nodes, dtype=np.float64)
     if network.cpu_beta == 0 and network.cpu_beta_link == 0:
         return work
-    extra = np.where(off_host, network.cpu_beta_link * host_share, 0.0)
-    np.add.at(work, compiled.send_node, compiled.send_bytes * (network.cpu_beta + extra))
-    np.add.at(work, compiled.recv_node, compiled.recv_bytes * network.cpu_beta)
+    scale = network.tcp_scale()
+    beta = network.cpu_beta * scale
+    extra = np.where(off_host, network.cpu_beta_link * scale * host_share, 0.0)
+    np.add.at(work, compiled.send_node, compiled.send_bytes * (beta + extra))
+    np.add.at(work, compiled.recv_node, compiled.recv_bytes * beta)
     return work
 
 
@@ -106,5 +108,5 @@ def stage_seconds(stage: Stage, itemsize: int, model: CostModel, network: Networ
         return seconds
     moved = native_stage_bytes(stage, itemsize, model.native_reduce_scatter_allreduce)
     link = network.cpu_beta_link * sharers if stage.level > 0 else 0.0
-    cpu = moved * (2 * network.cpu_beta + link)
+    cpu = moved * (2 * network.cpu_beta + link) * network.tcp_scale()
     return max(seconds, cpu * network.cpu_contention)

@@ -174,7 +174,8 @@ class Job:
         net = replace(net, inter=inter, intra=intra, uplink=uplink, burst_bytes=burst,
                       native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(dev.backend))
         if not self.ideal:
-            net = replace(net, cpu_beta=dev.tcp_beta, cpu_beta_link=dev.tcp_link_beta)
+            net = replace(net, cpu_beta=dev.tcp_beta, cpu_beta_link=dev.tcp_link_beta,
+                          cpu_timeshare=dev.tcp_timeshare)
         return net
 
     def measured(self) -> MeasuredProfile | None:

@@ -38,6 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from scaledl.collectives.cost import CostModel, LinkCost
 
 __all__ = ["LinkClass", "Network", "INTRA", "INTER", "UPLINK", "CLASS_NAMES", "ranks_per_core"]
@@ -106,6 +108,13 @@ class Network:
     """Ranks per CPU core when the ranks outnumber the cores (the emulated cluster: every host
     on one machine): the ranks' CPU work (transfers and reductions) of one round shares
     ``ranks / cpu_contention`` cores (equal works take this much longer)."""
+    cpu_timeshare: tuple[tuple[float, float], ...] = ()
+    """What time-sharing the cores adds to TCP's CPU cost per byte: ``(ranks per core,
+    multiplier)`` points, sorted, piecewise linear between them, 1 at one rank per core and the
+    last point's multiplier beyond it (:meth:`tcp_scale`); empty: nothing.  Waking a rank whose
+    peer's bytes arrived, and streaming between two ranks that take turns on one core rather
+    than run at once, cost CPU that a core per rank does not.  The cpu device's points are
+    measured (``presets.CPU_TCP_TIMESHARE``)."""
     native_reduce_scatter_allreduce: bool = False
     """The backend's own reduce_scatter is a whole allreduce (Gloo); False: NCCL's own."""
     burst_bytes: float = 0.0
@@ -129,6 +138,16 @@ class Network:
             raise ValueError(f"burst {self.burst_bytes} bytes must be finite and >= 0")
         if self.chunk_bytes < 1:
             raise ValueError(f"chunk_bytes {self.chunk_bytes} must be >= 1")
+        _check_timeshare(self.cpu_timeshare)
+
+    def tcp_scale(self) -> float:
+        """The multiplier of ``cpu_beta`` and ``cpu_beta_link`` at ``cpu_contention`` ranks per
+        core, from ``cpu_timeshare``."""
+        if not self.cpu_timeshare or self.cpu_contention <= 1.0:
+            return 1.0
+        xs = [1.0] + [c for c, _ in self.cpu_timeshare]
+        ys = [1.0] + [m for _, m in self.cpu_timeshare]
+        return float(np.interp(self.cpu_contention, xs, ys))
 
     @property
     def classes(self) -> tuple[LinkClass, LinkClass, LinkClass]:
@@ -167,6 +186,19 @@ class Network:
         return cls(name, intra, inter, uplink, overhead=model.overhead, gamma=model.gamma,
                    chunk_bytes=model.chunk_bytes,
                    native_reduce_scatter_allreduce=model.native_reduce_scatter_allreduce)
+
+
+def _check_timeshare(points: tuple[tuple[float, float], ...]) -> None:
+    previous = 1.0
+    for contention, multiplier in points:
+        if not (math.isfinite(contention) and contention > previous):
+            raise ValueError(f"CPU time-sharing point at {contention} ranks per core must be "
+                             f"finite, above 1 and above the point before it")
+        if not (math.isfinite(multiplier) and multiplier >= 1):
+            raise ValueError(f"CPU time-sharing multiplier {multiplier} at {contention} ranks "
+                             f"per core must be finite and >= 1 (sharing cores never makes "
+                             f"TCP cheaper)")
+        previous = contention
 
 
 def ranks_per_core(world_size: int, cores: int) -> float:

@@ -21,19 +21,27 @@ CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
 (benchmarks/sim_validation/raw/profile-resnet20.json, load average 2.5-2.7 from other users:
 the jitter is this shared machine's, not an idle one's)."""
-CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.207e-9, 0.485e-9
+CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.199e-9, 0.468e-9
 """Host CPU seconds per byte of a transfer by scaledl's executor over Gloo on this VM: at each
 end (loopback's copies), and extra at the sender per flow leaving its host in the same round
 across an emulated link (veth, bridge, tbf in the sending context).  Fitted once, with the
 scaledl stack's per-call cost, to the 2x2 run 6 files of benchmarks/sim_validation/raw (all three
 link rates measured within one hour at 40 timed iterations per point, 12 at 100 Mbit/s; messages
->= 1 MiB, with the link presets and the ranks sharing 2 cores; least squares on relative errors,
-benchmarks/sim_validation/fit_host.py: the free fit and the one with loopback held agree);
-every other file validates them.  A raw TCP stream costs 0.16-0.23 ns/B on loopback and
-0.40-0.64 across an unshaped veth (benchmarks/sim_validation/tcp_stream.py): loopback agrees,
-and one flow across the emulated link costs 0.21 + 0.49 = 0.69 ns/B at its sender.  The first
+>= 1 MiB, with the link presets, the ranks sharing 2 cores and ``CPU_TCP_TIMESHARE``; least
+squares on relative errors, benchmarks/sim_validation/fit_host.py); every other file validates
+them.  A raw TCP stream costs 0.16-0.23 ns/B on loopback and 0.40-0.64 across an unshaped veth
+(benchmarks/sim_validation/tcp_stream.py): loopback agrees, and one flow across the emulated
+link costs (0.20 + 0.47) x 1.04 = 0.69 ns/B at its sender on 2x2.  The first
 fit (run 1, 10 iterations per point, a day earlier) gave 0.237 and 0.737: this VM's CPU cost per
 byte drifts by more than 15% between sessions (docs/simulation.md, "Validation here")."""
+CPU_TCP_TIMESHARE = ((1.5, 1.0), (2.0, 1.037), (2.5, 1.074), (3.0, 1.286))
+"""TCP's CPU cost per byte with ranks sharing cores, over its cost with a core per rank, at 1.5,
+2, 2.5 and 3 ranks per core.  Measured on this VM by benchmarks/sim_validation/tcp_timeshare.py
+(scaledl's ring allreduce among 2-6 ranks of one host, 1-32 MiB, every byte through loopback,
+three repeats; the loopback cost whose replay matches each rank count: 0.240, 0.214, 0.249,
+0.258 and 0.309 ns/B; raw/tcp-timeshare-*.json), none of it from the emulated cluster.  Three
+ranks measured 0.89 of two: the replay overprices an odd ring on two cores, and a time-sharing
+cost is never below 1, so that point is 1."""
 CPU_TIMESHARE = 0.17
 """Compute lost to time-sharing when ranks outnumber cores: a step takes its fair share
 ``ranks / cores`` times ``1 + CPU_TIMESHARE * (1 - cores / ranks)``.  Measured on this VM by
@@ -71,6 +79,9 @@ class Device:
     """CPU seconds per byte a rank spends at each end of a TCP transfer (0: RDMA, no CPU)."""
     tcp_link_beta: float = 0.0
     """Extra CPU seconds per byte at the sending end when the transfer crosses hosts."""
+    tcp_timeshare: tuple[tuple[float, float], ...] = ()
+    """``(ranks per core, multiplier)`` of the TCP costs when ranks outnumber ``--cores``
+    (``Network.cpu_timeshare``)."""
     timeshare: float = 0.0
     """Fraction of compute lost per unit of the time a rank waits for a core when ranks
     outnumber ``--cores`` (cold caches after another rank's slice); see ``Job.stretch``."""
@@ -181,7 +192,8 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            "interference, jitter and TCP cost measured by `scaledl simulate profile`",
            compute_efficiency=0.5, fill_threads=2 * 8, launch_s=10e-6,
            interference=CPU_INTERFERENCE, jitter_cv=CPU_JITTER, tcp_beta=CPU_TCP_BETA,
-           tcp_link_beta=CPU_TCP_LINK_BETA, timeshare=CPU_TIMESHARE, backend="gloo"),
+           tcp_link_beta=CPU_TCP_LINK_BETA, tcp_timeshare=CPU_TCP_TIMESHARE,
+           timeshare=CPU_TIMESHARE, backend="gloo"),
 )}
 
 TCP_PAYLOAD = 1448 / 1514

@@ -1,0 +1,108 @@
+"""What time-sharing the cores costs TCP: scaledl's ring allreduce among N ranks of one host (no
+emulated link, every byte through loopback) on a machine of C cores, for N = C .. 3C.
+
+    python benchmarks/sim_validation/tcp_timeshare.py measure [--ranks 2,3,4,5,6] [--repeats 3]
+                                                              [--out raw-dir]
+    python benchmarks/sim_validation/tcp_timeshare.py fit [raw-dir]
+
+``measure`` runs ``scaledl bench collectives --ranks N --algorithms ring`` (one thread per rank,
+as ``scaledl cluster`` and torchrun set) from 1 to 32 MiB, 40 timed iterations per size, and
+writes ``raw/tcp-timeshare-N-runK.json``.  ``fit`` replays every file with the cpu device's
+presets and the ranks sharing the cores, and for each N finds the loopback cost per byte
+(``CPU_TCP_BETA``) that makes the replay match (least squares on relative errors over the
+sizes and repeats); it prints that cost over the one at N = C (a core per rank), the multiplier
+``CPU_TCP_TIMESHARE`` holds per ranks per core (sim/presets.py).  Nothing of the emulated
+cluster's validation points enters it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from scaledl.sim.calibrate import Point, load_points, predict
+from scaledl.sim.job import Job
+from scaledl.sim.losses import STACKS
+from scaledl.sim.network import Network, ranks_per_core
+
+RAW = Path(__file__).parent / "raw"
+CORES = os.cpu_count() or 1
+
+
+def measure(ranks: list[int], repeats: int, raw: Path = RAW) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for run in range(1, repeats + 1):
+        for n in ranks:
+            out = raw / f"tcp-timeshare-{n}-run{run}.json"
+            subprocess.run(["scaledl", "bench", "collectives", "--ranks", str(n),
+                            "--algorithms", "ring", "--min-bytes", "1M", "--max-bytes", "32M",
+                            "--step-factor", "2", "--warmup", "3", "--iters", "40",
+                            "--p2p-bytes", "1M", "--timeout", "300", "--json", str(out)],
+                           check=True, env=env, stdout=subprocess.DEVNULL)
+            print(f"wrote {out}", flush=True)
+
+
+def _errors(points: list[Point], network: Network, beta: float) -> np.ndarray:
+    call = STACKS["scaledl"].call_overhead_s
+    out = []
+    for point in points:
+        contention = ranks_per_core(point.topology.world_size, CORES)
+        predicted = predict(point, replace(network, cpu_beta=beta, cpu_timeshare=()),
+                            cores=CORES) + call * contention
+        out.append(predicted / point.measured_s - 1)
+    return np.array(out)
+
+
+def fitted_beta(points: list[Point], network: Network) -> float:
+    """The loopback cost per byte whose replay matches ``points`` best (rms relative error),
+    by golden-section search between 0.05 and 2 ns/B."""
+    lo, hi = 0.05e-9, 2e-9
+    ratio = (5 ** 0.5 - 1) / 2
+    for _ in range(40):
+        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if np.mean(_errors(points, network, a) ** 2) < np.mean(_errors(points, network, b) ** 2):
+            hi = b
+        else:
+            lo = a
+    return (lo + hi) / 2
+
+
+def fit(raw: Path = RAW) -> None:
+    network = Job(device="cpu", network="10gbit", intra="loopback").network_value()
+    by_ranks: dict[int, list[Point]] = {}
+    for path in sorted(raw.glob("tcp-timeshare-*-run*.json")):
+        ranks = int(path.stem.split("-")[2])
+        by_ranks.setdefault(ranks, []).extend(load_points([path]))
+    betas = {n: fitted_beta(points, network) for n, points in sorted(by_ranks.items())}
+    base = betas.get(CORES)
+    for n, beta in betas.items():
+        errors = _errors(by_ranks[n], network, beta)
+        relative = f"{beta / base:.3f}" if base else "-"
+        print(f"ranks {n} ({ranks_per_core(n, CORES):.1f} per core): {beta * 1e9:.3f} ns/B, "
+              f"x{relative} of a core per rank; {len(errors)} points, median |error| "
+              f"{statistics.median(abs(errors)):.1%}")
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["measure"]:
+        ranks = [int(k) for k in _option(args, "--ranks", "2,3,4,5,6").split(",")]
+        measure(ranks, int(_option(args, "--repeats", "3")), Path(_option(args, "--out", str(RAW))))
+    elif args[:1] == ["fit"]:
+        fit(Path(args[1]) if len(args) > 1 else RAW)
+    else:
+        sys.exit(__doc__)
+
+
+def _option(args: list[str], name: str, default: str) -> str:
+    return args[args.index(name) + 1] if name in args else default
+
+
+if __name__ == "__main__":
+    main()
