@@ -11,8 +11,9 @@ source files, then run analyze.py: every other file stays held out.
 
     python benchmarks/sim_validation/fit_host.py [raw-dir] [--keep-loopback]
 
-``--keep-loopback`` keeps ``CPU_TCP_BETA`` at its preset (a raw TCP stream on loopback measures
-it independently: tcp_stream.py) and fits the other two.
+``--keep-loopback`` keeps ``CPU_TCP_BETA`` at its preset (scaledl's ring between two ranks of one
+host measures it independently: tcp_timeshare.py) and fits the other two; the presets hold that
+fit.
 """
 
 from __future__ import annotations
