@@ -104,8 +104,8 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
     Stack("mpi", 20e-6, 0.0, None,
           "Caffe over CUDA-aware MPI (S-Caffe on MVAPICH2-GDR): an MPI call on GPU buffers, "
           "assumed 20 us of software per call (pointer checks, CUDA stream sync)"),
-    Stack("scaledl", 1.446e-3, 0.0, None,
-          "scaledl's executor over Gloo on this project's 2-core VM: 1.45 ms per call and per "
+    Stack("scaledl", 1.444e-3, 0.0, None,
+          "scaledl's executor over Gloo on this project's 2-core VM: 1.44 ms per call and per "
           "rank per core (thread hand-offs, Python, waiting for a core), fitted with the cpu "
           "device's TCP costs to the 2x2 run 6 files of benchmarks/sim_validation/raw "
           "(presets.py, CPU_TCP_BETA)"),

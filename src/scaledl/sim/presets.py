@@ -21,7 +21,7 @@ CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
 (benchmarks/sim_validation/raw/profile-resnet20.json, load average 2.5-2.7 from other users:
 the jitter is this shared machine's, not an idle one's)."""
-CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.240e-9, 0.409e-9
+CPU_TCP_BETA, CPU_TCP_LINK_BETA = 0.243e-9, 0.408e-9
 """Host CPU seconds per byte of a transfer by scaledl's executor over Gloo on this VM: at each
 end (loopback's copies), and extra at the sender per flow leaving its host in the same round
 across an emulated link (veth, bridge, tbf in the sending context).  The first is measured:
@@ -31,17 +31,17 @@ second was fitted once, with the scaledl stack's per-call cost, to the 2x2 run 6
 benchmarks/sim_validation/raw (all three link rates within one hour at 40 timed iterations per
 point, 12 at 100 Mbit/s; messages >= 1 MiB, with the link presets, the ranks sharing 2 cores
 and ``CPU_TCP_TIMESHARE``; least squares on relative errors, fit_host.py --keep-loopback);
-every other file validates them.  One flow across the emulated link costs (0.24 + 0.41) x 1.04
+every other file validates them.  One flow across the emulated link costs (0.24 + 0.41) x 1.03
 = 0.67 ns/B at its sender on 2x2 (a raw stream across an unshaped veth: 0.40-0.64).  The first
 fit (run 1, 10 iterations per point, a day earlier, all three free) gave 0.237 and 0.737: this
 VM's CPU cost per byte drifts by more than 15% between sessions (docs/simulation.md,
 "Validation here")."""
-CPU_TCP_TIMESHARE = ((1.5, 1.0), (2.0, 1.037), (2.5, 1.074), (3.0, 1.286))
+CPU_TCP_TIMESHARE = ((1.5, 1.0), (2.0, 1.033), (2.5, 1.069), (3.0, 1.277))
 """TCP's CPU cost per byte with ranks sharing cores, over its cost with a core per rank, at 1.5,
 2, 2.5 and 3 ranks per core.  Measured on this VM by benchmarks/sim_validation/tcp_timeshare.py
 (scaledl's ring allreduce among 2-6 ranks of one host, 1-32 MiB, every byte through loopback,
-three repeats; the loopback cost whose replay matches each rank count: 0.240, 0.214, 0.249,
-0.258 and 0.309 ns/B; raw/tcp-timeshare-*.json), none of it from the emulated cluster.  Three
+three repeats; the loopback cost whose replay matches each rank count: 0.243, 0.216, 0.251,
+0.259 and 0.310 ns/B; raw/tcp-timeshare-*.json), none of it from the emulated cluster.  Three
 ranks measured 0.89 of two: the replay overprices an odd ring on two cores, and a time-sharing
 cost is never below 1, so that point is 1."""
 CPU_TIMESHARE = 0.17
