@@ -17,10 +17,10 @@ cluster's validation points enters it.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,18 +90,19 @@ def fit(raw: Path = RAW) -> None:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    if args[:1] == ["measure"]:
-        ranks = [int(k) for k in _option(args, "--ranks", "2,3,4,5,6").split(",")]
-        measure(ranks, int(_option(args, "--repeats", "3")), Path(_option(args, "--out", str(RAW))))
-    elif args[:1] == ["fit"]:
-        fit(Path(args[1]) if len(args) > 1 else RAW)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("measure", help="time the ring on this host")
+    run.add_argument("--ranks", default="2,3,4,5,6", help="comma list of rank counts")
+    run.add_argument("--repeats", type=int, default=3)
+    run.add_argument("--out", type=Path, default=RAW, help="raw directory")
+    replay = commands.add_parser("fit", help="the multiplier per ranks per core")
+    replay.add_argument("raw", type=Path, nargs="?", default=RAW)
+    args = parser.parse_args()
+    if args.command == "measure":
+        measure([int(k) for k in args.ranks.split(",")], args.repeats, args.out)
     else:
-        sys.exit(__doc__)
-
-
-def _option(args: list[str], name: str, default: str) -> str:
-    return args[args.index(name) + 1] if name in args else default
+        fit(args.raw)
 
 
 if __name__ == "__main__":
