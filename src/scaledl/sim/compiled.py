@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from scaledl.collectives.registry import lookup, parse_algorithm
-from scaledl.collectives.schedule import Action, Collective, Schedule, ScheduleError, Stage
+from scaledl.collectives.schedule import (Action, Collective, Path, Schedule, ScheduleError,
+                                          Stage)
 from scaledl.topology import Topology
 
 __all__ = ["Compiled", "compile_schedules", "compile_table", "schedule_rows", "schedules_for"]
@@ -55,6 +56,17 @@ class Compiled:
     """The stage of every stage node: it starts when all its members reached it."""
     itemsize: int = 4
     """Bytes per element of the stages' slices."""
+
+    @property
+    def shared_memory_only(self) -> bool:
+        """True when no byte goes through the backend: every send is a stage's marker and every
+        stage runs on shared memory (a single-host ``shm`` call)."""
+        if self.send_virtual is None:
+            moves = bool(np.any(self.send_bytes > 0))
+        else:
+            moves = bool(np.any((self.send_bytes > 0) & ~self.send_virtual.astype(bool)))
+        stages = self.stages.values() if self.stages else ()
+        return not moves and all(stage.path == Path.SHM for stage in stages)
 
     @property
     def send_rank(self) -> Int:

@@ -7,7 +7,8 @@ measured profile, never fitted to a scaling result:
 - **Per-call software overhead** (:attr:`Stack.call_overhead_s`): every collective call pays the
   framework's dispatch and the library's launch once, however small the message, so a strategy
   that issues one collective per layer pays it per layer (host CPU work: stretched by the
-  network's CPU contention where ranks outnumber cores); and per gradient tensor
+  network's CPU contention where ranks outnumber cores; a call on shared memory alone pays
+  only its stages, :func:`scaledl.sim.overlap.call_time`); and per gradient tensor
   (:attr:`Stack.tensor_overhead_s`) the wrapper's hook and bucket copy, on the backward pass.
 - **Interference** (:attr:`Losses.interference`, ``kappa``): while a collective runs, compute on
   the same device runs at ``1 / (1 + kappa)`` of its speed (NCCL kernels take SMs and memory
