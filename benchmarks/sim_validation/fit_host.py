@@ -5,8 +5,8 @@ per byte at each end of a transfer inside a host (``CPU_TCP_BETA`` in sim/preset
 per byte across an emulated link (``CPU_TCP_LINK_BETA``), and the scaledl stack's software cost
 per collective call (``STACKS["scaledl"]`` in sim/losses.py).  This script fits all three at once,
 least squares on relative errors, to the points of the calibration files only (analyze.py's
-``CALIBRATION_FILES``: the 2x2 run 6 files at every rate, messages >= 1 MiB) by Gauss-Newton
-with finite differences, and prints them with the fit's residual.  Paste the values into the two
+``CALIBRATION_FILES``: the 2x2 run 6 files at every rate, messages >= 1 MiB) with scipy's
+``least_squares``, and prints them with the fit's residual.  Paste the values into the two
 source files, then run analyze.py: every other file stays held out.
 
     python benchmarks/sim_validation/fit_host.py [raw-dir] [--keep-loopback]
@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from analyze import CALIBRATION_FILES, CORES, MIN_BYTES, _network
 from scaledl.sim.calibrate import Point, load_points, predict
@@ -52,26 +53,22 @@ def _predictions(points: list[tuple[str, Point]], theta: np.ndarray) -> np.ndarr
     return np.array(out)
 
 
-def fit(points: list[tuple[str, Point]], start: np.ndarray, rounds: int = 12,
+def fit(points: list[tuple[str, Point]], start: np.ndarray,
         free: tuple[int, ...] = (0, 1, 2)) -> np.ndarray:
-    """Gauss-Newton on the relative residuals of the ``free`` parameters (the others stay at
-    ``start``), parameters kept >= 0."""
+    """Least squares on the relative residuals of the ``free`` parameters (the others stay at
+    ``start``), parameters kept >= 0 (scipy's trust-region reflective solver)."""
     measured = np.array([p.measured_s for _, p in points])
+    chosen = list(free)
+
+    def residuals(values: np.ndarray) -> np.ndarray:
+        theta = start.astype(float)
+        theta[chosen] = values
+        return _predictions(points, theta) / measured - 1
+
+    solved = least_squares(residuals, start[chosen].astype(float), bounds=(0.0, np.inf),
+                           diff_step=1e-2, xtol=1e-6)
     theta = start.astype(float)
-    for _ in range(rounds):
-        base = _predictions(points, theta) / measured - 1
-        jacobian = np.empty((len(points), len(free)))
-        for column, k in enumerate(free):
-            step = np.zeros(3)
-            step[k] = max(1e-3, 0.01 * theta[k])
-            jacobian[:, column] = (_predictions(points, theta + step) / measured - 1
-                                   - base) / step[k]
-        solved, *_ = np.linalg.lstsq(jacobian, -base, rcond=None)
-        delta = np.zeros(3)
-        delta[list(free)] = solved
-        theta = np.maximum(theta + delta, 0.0)
-        if np.all(np.abs(delta) < 1e-4 * np.maximum(theta, 1e-3)):
-            break
+    theta[chosen] = solved.x
     return theta
 
 

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 
 from scaledl.sim.calibrate import Point, load_points, predict
 from scaledl.sim.job import Job
@@ -61,16 +62,10 @@ def _errors(points: list[Point], network: Network, beta: float) -> np.ndarray:
 
 def fitted_beta(points: list[Point], network: Network) -> float:
     """The loopback cost per byte whose replay matches ``points`` best (rms relative error),
-    by golden-section search between 0.05 and 2 ns/B."""
-    lo, hi = 0.05e-9, 2e-9
-    ratio = (5 ** 0.5 - 1) / 2
-    for _ in range(40):
-        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-        if np.mean(_errors(points, network, a) ** 2) < np.mean(_errors(points, network, b) ** 2):
-            hi = b
-        else:
-            lo = a
-    return (lo + hi) / 2
+    between 0.05 and 2 ns/B (searched in ns/B so the tolerance is meaningful)."""
+    best = minimize_scalar(lambda ns: float(np.mean(_errors(points, network, ns * 1e-9) ** 2)),
+                           bounds=(0.05, 2.0), method="bounded", options={"xatol": 1e-5})
+    return float(best.x) * 1e-9
 
 
 def fit(raw: Path = RAW) -> None:
