@@ -27,10 +27,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scaledl.sim.calibrate import load_points, predict
+from scaledl.sim.calibrate import Point, load_points, predict
 from scaledl.sim.job import Job
 from scaledl.sim.losses import STACKS
 from scaledl.sim.network import Network, ranks_per_core
+from scaledl.sim.overlap import call_software
 from scaledl.sim.profile_file import load_profile
 
 CORES, MIN_BYTES, TOLERANCE = 2, 1 << 20, 0.15
@@ -53,6 +54,14 @@ def _network(rate: str) -> Network:
     return Job(device="cpu", network=rate, intra="loopback").network_value()
 
 
+def predicted_s(point: Point, network: Network, call: float = CALL, cores: int = CORES) -> float:
+    """What `scaledl simulate` predicts for ``point`` on ``network`` with its ranks sharing
+    ``cores`` cores: the replayed schedule and the stack's per-call software."""
+    contention = ranks_per_core(point.topology.world_size, cores)
+    return (predict(point, network, cores=cores)
+            + call_software(point.compiled, call, contention))
+
+
 def collectives(raw: Path) -> list[dict[str, Any]]:
     rows = []
     for path in sorted(raw.glob("allreduce-*-run*.json")):
@@ -60,8 +69,7 @@ def collectives(raw: Path) -> list[dict[str, Any]]:
         for point in load_points([path]):
             if point.nbytes < MIN_BYTES:
                 continue
-            contention = ranks_per_core(point.topology.world_size, CORES)
-            predicted = predict(point, _network(rate), cores=CORES) + CALL * contention
+            predicted = predicted_s(point, _network(rate))
             rows.append({"file": path.name, "layout": layout, "rate": rate, "run": run,
                          "algorithm": point.algorithm, "ran": point.ran,
                          "nbytes": point.nbytes,

@@ -25,9 +25,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from analyze import CALIBRATION_FILES, CORES, MIN_BYTES, _network
-from scaledl.sim.calibrate import Point, load_points, predict
-from scaledl.sim.network import ranks_per_core
+from analyze import CALIBRATION_FILES, MIN_BYTES, _network, predicted_s
+from scaledl.sim.calibrate import Point, load_points
 from scaledl.sim.presets import CPU_TCP_BETA, CPU_TCP_LINK_BETA
 from scaledl.sim.losses import STACKS
 
@@ -48,8 +47,7 @@ def _predictions(points: list[tuple[str, Point]], theta: np.ndarray) -> np.ndarr
     out = []
     for rate, point in points:
         network = replace(_network(rate), cpu_beta=beta, cpu_beta_link=link_beta)
-        contention = ranks_per_core(point.topology.world_size, CORES)
-        out.append(predict(point, network, cores=CORES) + call * contention)
+        out.append(predicted_s(point, network, call))
     return np.array(out)
 
 

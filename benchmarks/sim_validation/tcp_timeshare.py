@@ -27,9 +27,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from scaledl.sim.calibrate import Point, load_points, predict
-from scaledl.sim.job import Job
-from scaledl.sim.losses import STACKS
+from analyze import _network, predicted_s
+from scaledl.sim.calibrate import Point, load_points
 from scaledl.sim.network import Network, ranks_per_core
 
 RAW = Path(__file__).parent / "raw"
@@ -50,14 +49,9 @@ def measure(ranks: list[int], repeats: int, raw: Path = RAW) -> None:
 
 
 def _errors(points: list[Point], network: Network, beta: float) -> np.ndarray:
-    call = STACKS["scaledl"].call_overhead_s
-    out = []
-    for point in points:
-        contention = ranks_per_core(point.topology.world_size, CORES)
-        predicted = predict(point, replace(network, cpu_beta=beta, cpu_timeshare=()),
-                            cores=CORES) + call * contention
-        out.append(predicted / point.measured_s - 1)
-    return np.array(out)
+    bare = replace(network, cpu_beta=beta, cpu_timeshare=())
+    return np.array([predicted_s(point, bare, cores=CORES) / point.measured_s - 1
+                     for point in points])
 
 
 def fitted_beta(points: list[Point], network: Network) -> float:
@@ -69,7 +63,7 @@ def fitted_beta(points: list[Point], network: Network) -> float:
 
 
 def fit(raw: Path = RAW) -> None:
-    network = Job(device="cpu", network="10gbit", intra="loopback").network_value()
+    network = _network("10gbit")
     by_ranks: dict[int, list[Point]] = {}
     for path in sorted(raw.glob("tcp-timeshare-*-run*.json")):
         ranks = int(path.stem.split("-")[2])

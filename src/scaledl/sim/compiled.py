@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class Compiled:
     itemsize: int = 4
     """Bytes per element of the stages' slices."""
 
-    @property
+    @cached_property
     def shared_memory_only(self) -> bool:
         """True when no byte goes through the backend: every send is a stage's marker and every
         stage runs on shared memory (a single-host ``shm`` call)."""

@@ -195,7 +195,7 @@ class Job:
         ranks outnumber them: the fair share ``c = ranks / cores`` times ``1 + timeshare *
         (1 - 1 / c)``, the device's time-sharing loss for the share of time the rank waits for a
         core (1 with ``ideal`` or dedicated cores).  Collectives' CPU work uses
-        :meth:`contention` alone: its constants were fitted with the ranks sharing the cores."""
+        :meth:`contention` and TCP's own measured factor (``Network.cpu_timeshare``) instead."""
         share = self.contention(world_size)
         if share == 1.0:
             return 1.0

@@ -22,12 +22,13 @@ import math
 
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import ROTATION_MIN_RANKS, CollectiveSimulator
+from scaledl.sim.compiled import Compiled
 from scaledl.sim.losses import Cycle, Losses, advance
 from scaledl.sim.network import INTER
 from scaledl.sim.profile import ModelProfile
 
 __all__ = ["bucketed_allreduce", "cycled_allreduce", "reduce_broadcast", "padded_numel",
-           "call_time"]
+           "call_time", "call_software"]
 
 Span = tuple[float, float]
 
@@ -49,10 +50,15 @@ def call_time(sim: CollectiveSimulator, algorithm: str, collective: Collective, 
     if sim.topology.world_size == 1 or numel == 0:
         return 0.0
     padded = padded_numel(sim, numel)
-    software = losses.call_overhead_s * sim.network.cpu_contention
-    if sim.compiled(algorithm, collective, padded).shared_memory_only:
-        software = 0.0
+    software = call_software(sim.compiled(algorithm, collective, padded),
+                             losses.call_overhead_s, sim.network.cpu_contention)
     return sim.time(algorithm, collective, padded) + software
+
+
+def call_software(compiled: Compiled, call_overhead_s: float, contention: float) -> float:
+    """The stack's software seconds for one call of ``compiled``: its per-call cost stretched by
+    the ranks per core, none for a call on shared memory alone."""
+    return 0.0 if compiled.shared_memory_only else call_overhead_s * contention
 
 
 def bucketed_allreduce(
