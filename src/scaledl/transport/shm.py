@@ -23,7 +23,13 @@ order them on weaker CPUs, so the shared-memory path is offered on x86 only.
 Every wait spins briefly, then yields the CPU (and the GIL), then naps, checks every
 ``CHECK_S`` seconds that the awaited peer still runs (its pid and start time), and gives up
 after the group's timeout; both end in a :class:`~scaledl.transport.base.TransportError` naming
-the peer.  A rank that fails inside a shared-memory collective raises its *aborted* flag so that
+the peer.  Naps grow with the wait (:func:`nap_seconds`): every wake-up of a napping rank
+preempts whatever runs on its core, and with more ranks than cores that is often the very peer
+it waits for.  Yielding for longer is no cure: a rank that keeps yielding counts as load, so
+the scheduler leaves two computing ranks on one core beside it (``benchmarks/paths/wait_theft.py``;
+docs/benchmarks.md, "What a waiting rank costs").
+
+A rank that fails inside a shared-memory collective raises its *aborted* flag so that
 its peers stop waiting at once.
 """
 
@@ -40,7 +46,7 @@ import torch
 from scaledl.transport.base import TransportError
 from scaledl.transport.shm_segment import Segment, process_alive
 
-__all__ = ["ShmGroup", "Peer", "CHECK_S", "control_lines"]
+__all__ = ["ShmGroup", "Peer", "CHECK_S", "control_lines", "nap_seconds"]
 
 CHECK_S = 0.05
 """Seconds between liveness checks of an awaited peer (a death is noticed within this)."""
@@ -49,7 +55,12 @@ SPINS = 200
 YIELD_S = 0.002
 """Seconds of yielding the CPU (``sched_yield``) before waiting turns into naps."""
 NAP_S = 50e-6
-"""One nap of a long wait."""
+"""The shortest nap (the first after the yielding)."""
+NAP_FRACTION = 1 / 16
+"""A nap lasts at most this fraction of the time waited so far, so noticing an arrival late
+adds at most about 6% to a wait."""
+NAP_MAX_S = 1e-3
+"""The longest nap: a waiter wakes at most a thousand times a second."""
 ABORTED = 0
 ARRIVED, REDUCED, RELEASED, WHERE = 0, 2, 3, 4
 PAIR_LINES = 5
@@ -62,6 +73,13 @@ _ITEMSIZE = {
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
                   torch.int64, torch.uint8, torch.int8, torch.int16)
 }
+
+
+def nap_seconds(waited: float) -> float:
+    """How long a wait that has lasted ``waited`` seconds naps next: ``waited * NAP_FRACTION``
+    clamped to ``[NAP_S, NAP_MAX_S]``, so a peer that arrives during a nap is noticed late by
+    little relative to the wait, and a long wait wakes up rarely."""
+    return min(NAP_MAX_S, max(NAP_S, waited * NAP_FRACTION))
 
 
 def control_lines(local_size: int) -> int:
@@ -237,7 +255,8 @@ class ShmGroup:
         self, peer: int, line: int, count: int, what: str, either: tuple[int, int] | None = None,
     ) -> None:
         """Spin, then yield, then nap: a peer a few microseconds behind costs a few
-        microseconds; one that computes for seconds costs no CPU (naps of ``NAP_S``)."""
+        microseconds; one that computes for seconds costs next to no CPU (naps that grow
+        to ``NAP_MAX_S``, :func:`nap_seconds`)."""
         words = self._words[peer]
         done = self._done
         for _ in range(SPINS):
@@ -250,7 +269,7 @@ class ShmGroup:
             if now - start < YIELD_S:
                 os.sched_yield()
             else:
-                time.sleep(NAP_S)
+                time.sleep(nap_seconds(now - start))
             if now >= check:
                 self._check_peer(peer, what, now - start)
                 check = now + CHECK_S
