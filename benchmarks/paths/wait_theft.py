@@ -2,21 +2,23 @@
 
 A shared-memory wait (``scaledl.transport.shm``) spins, yields, then naps.  With more ranks
 than cores the awaited peer often runs on the waiter's own core, and every wake-up of the
-waiter preempts it.  This script pins a one-thread matrix loop (the "worker") to core 0 and
-times it alone and beside a second process on core 0 that waits for a peer that never comes,
-in one of these ways:
+waiter preempts it.  This script times a one-thread matrix loop (the "worker") alone and beside
+a process that waits, both pinned to core 0 (``--unpinned --workers 2 --waiters 2``: two of
+each, placed by the scheduler on every core), the waiting done in one of these ways:
 
-- ``nap50``: naps of 50 us (the shared-memory wait's schedule before it grew its naps);
-- ``scaledl``: the current schedule (``SPINS`` checks, ``sched_yield`` for ``YIELD_S``, then
-  naps of :func:`scaledl.transport.shm.nap_seconds`), starting a new wait every
-  ``--wait-ms`` (a collective per training step);
+- ``scaledl``: ``ShmGroup._wait`` itself (``SPINS`` checks, ``sched_yield`` for ``YIELD_S``,
+  then naps of :func:`scaledl.transport.shm.nap_seconds`), for a peer that arrives every
+  ``--wait-ms`` (a straggler per training step);
+- ``before``: the same wait with every nap 50 us (``NAP_MAX_S = NAP_S``), as it was before
+  its naps grew;
 - ``nap1ms``: naps of 1 ms; ``yield``: ``sched_yield`` in a loop; ``none``: no second process.
 
 Modes run interleaved, ``--repeats`` rounds of each; prints one JSON line per mode with the
 worker's median time and its ratio to ``none``.
 
 Usage (repository root, venv active, nothing else running; Linux):
-    python benchmarks/paths/wait_theft.py [--repeats 5] [--wait-ms 30]
+    python benchmarks/paths/wait_theft.py [--repeats 5] [--wait-ms 30] [--samples 5]
+                                          [--unpinned] [--workers 1] [--waiters 1]
 """
 
 from __future__ import annotations
@@ -28,33 +30,29 @@ import statistics
 import subprocess
 import sys
 
-MODES = ("none", "nap50", "scaledl", "nap1ms", "yield")
+MODES = ("none", "before", "scaledl", "nap1ms", "yield")
 
 _WAITER = """
 import os, sys, time
+from types import SimpleNamespace
 from scaledl.transport import shm
 mode, period, pinned = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
 if pinned:
     os.sched_setaffinity(0, {0})
-words = [0]
+if mode == "before":
+    shm.NAP_MAX_S = shm.NAP_S  # every nap 50 us: the schedule before naps grew
+deadline = [0.0]
+group = SimpleNamespace(_words=[None], _done=lambda *args: time.monotonic() >= deadline[0],
+                        _check_peer=lambda *args: None)
 print("ready", flush=True)
 while True:
-    if mode == "nap50":
-        time.sleep(50e-6)
-    elif mode == "nap1ms":
+    if mode == "nap1ms":
         time.sleep(1e-3)
     elif mode == "yield":
         os.sched_yield()
-    else:
-        for _ in range(shm.SPINS):
-            if words[0]:
-                break
-        start = time.monotonic()
-        while (now := time.monotonic()) - start < period:
-            if now - start < shm.YIELD_S:
-                os.sched_yield()
-            else:
-                time.sleep(shm.nap_seconds(now - start))
+    else:  # the shared-memory wait itself, for a peer that arrives every period
+        deadline[0] = time.monotonic() + period
+        shm.ShmGroup._wait(group, 0, 0, 1, "arrive")
 """
 
 
