@@ -2,7 +2,7 @@
 # Measurements that validate `scaledl simulate` on the emulated cluster (docs/simulation.md,
 # "Validation on the emulated cluster").  Root, repository root, venv active:
 #   bash benchmarks/sim_validation/run.sh [collectives] [profile] [train] [tcp] [timeshare]
-#                                         [tcp_timeshare]   (default: all)
+#                                         [tcp_timeshare] [one_host]   (default: all)
 # Raw JSON goes to $OUT (default benchmarks/sim_validation/raw); load.txt records the load
 # average before and after every run, because other users' processes on the same cores
 # distort every timing.  Each emulated-cluster run is short (a few seconds to a minute).
@@ -17,7 +17,7 @@ out=${OUT:-benchmarks/sim_validation/raw}
 mkdir -p "$out"
 if [ -n "${SCALEDL_SRC:-}" ]; then export PYTHONPATH="$SCALEDL_SRC${PYTHONPATH:+:$PYTHONPATH}"; fi
 echo "$(date -u +%FT%TZ) start: phases '${*:-all}', commit $(git rev-parse --short HEAD), source ${SCALEDL_SRC:-working tree}, $(nproc) cores" >> "$out/load.txt"
-phases=${*:-collectives profile train tcp timeshare tcp_timeshare}
+phases=${*:-collectives profile train tcp timeshare tcp_timeshare one_host}
 note() { echo "$(date -u +%FT%TZ) $1: load average $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"; }
 clusters=()
 teardown() { for c in "${clusters[@]}"; do scaledl cluster down "$c" >/dev/null 2>&1 || true; done; }
@@ -134,6 +134,17 @@ tcp_timeshare() {  # TCP's cost per byte when ranks time-share the cores (CPU_TC
     --out "$out"
   python benchmarks/sim_validation/tcp_timeshare.py fit "$out"
   note "after tcp_timeshare"
+}
+
+one_host() {  # the ring and shared memory among 2-6 ranks of one host, from 4 KiB (not modelled
+  # for shm beyond a core per rank: docs/simulation.md, "Validation here")
+  for n in 2 3 4 5 6; do
+    note "before one-host-ring-shm-$n"
+    OMP_NUM_THREADS=1 scaledl bench collectives --ranks "$n" --algorithms ring,shm \
+      --collectives allreduce --min-bytes 4K --max-bytes 4M --step-factor 4 --warmup 3 \
+      --iters 40 --p2p-bytes 1M --timeout 300 --json "$out/one-host-ring-shm-$n.json" > /dev/null
+    note "after one-host-ring-shm-$n"
+  done
 }
 
 for phase in $phases; do "$phase"; done
