@@ -180,3 +180,16 @@ def test_ideal_keeps_the_optimistic_model(capsys: pytest.CaptureFixture[str]) ->
     assert main(base) == 0
     real = capsys.readouterr().out
     assert "stragglers" in real and "scaling efficiency        98.8%" not in real
+
+
+@pytest.mark.parametrize(("topology", "cores", "warned"), [
+    ("4", "2", True), ("4", "4", False), ("2x2", "2", False)])
+def test_one_host_with_more_ranks_than_cores_is_flagged_optimistic(
+        topology: str, cores: str, warned: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shared memory with every rank on one host and more ranks than cores measured 2.4-17x
+    the model's price and is not modelled: the prediction says it is optimistic there."""
+    assert main(["simulate", "--model", "mlp", "--device", "cpu", "--network", "1gbit",
+                 "--intra", "loopback", "--topology", topology, "--cores", cores]) == 0
+    captured = capsys.readouterr()
+    assert "iteration time" in captured.out
+    assert ("optimistic" in captured.err) is warned

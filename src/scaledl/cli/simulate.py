@@ -228,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args)
     job.check()
     topology, network = job.topology_value(), job.network_value()
+    report.warn_on_one_host_oversubscription(job, topology)
     profile = job.profile()
     job.update_seconds(profile)
     job.losses()

@@ -14,6 +14,7 @@ from scaledl.sim.job import Job
 from scaledl.sim.network import Network
 from scaledl.sim.profile_file import MeasuredProfile
 from scaledl.sim.reproduce import Row
+from scaledl.topology import Topology
 
 __all__ = [
     "format_result", "format_sweep", "calibration_prior", "run_calibrate", "run_validate",
@@ -59,6 +60,19 @@ def _warn_on_default_priors(args: argparse.Namespace) -> None:
         print(f"scaledl: warning: {' and '.join(missing)} not given, so the priors are the "
               "p100 / ib-edr presets (NVLink inside a host); for files measured on CPUs pass "
               "--device cpu --network 1gbit (or 10gbit)", file=sys.stderr)
+
+
+def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
+    """Say so when every rank is on one host and they outnumber ``--cores``: there the
+    shared-memory allreduce measured 2.4-17x the model's price (docs/simulation.md,
+    "Validation here"), which is not modelled."""
+    if job.cores is None or job.ideal or len(topology.axes) > 1:
+        return
+    if topology.world_size > job.cores:
+        print(f"scaledl: warning: {topology.world_size} ranks share {job.cores} cores on one "
+              "host, where this project measured the shared-memory allreduce at 2.4-17x the "
+              "model's price (docs/simulation.md, \"Validation here\"); the communication "
+              "predicted here is optimistic", file=sys.stderr)
 
 
 def calibration_prior(args: argparse.Namespace, job: Job) -> Network:
