@@ -19,6 +19,7 @@ worker's median time and its ratio to ``none``.
 Usage (repository root, venv active, nothing else running; Linux):
     python benchmarks/paths/wait_theft.py [--repeats 5] [--wait-ms 30] [--samples 5]
                                           [--unpinned] [--workers 1] [--waiters 1]
+                                          [--threads 1]   (0: torch's default threads)
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ while True:
 _WORKER = """
 import os, statistics, sys, time
 import torch
-torch.set_num_threads(1)
+if int(sys.argv[3]):
+    torch.set_num_threads(int(sys.argv[3]))
 if sys.argv[1] == "1":
     os.sched_setaffinity(0, {0})
 def work():
@@ -90,7 +92,8 @@ def _measure(mode: str, args: argparse.Namespace) -> float:
     pinned = "1" if args.pinned else "0"
     waiters = [] if mode == "none" else [
         _start(_WAITER, mode, str(args.wait_ms / 1e3), pinned) for _ in range(args.waiters)]
-    workers = [_start(_WORKER, pinned, str(args.samples)) for _ in range(args.workers)]
+    workers = [_start(_WORKER, pinned, str(args.samples), str(args.threads))
+               for _ in range(args.workers)]
     try:
         for worker in workers:
             assert worker.stdin is not None
@@ -110,6 +113,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5, help="worker loops per measurement")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--waiters", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads per worker (0: torch's default)")
     parser.add_argument("--unpinned", dest="pinned", action="store_false",
                         help="leave every process to the scheduler instead of core 0")
     args = parser.parse_args()
@@ -121,6 +126,7 @@ def main() -> None:
     for mode in MODES:
         median = statistics.median(times[mode])
         print(json.dumps({"mode": mode, "workers": args.workers, "waiters": args.waiters,
+                          "threads": args.threads or "default",
                           "pinned": args.pinned, "wait_ms": args.wait_ms,
                           "median_ms": round(median * 1e3, 1), "ratio": round(median / alone, 3),
                           "runs_ms": [round(t * 1e3, 1) for t in times[mode]],
