@@ -29,7 +29,8 @@ Arr = np.ndarray
 def tcp_work(compiled: Compiled, network: Network, off_host: Arr, host_share: Arr) -> Arr:
     """Per node: CPU seconds its transfers cost where bytes pass through host CPUs (TCP).
 
-    Every byte costs ``cpu_beta`` at each end (the copies through the socket buffers).  A byte
+    Every socket byte costs ``cpu_beta`` at each end (the copies through the socket buffers):
+    every byte with ``Network.tcp_inside``, else only those that leave the host.  A byte
     that leaves the host costs its sender ``cpu_beta_link`` more per flow of the host that
     leaves in the same round: the sender's CPU carries a packet through the host's network path
     (on the emulated cluster a veth, the bridge and the tbf qdisc, all in the sending context),
@@ -39,10 +40,11 @@ def tcp_work(compiled: Compiled, network: Network, off_host: Arr, host_share: Ar
     if network.cpu_beta == 0 and network.cpu_beta_link == 0:
         return work
     scale = network.tcp_scale()
-    beta = network.cpu_beta * scale
+    inside = network.cpu_beta * scale if network.tcp_inside else 0.0
+    beta = np.where(off_host, network.cpu_beta * scale, inside)
     extra = np.where(off_host, network.cpu_beta_link * scale * host_share, 0.0)
     np.add.at(work, compiled.send_node, compiled.send_bytes * (beta + extra))
-    np.add.at(work, compiled.recv_node, compiled.recv_bytes * beta)
+    np.add.at(work, compiled.recv_node, compiled.recv_bytes * beta[compiled.match])
     return work
 
 
@@ -105,6 +107,8 @@ def stage_seconds(stage: Stage, itemsize: int, model: CostModel, network: Networ
     if stage.path == Path.SHM:
         return seconds * network.cpu_contention
     if network.cpu_beta == 0 and network.cpu_beta_link == 0 or len(stage.members) < 2:
+        return seconds
+    if stage.level == 0 and not network.tcp_inside:
         return seconds
     moved = native_stage_bytes(stage, itemsize, model.native_reduce_scatter_allreduce)
     link = network.cpu_beta_link * sharers if stage.level > 0 else 0.0

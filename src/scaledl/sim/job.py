@@ -15,7 +15,7 @@ from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Tim
 from scaledl.sim.iteration import IterationResult, simulate_iteration, timing_of
 from scaledl.sim.losses import IDEAL, Losses, stack
 from scaledl.sim.network import LinkClass, Network, ranks_per_core
-from scaledl.sim.presets import Device, build_network, burst_bytes, device
+from scaledl.sim.presets import TCP_LINKS, Device, build_network, burst_bytes, device
 from scaledl.sim.profile import ModelProfile, profile_model
 from scaledl.sim.profile_file import MeasuredProfile, load_profile
 from scaledl.topology import Topology
@@ -174,8 +174,10 @@ class Job:
         net = replace(net, inter=inter, intra=intra, uplink=uplink, burst_bytes=burst,
                       native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(dev.backend))
         if not self.ideal:
-            net = replace(net, cpu_beta=dev.tcp_beta, cpu_beta_link=dev.tcp_link_beta,
-                          cpu_timeshare=dev.tcp_timeshare)
+            gloo = dev.backend == "gloo"
+            sockets = gloo or net.inter.name in TCP_LINKS
+            net = replace(net, cpu_beta=dev.tcp_beta if sockets else 0.0, tcp_inside=gloo,
+                          cpu_beta_link=dev.tcp_link_beta, cpu_timeshare=dev.tcp_timeshare)
         return net
 
     def measured(self) -> MeasuredProfile | None:

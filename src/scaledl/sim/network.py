@@ -99,6 +99,10 @@ class Network:
     """Host CPU seconds per byte a rank spends at each end of a transfer (TCP's copies and
     checksums; 0 for RDMA and NVLink): a round's sent plus received bytes cost this on the
     rank's CPU, with its reduction, and the round cannot end sooner."""
+    tcp_inside: bool = True
+    """Bytes between ranks of one host pass through sockets too (Gloo over loopback), so they
+    cost ``cpu_beta``; False where they move over PCIe, NVLink or shared memory (NCCL on GPU
+    hosts) and only bytes that leave the host are socket bytes."""
     cpu_beta_link: float = 0.0
     """Extra host CPU seconds per byte, at the sending end, of a transfer that crosses hosts,
     per flow of the host leaving it in the same round (a real network path: a veth, bridge and

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from scaledl.sim.network import LinkClass, Network
 
-__all__ = ["Device", "DEVICES", "LINKS", "device", "link", "build_network", "burst_bytes",
-           "DEFAULT_INTRA"]
+__all__ = ["Device", "DEVICES", "LINKS", "TCP_LINKS", "device", "link", "build_network",
+           "burst_bytes", "DEFAULT_INTRA"]
 
 CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
@@ -147,6 +147,20 @@ assumed (an eager framework's 2-3 kernel launches per layer) and the efficiency 
 MODERN_LAUNCH = 20e-6
 """Assumed for the A100 and H100 presets (as for the V100); their efficiencies are
 assumptions, not derived from a published rate."""
+GPU_HOST_TCP_BETA = 1 / 2.06e9
+"""Host CPU seconds per byte at each end of a socket on a GPU host (NCCL's socket transport,
+Horovod or Gloo over plain Ethernet): one thread per connection moves its bytes through the
+kernel, so one stream carries at most 2.06 GB/s however fast the link.  NVIDIA/nccl#209
+(2019): NCCL 2.3.7 with one ring over a 32 Gbit/s TCP network reached 2.06 GB/s of bus
+bandwidth (more rings, more threads: 3.75 GB/s at eight), "no more than 60% of wire speed";
+the ring's sending and receiving GPUs of a host are different processes, so each end's thread
+moves the stream's bytes once.  Bytes inside a GPU host (PCIe, NVLink) cost no CPU."""
+
+TCP_LINKS = frozenset({"10gbe", "25gbe", "40gbe", "50gbe", "100gbe", "emulated-100mbit",
+                       "emulated-1gbit", "emulated-10gbit"})
+"""Ethernet presets used through TCP sockets (``25gbe-roce`` is the RDMA one): on GPU hosts the
+bytes that cross hosts on them cost ``Device.tcp_beta`` of host CPU at each end.  On the cpu
+device every link is a socket (Gloo)."""
 
 
 THREADS_PER_SM = 2048
@@ -159,7 +173,8 @@ def _gpu(name: str, peak_tflops: float, efficiency: float, memory_gbps: float, i
     compute-communication interference and jitter."""
     return Device(name, peak_tflops, efficiency, memory_gbps, intra, source,
                   compute_efficiency=compute_efficiency, fill_threads=sms * THREADS_PER_SM,
-                  launch_s=launch_s, interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER)
+                  launch_s=launch_s, interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER,
+                  tcp_beta=GPU_HOST_TCP_BETA)
 
 
 DEVICES: dict[str, Device] = {d.name: d for d in (
