@@ -208,3 +208,18 @@ def test_link_counters_parse_ip_json() -> None:
 def test_hostname_override(monkeypatch: pytest.MonkeyPatch) -> None:
     assert host_name({HOSTNAME_ENV: "lab1-h3"}) == "lab1-h3"
     assert host_name({}) == os.uname().nodename
+
+
+@pytest.mark.parametrize("rate, host_limit", [
+    (10**8, 1_514_000), (10**9, 1_514_000), (10**10, 6_250_000 + 1_250_000)])
+def test_a_hosts_interface_queues_like_a_nic_and_a_switch_port_5_ms(rate: int,
+                                                                    host_limit: int) -> None:
+    """A 5 ms host queue at 100 Mbit/s (95 kB) dropped a quarter of the packets of three flows
+    leaving one host (tc -s qdisc: 17,302 of 68k) and stalled them in retransmissions; a NIC's
+    1000-frame queue pushes back on the sockets instead.  The switch ports keep 5 ms, and no
+    host queue is shallower than before (10 Gbit/s: 5 ms plus the burst, as tbf computes it)."""
+    commands = ClusterSpec("lab1", 2, rate, 0).create_commands()
+    tbfs = {c[2]: c for c in commands if c[0] == "tc" and c[6] in ("eth0", "p0")}
+    host, port = tbfs["scaledl-lab1-h0"], tbfs["scaledl-lab1-sw"]
+    assert host[host.index("limit") + 1] == f"{host_limit}b" and "latency" not in host
+    assert port[port.index("latency") + 1] == "5ms" and "limit" not in port
