@@ -165,7 +165,7 @@ def _print(coll: list[dict[str, Any]], train: list[dict[str, Any]],
         print(f"| {rate} | {within}/{len(held)} ({within / max(len(held), 1):.0%}) | "
               f"{sum(abs(r['error']) <= TOLERANCE for r in every)}/{len(every)} | "
               f"{ok}/{pairs} |")
-    runs = sorted({r["run"] for r in coll})
+    runs = sorted({r["run"] for r in coll}, key=lambda run: int(run.removeprefix("run")))
     print("\nHeld-out points within 15%, by run:\n")
     print("| rate | " + " | ".join(runs) + " |")
     print("|---|" + "---:|" * len(runs))

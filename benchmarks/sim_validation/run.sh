@@ -2,7 +2,8 @@
 # Measurements that validate `scaledl simulate` on the emulated cluster (docs/simulation.md,
 # "Validation on the emulated cluster").  Root, repository root, venv active:
 #   bash benchmarks/sim_validation/run.sh [collectives] [profile] [train] [tcp] [timeshare]
-#                                         [tcp_timeshare] [one_host]   (default: all)
+#                                         [tcp_timeshare] [one_host] [host_queue]
+#   (default: all but host_queue, an A/B of the emulator's old host queue)
 # Raw JSON goes to $OUT (default benchmarks/sim_validation/raw); load.txt records the load
 # average before and after every run, because other users' processes on the same cores
 # distort every timing.  Each emulated-cluster run is short (a few seconds to a minute).
@@ -144,6 +145,27 @@ one_host() {  # the ring and shared memory among 2-6 ranks of one host, from 4 K
       --collectives allreduce --min-bytes 4K --max-bytes 4M --step-factor 4 --warmup 3 \
       --iters 40 --p2p-bytes 1M --timeout 300 --json "$out/one-host-ring-shm-$n.json" > /dev/null
     note "after one-host-ring-shm-$n"
+  done
+}
+
+host_queue() {  # the emulated hosts' queue: 5 ms (before 242dd22) against a NIC's 1000 frames,
+  # three alternating runs of each on one 100mbit cluster (docs/cluster.md, "The host's queue")
+  up sq100m 100mbit 2
+  local k queue h
+  for k in ${HQ_RUNS:-1 2 3}; do
+    for queue in shallow deep; do
+      for h in 0 1; do
+        if [ "$queue" = shallow ]; then set -- latency 5ms; else set -- limit 1514000b; fi
+        tc -n "scaledl-sq100m-h$h" qdisc change dev eth0 root tbf rate 100mbit burst 32768b "$@"
+      done
+      note "before host-queue-$queue-$k.json"
+      scaledl cluster run --name sq100m --ranks-per-host 3 --timeout 300 \
+        -- scaledl bench collectives --algorithms ring,hierarchical,torus --topology 3x2 \
+           --min-bytes 1M --max-bytes 8M --step-factor 2 --warmup 1 --iters 12 \
+           --p2p-bytes 1M --json "$out/host-queue-$queue-$k.json" > /dev/null
+      note "after host-queue-$queue-$k.json, host 0 $(tc -n scaledl-sq100m-h0 -s qdisc show \
+        dev eth0 | grep -o 'dropped [0-9]*') packets so far"
+    done
   done
 }
 
