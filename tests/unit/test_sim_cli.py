@@ -66,6 +66,8 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     (["--compute-time", "0"], "--compute-time 0.0"),
     (["--update-time", "-1"], "--update-time -1.0"),
     (["--input-rate", "0"], "--input-rate 0.0 must be a finite number of samples per second"),
+    (["--socket-bandwidth", "0"], "--socket-bandwidth 0.0 must be a finite number of GB/s"),
+    (["--socket-bandwidth", "inf"], "for RDMA, name an RDMA network such as 25gbe-roce"),
     (["--input-shape", "3x0x0"], "--input-shape '3x0x0'"),
 ])
 def test_user_errors_are_one_line(extra: list[str], message: str,

@@ -92,3 +92,17 @@ def test_horovods_tcp_runs_are_slower_than_its_rdma_runs_by_the_socket_cost() ->
     no_cpu = tcp.run(network=replace(tcp.network_value(), cpu_beta=0.0))
     assert tcp.run().iteration_s > 1.15 * rdma.run().iteration_s
     assert tcp.run().iteration_s > 1.15 * no_cpu.iteration_s
+
+
+def test_a_measured_socket_rate_replaces_the_preset() -> None:
+    """Four socket threads per connection (a tuned modern NCCL) move four times the bytes: the
+    user gives the measured rate and only socket bytes change price."""
+    job = Job(model="vgg16", gpus=16, topology="4x4", device="v100", network="100gbe", batch=64)
+    tuned = replace(job, socket_gbps=4 * 2.06)
+    assert tuned.network_value().cpu_beta == pytest.approx(GPU_HOST_TCP_BETA / 4, rel=1e-12)
+    assert tuned.run().iteration_s < job.run().iteration_s
+    rdma = replace(job, network="ib-edr", socket_gbps=4 * 2.06)
+    assert rdma.network_value().cpu_beta == 0.0
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="--socket-bandwidth"):
+            replace(job, socket_gbps=bad).run()

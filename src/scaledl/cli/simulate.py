@@ -72,6 +72,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inter-bandwidth", type=float, default=None, help="override, GB/s")
     p.add_argument("--intra-latency", type=float, default=None, help="override, microseconds")
     p.add_argument("--intra-bandwidth", type=float, default=None, help="override, GB/s")
+    p.add_argument("--socket-bandwidth", type=float, default=None, metavar="GBPS",
+                   help="GB/s one host thread moves through a TCP socket at each end, where "
+                        "bytes cross hosts on Ethernet without RDMA (NCCL's socket transport; "
+                        "default: the device preset's, 2.06 on GPU hosts); measure yours with "
+                        "nccl-tests and NCCL_IB_DISABLE=1")
     p.add_argument("--calibration", type=Path, default=None,
                    help="links from `scaledl simulate calibrate` instead of presets")
     p.add_argument("--profile", type=Path, default=None, dest="profile_file",
@@ -168,7 +173,8 @@ def job_from_args(args: argparse.Namespace) -> Job:
         compute_time=args.compute_time, efficiency=args.device_efficiency,
         update_time=args.update_time, inter_latency_us=args.inter_latency,
         inter_gbps=args.inter_bandwidth, intra_latency_us=args.intra_latency,
-        intra_gbps=args.intra_bandwidth, calibration=args.calibration, ideal=args.ideal,
+        intra_gbps=args.intra_bandwidth, socket_gbps=args.socket_bandwidth,
+        calibration=args.calibration, ideal=args.ideal,
         stack=args.stack, profile_path=args.profile_file, cores=args.cores,
         input_rate=args.input_rate,
     )

@@ -102,6 +102,9 @@ class Job:
     intra_latency_us: float | None = None
     intra_gbps: float | None = None
     calibration: Path | None = None
+    socket_gbps: float | None = None
+    """GB/s one host thread moves through a TCP socket at each end (``Network.cpu_beta``);
+    None: the device preset's (2.06 on GPU hosts, NVIDIA/nccl#209)."""
     ideal: bool = False
     """The optimistic model of earlier releases: constant device efficiency, no losses."""
     stack: str | None = None
@@ -143,6 +146,9 @@ class Job:
             raise ValueError(f"--device-efficiency {self.efficiency} must be in (0, 1]")
         if self.bucket_mb <= 0:
             raise ValueError(f"--bucket-mb {self.bucket_mb} must be > 0")
+        if self.socket_gbps is not None and not 0 < self.socket_gbps < math.inf:
+            raise ValueError(f"--socket-bandwidth {self.socket_gbps} must be a finite number of "
+                             "GB/s > 0 (for RDMA, name an RDMA network such as 25gbe-roce)")
         if self.cores is not None and self.cores < 1:
             raise ValueError(f"--cores {self.cores} must be >= 1")
         if self.input_rate is not None and not 0 < self.input_rate < math.inf:
@@ -176,7 +182,8 @@ class Job:
         if not self.ideal:
             gloo = dev.backend == "gloo"
             sockets = gloo or net.inter.name in TCP_LINKS
-            net = replace(net, cpu_beta=dev.tcp_beta if sockets else 0.0, tcp_inside=gloo,
+            beta = dev.tcp_beta if self.socket_gbps is None else 1e-9 / self.socket_gbps
+            net = replace(net, cpu_beta=beta if sockets else 0.0, tcp_inside=gloo,
                           cpu_beta_link=dev.tcp_link_beta, cpu_timeshare=dev.tcp_timeshare)
         return net
 
