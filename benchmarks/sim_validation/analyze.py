@@ -215,6 +215,8 @@ def _print(coll: list[dict[str, Any]], train: list[dict[str, Any]],
 
 def main() -> None:
     raw = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("benchmarks/sim_validation/raw")
+    if not raw.is_dir():
+        sys.exit(f"usage: analyze.py [RAW_DIR]; {raw} is not a directory of run.sh's files")
     coll, train, prof = collectives(raw), training(raw), profiles(raw)
     (raw.parent / "results.json").write_text(json.dumps(
         {"collectives": coll, "training": train, "profiles": prof}, indent=1) + "\n")
