@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from scaledl.cli.main import main
 from scaledl.collectives.cost import stage_time
 from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.sim.collective import compile_collective
@@ -106,3 +107,13 @@ def test_a_measured_socket_rate_replaces_the_preset() -> None:
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="--socket-bandwidth"):
             replace(job, socket_gbps=bad).run()
+
+
+def test_the_report_says_when_sockets_carry_the_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "--model", "mlp", "--gpus", "8", "--topology", "4x2", "--device", "v100"]
+    assert main([*base, "--network", "25gbe"]) == 0
+    assert "network 25gbe + nvlink2 (TCP sockets 2.06 GB/s per thread)," in capsys.readouterr().out
+    assert main([*base, "--network", "25gbe", "--socket-bandwidth", "8"]) == 0
+    assert "(TCP sockets 8.00 GB/s per thread)" in capsys.readouterr().out
+    assert main([*base, "--network", "25gbe-roce"]) == 0
+    assert "TCP sockets" not in capsys.readouterr().out

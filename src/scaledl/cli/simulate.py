@@ -240,9 +240,11 @@ def run(args: argparse.Namespace) -> int:
     job.losses()
     model = "ideal model" if job.ideal else f"stack {job.losses().stack.name}"
     source = f", profile {job.profile_path}" if job.profile_path else ""
+    sockets = (f" (TCP sockets {1e-9 / network.cpu_beta:.2f} GB/s per thread)"
+               if network.cpu_beta > 0 and not network.tcp_inside else "")
     head = (f"{profile.name} x {job.gpus} {job.device} GPUs, topology {topology.spec}, "
-            f"{job.strategy}/{job.algorithm}, network {network.name}, batch {job.batch}/GPU, "
-            f"{model}{source}")
+            f"{job.strategy}/{job.algorithm}, network {network.name}{sockets}, "
+            f"batch {job.batch}/GPU, {model}{source}")
     if not args.sweep:
         result = job.run(topology, profile, network)
         print(head)
