@@ -31,12 +31,12 @@ HOST_IFNAME = "eth0"
 BRIDGE = "br0"
 """The bridge inside the switch namespace."""
 SHAPERS = ("tbf", "htb")
+"""Queueing disciplines that can shape a link on this kernel (netem is not built in)."""
 SWITCH_QUEUE_MS = 5
 """Queueing delay a switch port's ``tbf`` holds at the link rate."""
 HOST_TXQUEUE_FRAMES, FRAME_BYTES = 1000, 1514
 """Linux's default transmit queue length of an Ethernet interface (``txqueuelen``), in frames of
 1514 bytes at MTU 1500."""
-"""Queueing disciplines that can shape a link on this kernel (netem is not built in)."""
 MAX_HOSTS = 64
 """Most hosts one cluster may have."""
 SUBNET_BASE = "10.231"
