@@ -78,7 +78,9 @@ class Device:
     jitter_cv: float = 0.0
     """Coefficient of variation of one rank's compute time per iteration."""
     tcp_beta: float = 0.0
-    """CPU seconds per byte a rank spends at each end of a TCP transfer (0: RDMA, no CPU)."""
+    """CPU seconds per byte a rank spends at each end of a transfer through a TCP socket:
+    every link on a Gloo device, the bytes that cross hosts on a ``TCP_LINKS`` network on the
+    others (``Job.network_value``); RDMA and links inside a GPU host cost none."""
     tcp_link_beta: float = 0.0
     """Extra CPU seconds per byte at the sending end when the transfer crosses hosts."""
     tcp_timeshare: tuple[tuple[float, float], ...] = ()
