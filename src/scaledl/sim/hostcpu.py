@@ -106,9 +106,9 @@ def stage_seconds(stage: Stage, itemsize: int, model: CostModel, network: Networ
     seconds = stage_time(stage, itemsize, model, sharers)
     if stage.path == Path.SHM:
         return seconds * network.cpu_contention
-    if network.cpu_beta == 0 and network.cpu_beta_link == 0 or len(stage.members) < 2:
-        return seconds
-    if stage.level == 0 and not network.tcp_inside:
+    no_sockets = network.cpu_beta == 0 and network.cpu_beta_link == 0 or (
+        stage.level == 0 and not network.tcp_inside)
+    if no_sockets or len(stage.members) < 2:
         return seconds
     moved = native_stage_bytes(stage, itemsize, model.native_reduce_scatter_allreduce)
     link = network.cpu_beta_link * sharers if stage.level > 0 else 0.0
