@@ -108,10 +108,11 @@ def _dgx1(model: str, batch: int, images_per_s: float) -> Callable[[bool], tuple
     return _same(job)
 
 
-def _ddp(model: str, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
-    job = Job(model=model, gpus=16, topology="8x2", algorithm="ring", device="v100",
-              network="ib-edr-x4", intra="nvlink2", batch=32, stack="nccl",
-              compute_time=32 / images_per_s)
+def _ddp(model: str, images_per_s: float, gpus: int = 16, bucket_mb: float = 25.0
+         ) -> Callable[[bool], tuple[Job, Job]]:
+    job = Job(model=model, gpus=gpus, topology="8x2" if gpus == 16 else str(gpus),
+              algorithm="ring", device="v100", network="ib-edr-x4", intra="nvlink2", batch=32,
+              bucket_mb=bucket_mb, stack="nccl", compute_time=32 / images_per_s)
     return _same(job)
 
 
@@ -229,6 +230,24 @@ CASES = (
          "as above, one GPU without DDP at 197 images/s",
          DDP + ": p50 197 images/s (1 GPU, no DDP) and 178 (16 GPUs)",
          _weak(_ddp("resnet101", 197))),
+    Case("PyTorch DDP, ResNet-50, 8 V100", "efficiency", 307 / 329,
+         "one DGX-1 of the above (8 V100 on NVLink), NCCL ring, 25 MB buckets, 32 images/GPU, "
+         "one GPU without DDP at 329 images/s",
+         DDP + ": p50 329 images/s (1 GPU, no DDP) and 307 (8 GPUs)",
+         _weak(_ddp("resnet50", 329, gpus=8))),
+    Case("PyTorch DDP, ResNet-101, 8 V100", "efficiency", 179 / 197,
+         "as above, one GPU without DDP at 197 images/s",
+         DDP + ": p50 197 images/s (1 GPU, no DDP) and 179 (8 GPUs)",
+         _weak(_ddp("resnet101", 197, gpus=8))),
+    Case("PyTorch DDP, ResNet-50, 16 V100, 1 MB buckets", "efficiency", 294 / 329,
+         "2 DGX-1 as above with bucket_cap_mb=1 (many more, smaller allreduce calls), one GPU "
+         "without DDP at 329 images/s (the first table's run)",
+         DDP + ", the bucket_cap_mb=1 against 25 comparison: p75 294 images/s at 16 GPUs",
+         _weak(_ddp("resnet50", 329, bucket_mb=1.0))),
+    Case("PyTorch DDP, ResNet-101, 16 V100, 1 MB buckets", "efficiency", 170 / 197,
+         "as above, one GPU without DDP at 197 images/s",
+         DDP + ", the bucket_cap_mb=1 against 25 comparison: p75 170 images/s at 16 GPUs",
+         _weak(_ddp("resnet101", 197, bucket_mb=1.0))),
     Case("NVIDIA ResNet-50 v1.5, DGX A100, TF32", "efficiency", 7248 / (8 * 938),
          "one DGX A100 (8 A100 80 GB on NVSwitch), PyTorch DDP over NCCL, 25 MB buckets, "
          "256 images/GPU, TF32, one GPU at the published 938 images/s (the a100 preset, a "
