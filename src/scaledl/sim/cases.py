@@ -28,6 +28,9 @@ HVD_2017 = ("uber/horovod README.md (2017, the first release's two benchmark tab
 DLE = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
        "(pytorch-21.03 NGC container), training performance tables; batch per GPU from "
        "ConvNets/configs.yml")
+DLE_TF = ("NVIDIA/DeepLearningExamples TensorFlow/Classification/ConvNets/resnet50v1.5/README.md "
+          "(commit 1d4211f, TensorFlow 20.06-tf1-py3 NGC container), training performance "
+          "tables")
 
 
 def _weak(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
@@ -181,12 +184,37 @@ def _hvd_chart(model: str, label: str, gpus: int, network: str, published: float
         HVD_CHARTS[source], _weak(_horovod(model, HVD_SINGLE[model], gpus, network)))
 
 
-def _dle(device: str, intra: str, batch: int, images_per_s: float
+def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl"
          ) -> Callable[[bool], tuple[Job, Job]]:
-    # NVIDIA's ResNet-50 v1.5 recipe: torch DDP over NCCL on one DGX, one process per GPU
+    # NVIDIA's ResNet-50 v1.5 recipe on one DGX, one process per GPU: torch DDP over NCCL
+    # (25 MB buckets) or, in TensorFlow, Horovod over NCCL (its cycle and 64 MiB fusion)
     job = Job(model="resnet50", gpus=8, topology="8", algorithm="ring", device=device,
-              intra=intra, batch=batch, stack="nccl", compute_time=batch / images_per_s)
+              intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
+              bucket_mb=64.0 if stack == "horovod" else 25.0)
     return _same(job)
+
+
+DLE_TF_RUNS = (  # machine, device, intra, precision, batch per GPU, one GPU and 8 (images/s)
+    ("DGX A100", "a100", "nvlink3", "TF32", 256, 909, 7000),
+    ("DGX A100", "a100", "nvlink3", "mixed precision", 256, 2375, 17400),
+    ("DGX-1 V100 16 GB", "v100", "nvlink2", "FP32", 128, 412, 3170),
+    ("DGX-1 V100 16 GB", "v100", "nvlink2", "mixed precision", 256, 1270, 9510),
+)
+"""The same recipe in TensorFlow with Horovod and XLA (DLE_TF), reading ImageNet TFRecords
+through tf.data (training/training_perf.sh passes --data_dir and no DALI flag); the README's
+DGX-2 rows need a 16-GPU NVSwitch V100 preset, which there is not."""
+
+
+def _dle_tf(machine: str, device: str, intra: str, precision: str, batch: int, single: float,
+            eight: float) -> Case:
+    """One row pair of the TensorFlow recipe's tables: 8 GPUs against one."""
+    return Case(
+        f"NVIDIA ResNet-50 v1.5 in TensorFlow, {machine}, {precision}", "efficiency",
+        eight / (8 * single),
+        f"one {machine.split(' V100')[0]}, Horovod over NCCL (cycle and 64 MiB fusion as "
+        f"preset), {batch} images/GPU, {precision} with XLA, one GPU at {single} images/s",
+        f"{DLE_TF}: {single} and {eight} images/s",
+        _weak(_dle(device, intra, batch, single, stack="horovod")))
 
 
 CASES = (
@@ -265,6 +293,7 @@ CASES = (
          8322 / (8 * 1200),
          "as above with AMP at 256 images/GPU (fp32 gradients), one GPU at 1200 images/s",
          DLE + ": 1200 and 8322 images/s", _weak(_dle("v100", "nvlink2", 256, 1200))),
+    *(_dle_tf(*run) for run in DLE_TF_RUNS),
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
          "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
          "on CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",
