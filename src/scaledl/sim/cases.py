@@ -152,9 +152,9 @@ def _hvd_2017(model: str, label: str, gpus: int, network: str, transport: str,
 
 
 HVD_CHARTS = {
-    "blog": ("Uber Engineering, 'Meet Horovod' (eng.uber.com/horovod, October 2017): 'an 88 "
-             "percent efficiency mark' for Inception V3 and ResNet-101 from 1 to 128 GPUs, and "
-             "RDMA 'did help Horovod exceed 90 percent' on both"),
+    "blog": ("Uber Engineering, 'Meet Horovod' (eng.uber.com/horovod, October 2017): 88% "
+             "efficiency for Inception V3 and ResNet-101 from 1 to 128 GPUs, and above 90% "
+             "on both with RDMA"),
     "chart 128": ("uber/horovod README.md (late 2017, the 128-GPU chart: 32 servers, "
                   "RoCE-capable 25 GbE): 90% ResNet-101, 79% VGG-16"),
     "chart 512": ("horovod/horovod README and docs/benchmarks.rst (2018, the 512-GPU chart: "
