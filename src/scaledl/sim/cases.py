@@ -111,12 +111,43 @@ def _dgx1(model: str, batch: int, images_per_s: float) -> Callable[[bool], tuple
     return _same(job)
 
 
-def _ddp(model: str, images_per_s: float, gpus: int = 16, bucket_mb: float = 25.0
+def _ddp(model: str, images_per_s: float, gpus: int, bucket_mb: float
          ) -> Callable[[bool], tuple[Job, Job]]:
     job = Job(model=model, gpus=gpus, topology="8x2" if gpus == 16 else str(gpus),
               algorithm="ring", device="v100", network="ib-edr-x4", intra="nvlink2", batch=32,
               bucket_mb=bucket_mb, stack="nccl", compute_time=32 / images_per_s)
     return _same(job)
+
+
+DDP_SINGLE = {"resnet50": 329, "resnet101": 197}
+"""One V100 without DDP at batch 32 (the README's p50 and p75 alike), images/s."""
+DDP_RUNS = (  # model, its name, GPUs, bucket MB, measured images/s per GPU, the statistic
+    ("resnet50", "ResNet-50", 16, 25.0, 306, "p50"),
+    ("resnet101", "ResNet-101", 16, 25.0, 178, "p50"),
+    ("resnet50", "ResNet-50", 8, 25.0, 307, "p50"),
+    ("resnet101", "ResNet-101", 8, 25.0, 179, "p50"),
+    ("resnet50", "ResNet-50", 16, 1.0, 294, "p75"),
+    ("resnet101", "ResNet-101", 16, 1.0, 170, "p75"),
+)
+"""PyTorch's DDP benchmark (DDP): its table at 25 MB buckets, and its bucket_cap_mb=1 against
+25 comparison (p75 only) on the same 8 DGX-1 machines; the 2- and 4-GPU rows (one host, as the
+8-GPU row) are not repeated."""
+
+
+def _ddp_case(model: str, label: str, gpus: int, bucket_mb: float, measured: int,
+              statistic: str) -> Case:
+    """One row of PyTorch's DDP benchmark: images/s per GPU against one GPU without DDP."""
+    hosts = ("2 DGX-1 (8 V100 on NVLink) with 4x 100 Gbit/s InfiniBand each (8x2)"
+             if gpus == 16 else "one DGX-1 (8 V100 on NVLink)")
+    buckets = "" if bucket_mb == 25.0 else f", {bucket_mb:g} MB buckets"
+    single = DDP_SINGLE[model]
+    return Case(
+        f"PyTorch DDP, {label}, {gpus} V100{buckets}", "efficiency", measured / single,
+        f"{hosts}, NCCL ring, {bucket_mb:g} MB buckets, 32 images/GPU, one GPU without DDP at "
+        f"{single} images/s",
+        f"{DDP}: {single} images/s (1 GPU, no DDP) and {statistic} {measured} ({gpus} GPUs"
+        f"{', bucket_cap_mb=1' if bucket_mb != 25.0 else ''})",
+        _weak(_ddp(model, single, gpus, bucket_mb)))
 
 
 HVD_SINGLE = {"resnet101": 119.4, "vgg16": 130.9}
@@ -249,33 +280,7 @@ CASES = (
          "as above, 512 images/GPU, one GPU at 2987 images/s",
          TF + ", DGX-1 training synthetic data: 2987 and 17822 images/s",
          _weak(_dgx1("alexnet", 512, 2987))),
-    Case("PyTorch DDP, ResNet-50, 16 V100", "efficiency", 306 / 329,
-         "2 DGX-1 (8 V100 on NVLink) with 4x 100 Gbit/s InfiniBand each (8x2), NCCL ring, "
-         "25 MB buckets, 32 images/GPU, one GPU without DDP at 329 images/s",
-         DDP + ": p50 329 images/s (1 GPU, no DDP) and 306 (16 GPUs)",
-         _weak(_ddp("resnet50", 329))),
-    Case("PyTorch DDP, ResNet-101, 16 V100", "efficiency", 178 / 197,
-         "as above, one GPU without DDP at 197 images/s",
-         DDP + ": p50 197 images/s (1 GPU, no DDP) and 178 (16 GPUs)",
-         _weak(_ddp("resnet101", 197))),
-    Case("PyTorch DDP, ResNet-50, 8 V100", "efficiency", 307 / 329,
-         "one DGX-1 of the above (8 V100 on NVLink), NCCL ring, 25 MB buckets, 32 images/GPU, "
-         "one GPU without DDP at 329 images/s",
-         DDP + ": p50 329 images/s (1 GPU, no DDP) and 307 (8 GPUs)",
-         _weak(_ddp("resnet50", 329, gpus=8))),
-    Case("PyTorch DDP, ResNet-101, 8 V100", "efficiency", 179 / 197,
-         "as above, one GPU without DDP at 197 images/s",
-         DDP + ": p50 197 images/s (1 GPU, no DDP) and 179 (8 GPUs)",
-         _weak(_ddp("resnet101", 197, gpus=8))),
-    Case("PyTorch DDP, ResNet-50, 16 V100, 1 MB buckets", "efficiency", 294 / 329,
-         "2 DGX-1 as above with bucket_cap_mb=1 (many more, smaller allreduce calls), one GPU "
-         "without DDP at 329 images/s (the first table's run)",
-         DDP + ", the bucket_cap_mb=1 against 25 comparison: p75 294 images/s at 16 GPUs",
-         _weak(_ddp("resnet50", 329, bucket_mb=1.0))),
-    Case("PyTorch DDP, ResNet-101, 16 V100, 1 MB buckets", "efficiency", 170 / 197,
-         "as above, one GPU without DDP at 197 images/s",
-         DDP + ", the bucket_cap_mb=1 against 25 comparison: p75 170 images/s at 16 GPUs",
-         _weak(_ddp("resnet101", 197, bucket_mb=1.0))),
+    *(_ddp_case(*run) for run in DDP_RUNS),
     Case("NVIDIA ResNet-50 v1.5, DGX A100, TF32", "efficiency", 7248 / (8 * 938),
          "one DGX A100 (8 A100 80 GB on NVSwitch), PyTorch DDP over NCCL, 25 MB buckets, "
          "256 images/GPU, TF32, one GPU at the published 938 images/s (the a100 preset, a "
