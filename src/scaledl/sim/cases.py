@@ -103,12 +103,42 @@ def _goyal(ideal: bool) -> tuple[Job, Job]:
     return replace(job, gpus=8, topology="8"), replace(job, gpus=256, topology="8x32")
 
 
-def _dgx1(model: str, batch: int, images_per_s: float) -> Callable[[bool], tuple[Job, Job]]:
-    # tf_cnn_benchmarks "replicated (with NCCL)": one NCCL allreduce per gradient tensor
-    job = Job(model=model, gpus=8, topology="8", algorithm="ring", device="p100",
-              intra="nvlink1-dgx1", batch=batch, bucket_mb=1e-6, stack="tf-replicated",
+def _dgx1(model: str, batch: int, images_per_s: float, gpus: int
+          ) -> Callable[[bool], tuple[Job, Job]]:
+    # tf_cnn_benchmarks "replicated (with NCCL)": one NCCL 1.x allreduce per gradient tensor,
+    # its single ring in device order; on 8 GPUs the hops 3 -> 4 and 7 -> 0 have no NVLink and
+    # no peer access, so they pass through host memory over PCIe (4x2, the pcie3 preset)
+    job = Job(model=model, gpus=gpus, topology="4x2" if gpus == 8 else str(gpus),
+              algorithm="ring", device="p100", network="pcie3", intra="nvlink1-dgx1",
+              batch=batch, bucket_mb=1e-6, stack="tf-replicated",
               compute_time=batch / images_per_s)
     return _same(job)
+
+
+HOST_HOPS = ("; NCCL 1's one ring in device order crosses from GPU 3 to 4 and 7 to 0, pairs "
+             "without NVLink or peer access, through host memory over PCIe (4x2, pcie3)")
+TF_DGX1_RUNS = (  # model, its name, batch per GPU, the table, images/s on 1, 2, 4 and 8 GPUs
+    ("vgg16", "VGG16", 64, "training synthetic data", (154, 295, 584, 1081)),
+    ("vgg16", "VGG16", 32, "other results (batch 32)", (144, 281, 549, 820)),
+    ("alexnet", "AlexNet", 512, "training synthetic data", (2987, 5658, 10509, 17822)),
+)
+"""The DGX-1 tables of TensorFlow's May 2017 benchmarks (TF) for the two models it ran
+replicated with NCCL (the others used a parameter server on the CPU)."""
+
+
+def _tf_dgx1(model: str, label: str, batch: int, table: str, rates: tuple[int, ...]
+             ) -> list[Case]:
+    """One model's rows of the DGX-1 tables: 2, 4 and 8 GPUs against one."""
+    single = rates[0]
+    return [Case(
+        f"TensorFlow, {label}, {gpus} P100 (DGX-1), batch {batch}", "efficiency",
+        rate / (gpus * single),
+        f"{gpus} GPUs of one DGX-1 (P100, NVLink hybrid cube mesh: one 20 GB/s link per "
+        f"connected pair){HOST_HOPS if gpus == 8 else ''}, replicated variables with one NCCL "
+        f"allreduce per gradient tensor, {batch} images/GPU, one GPU at {single} images/s",
+        f"{TF}, DGX-1 {table}: {single} and {rate} images/s",
+        _weak(_dgx1(model, batch, single, gpus)))
+        for gpus, rate in zip((2, 4, 8), rates[1:])]
 
 
 def _ddp(model: str, images_per_s: float, gpus: int, bucket_mb: float
@@ -266,20 +296,7 @@ CASES = (
          "broadcast (hierarchical); efficiency against one server of 8",
          "Goyal et al., arXiv 1706.02677 (2017), abstract and section 5.5 (~90% from 8 to 256 "
          "GPUs)", _weak(_goyal)),
-    Case("TensorFlow, VGG16, 8 P100 (DGX-1), batch 64", "efficiency", 1081 / (8 * 154),
-         "one DGX-1 (8 P100, NVLink hybrid cube mesh: one 20 GB/s link per GPU pair), "
-         "replicated variables with one NCCL allreduce per gradient tensor, 64 images/GPU, "
-         "one GPU at the published 154 images/s",
-         TF + ", DGX-1 training synthetic data: 154 and 1081 images/s",
-         _weak(_dgx1("vgg16", 64, 154))),
-    Case("TensorFlow, VGG16, 8 P100 (DGX-1), batch 32", "efficiency", 820 / (8 * 144),
-         "as above at 32 images/GPU, one GPU at 144 images/s",
-         TF + ", DGX-1 other results (batch 32): 144 and 820 images/s",
-         _weak(_dgx1("vgg16", 32, 144))),
-    Case("TensorFlow, AlexNet, 8 P100 (DGX-1), batch 512", "efficiency", 17822 / (8 * 2987),
-         "as above, 512 images/GPU, one GPU at 2987 images/s",
-         TF + ", DGX-1 training synthetic data: 2987 and 17822 images/s",
-         _weak(_dgx1("alexnet", 512, 2987))),
+    *(case for run in TF_DGX1_RUNS for case in _tf_dgx1(*run)),
     *(_ddp_case(*run) for run in DDP_RUNS),
     Case("NVIDIA ResNet-50 v1.5, DGX A100, TF32", "efficiency", 7248 / (8 * 938),
          "one DGX A100 (8 A100 80 GB on NVSwitch), PyTorch DDP over NCCL, 25 MB buckets, "
