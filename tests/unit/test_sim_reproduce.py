@@ -9,7 +9,14 @@ import pytest
 
 from scaledl.cli.simulate_report import reproduction_table
 from scaledl.sim.cases import CASES, _dgx1
-from scaledl.sim.reproduce import Case, Prediction, error, evaluate, within_target
+from scaledl.sim.reproduce import (
+    Case,
+    Prediction,
+    error,
+    evaluate,
+    mean_absolute_error,
+    within_target,
+)
 
 LINEAR_SPEEDUP = {"S-Caffe, GoogLeNet, 32 -> 160 K80": 160 / 32}
 """The largest speedup each speedup case can have (GPUs after / before)."""
@@ -61,7 +68,22 @@ def test_the_table_prints_every_row_and_the_count_within_target() -> None:
     assert "| near | 90.0% | 93.0% | +3.0 pt | yes | d1 | s1 | src1 |" in table
     assert "| far | 2.00x | 3.00x | +50% | **no** |" in table
     assert "| n/a (share) |" in table
-    assert table.endswith("1 of 2 points within 5 points of efficiency (15% of a speedup)")
+    assert table.endswith("1 of 2 points within 5 points of efficiency (15% of a speedup); "
+                          "mean absolute error 3.0 points over 1 efficiency point")
+
+
+def test_the_mean_absolute_error_counts_efficiencies_only() -> None:
+    cases = (
+        Case("a", "efficiency", 0.90, "s", "src", lambda ideal: Prediction(0.93, "d")),
+        Case("b", "efficiency", 0.80, "s", "src", lambda ideal: Prediction(0.75, "d")),
+        Case("c", "speedup", 2.0, "s", "src", lambda ideal: Prediction(3.0, "d")),
+        Case("d", "share", 0.5, "s", "src", lambda ideal: Prediction(0.1, "d")),
+    )
+    mae = mean_absolute_error(evaluate(cases))
+    assert mae is not None
+    assert mae[0] == pytest.approx(4.0) and mae[1] == 2
+    assert mean_absolute_error(evaluate(cases[2:])) is None
+    assert "mean absolute error" not in reproduction_table(evaluate(cases[2:]))
 
 
 def test_horovods_charts_run_with_rdma_and_its_tcp_point_is_below_them() -> None:

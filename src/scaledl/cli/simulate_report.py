@@ -13,7 +13,7 @@ from scaledl.sim.iteration import IterationResult
 from scaledl.sim.job import Job
 from scaledl.sim.network import Network
 from scaledl.sim.profile_file import MeasuredProfile
-from scaledl.sim.reproduce import Row
+from scaledl.sim.reproduce import Row, mean_absolute_error
 from scaledl.topology import Topology
 
 __all__ = [
@@ -150,8 +150,14 @@ def reproduction_table(rows: list[Row]) -> str:
                      f"{row.prediction.detail} | {case.setup} | {case.source} |")
     scored = [row for row in rows if row.within is not None]
     lines.append("")
-    lines.append(f"{sum(bool(row.within) for row in scored)} of {len(scored)} points within "
-                 "5 points of efficiency (15% of a speedup)")
+    summary = (f"{sum(bool(row.within) for row in scored)} of {len(scored)} points within "
+               "5 points of efficiency (15% of a speedup)")
+    mae = mean_absolute_error(rows)
+    if mae is not None:
+        plural = "s" if mae[1] != 1 else ""
+        summary += (f"; mean absolute error {mae[0]:.1f} points over {mae[1]} efficiency "
+                    f"point{plural}")
+    lines.append(summary)
     return "\n".join(lines)
 
 

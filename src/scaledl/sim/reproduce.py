@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Case", "Prediction", "Row", "error", "within_target", "evaluate", "METRICS",
-           "TARGET_POINTS", "TARGET_RELATIVE"]
+__all__ = ["Case", "Prediction", "Row", "error", "within_target", "evaluate",
+           "mean_absolute_error", "METRICS", "TARGET_POINTS", "TARGET_RELATIVE"]
 
 METRICS = ("efficiency", "speedup", "share")
 TARGET_POINTS = 5.0
@@ -86,3 +86,12 @@ def evaluate(cases: tuple[Case, ...], ideal: bool = False) -> list[Row]:
         err = error(case.metric, case.published, prediction.value)
         rows.append(Row(case, prediction, err, within_target(case.metric, err)))
     return rows
+
+
+def mean_absolute_error(rows: list[Row]) -> tuple[float, int] | None:
+    """The mean absolute error of the efficiency rows, in points, and how many there are (None
+    without any: speedups and shares are not on the same scale)."""
+    errors = [abs(row.error) for row in rows if row.case.metric == "efficiency"]
+    if not errors:
+        return None
+    return sum(errors) / len(errors), len(errors)
