@@ -245,37 +245,40 @@ def _hvd_chart(model: str, label: str, gpus: int, network: str, published: float
         HVD_CHARTS[source], _weak(_horovod(model, HVD_SINGLE[model], gpus, network)))
 
 
-def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl"
-         ) -> Callable[[bool], tuple[Job, Job]]:
+def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl",
+         gpus: int = 8) -> Callable[[bool], tuple[Job, Job]]:
     # NVIDIA's ResNet-50 v1.5 recipe on one DGX, one process per GPU: torch DDP over NCCL
     # (25 MB buckets) or, in TensorFlow, Horovod over NCCL (its cycle and 64 MiB fusion)
-    job = Job(model="resnet50", gpus=8, topology="8", algorithm="ring", device=device,
+    job = Job(model="resnet50", gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
               intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
               bucket_mb=64.0 if stack == "horovod" else 25.0)
     return _same(job)
 
 
-DLE_TF_RUNS = (  # machine, device, intra, precision, batch per GPU, one GPU and 8 (images/s)
-    ("DGX A100", "a100", "nvlink3", "TF32", 256, 909, 7000),
-    ("DGX A100", "a100", "nvlink3", "mixed precision", 256, 2375, 17400),
-    ("DGX-1 V100 16 GB", "v100", "nvlink2", "FP32", 128, 412, 3170),
-    ("DGX-1 V100 16 GB", "v100", "nvlink2", "mixed precision", 256, 1270, 9510),
+DLE_TF_RUNS = (  # machine, device, intra, GPUs, precision, batch per GPU, one GPU and all
+    ("DGX A100", "a100", "nvlink3", 8, "TF32", 256, 909, 7000),
+    ("DGX A100", "a100", "nvlink3", 8, "mixed precision", 256, 2375, 17400),
+    ("DGX-1 V100 16 GB", "v100", "nvlink2", 8, "FP32", 128, 412, 3170),
+    ("DGX-1 V100 16 GB", "v100", "nvlink2", 8, "mixed precision", 256, 1270, 9510),
+    ("DGX-2", "v100", "nvswitch-v100", 16, "FP32", 128, 432, 6500),
+    ("DGX-2", "v100", "nvswitch-v100", 16, "mixed precision", 256, 1300, 17250),
 )
 """The same recipe in TensorFlow with Horovod and XLA (DLE_TF), reading ImageNet TFRecords
-through tf.data (training/training_perf.sh passes --data_dir and no DALI flag); the README's
-DGX-2 rows need a 16-GPU NVSwitch V100 preset, which there is not."""
+through tf.data (training/training_perf.sh passes --data_dir and no DALI flag): every GPU of a
+DGX A100, a DGX-1 and a DGX-2 (16 V100 32 GB on NVSwitch) against one."""
 
 
-def _dle_tf(machine: str, device: str, intra: str, precision: str, batch: int, single: float,
-            eight: float) -> Case:
-    """One row pair of the TensorFlow recipe's tables: 8 GPUs against one."""
+def _dle_tf(machine: str, device: str, intra: str, gpus: int, precision: str, batch: int,
+            single: float, every: float) -> Case:
+    """One row pair of the TensorFlow recipe's tables: every GPU of the machine against one."""
     return Case(
         f"NVIDIA ResNet-50 v1.5 in TensorFlow, {machine}, {precision}", "efficiency",
-        eight / (8 * single),
-        f"one {machine.split(' V100')[0]}, Horovod over NCCL (cycle and 64 MiB fusion as "
-        f"preset), {batch} images/GPU, {precision} with XLA, one GPU at {single} images/s",
-        f"{DLE_TF}: {single} and {eight} images/s",
-        _weak(_dle(device, intra, batch, single, stack="horovod")))
+        every / (gpus * single),
+        f"one {machine.split(' V100')[0]} ({gpus} GPUs), Horovod over NCCL (cycle and 64 MiB "
+        f"fusion as preset), {batch} images/GPU, {precision} with XLA, one GPU at {single} "
+        "images/s",
+        f"{DLE_TF}: {single} and {every} images/s",
+        _weak(_dle(device, intra, batch, single, stack="horovod", gpus=gpus)))
 
 
 CASES = (

@@ -234,6 +234,7 @@ LINKS: dict[str, LinkClass] = {
     "nvlink1": LinkClass.from_bandwidth("nvlink1", 3e-6, 40.0),
     "nvlink1-dgx1": LinkClass.from_bandwidth("nvlink1-dgx1", 3e-6, 20.0),
     "nvlink2": LinkClass.from_bandwidth("nvlink2", 3e-6, 50.0),
+    "nvswitch-v100": LinkClass.from_bandwidth("nvswitch-v100", 3e-6, 150.0),
     "nvlink3": LinkClass.from_bandwidth("nvlink3", 3e-6, 300.0),
     "nvlink4": LinkClass.from_bandwidth("nvlink4", 3e-6, 450.0),
     "loopback": LinkClass.from_bandwidth("loopback", 40e-6, 3.0),
