@@ -79,8 +79,8 @@ def _scaffe(ideal: bool) -> Prediction:
 def _horovod(model: str, images_per_s: float, gpus: int, network: str
              ) -> Callable[[bool], tuple[Job, Job]]:
     job = Job(model=model, gpus=gpus, topology=f"4x{gpus // 4}", algorithm="ring",
-              device="p100", network=network, intra="pcie3", batch=64, bucket_mb=64.0,
-              stack="horovod", compute_time=64 / images_per_s)
+              device="p100", network=network, intra="pcie3", batch=64, stack="horovod",
+              compute_time=64 / images_per_s)
     return _same(job)
 
 
@@ -169,14 +169,15 @@ def _ddp_case(model: str, label: str, gpus: int, bucket_mb: float, measured: int
     """One row of PyTorch's DDP benchmark: images/s per GPU against one GPU without DDP."""
     hosts = ("2 DGX-1 (8 V100 on NVLink) with 4x 100 Gbit/s InfiniBand each (8x2)"
              if gpus == 16 else "one DGX-1 (8 V100 on NVLink)")
-    buckets = "" if bucket_mb == 25.0 else f", {bucket_mb:g} MB buckets"
+    default = bucket_mb == 25.0
     single = DDP_SINGLE[model]
     return Case(
-        f"PyTorch DDP, {label}, {gpus} V100{buckets}", "efficiency", measured / single,
+        f"PyTorch DDP, {label}, {gpus} V100{'' if default else f', {bucket_mb:g} MB buckets'}",
+        "efficiency", measured / single,
         f"{hosts}, NCCL ring, {bucket_mb:g} MB buckets, 32 images/GPU, one GPU without DDP at "
         f"{single} images/s",
         f"{DDP}: {single} images/s (1 GPU, no DDP) and {statistic} {measured} ({gpus} GPUs"
-        f"{', bucket_cap_mb=1' if bucket_mb != 25.0 else ''})",
+        f"{'' if default else f', bucket_cap_mb={bucket_mb:g}'})",
         _weak(_ddp(model, single, gpus, bucket_mb)))
 
 
@@ -248,10 +249,9 @@ def _hvd_chart(model: str, label: str, gpus: int, network: str, published: float
 def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl",
          gpus: int = 8) -> Callable[[bool], tuple[Job, Job]]:
     # NVIDIA's ResNet-50 v1.5 recipe on one DGX, one process per GPU: torch DDP over NCCL
-    # (25 MB buckets) or, in TensorFlow, Horovod over NCCL (its cycle and 64 MiB fusion)
+    # (25 MB buckets) or, in TensorFlow, Horovod over NCCL (the stack's cycle and fusion)
     job = Job(model="resnet50", gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
-              intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
-              bucket_mb=64.0 if stack == "horovod" else 25.0)
+              intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s)
     return _same(job)
 
 
