@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from scaledl.cli.simulate_report import reproduction_table
-from scaledl.sim.cases import CASES, _dgx1
+from scaledl.sim.cases import CASES, _dgx1, _dle, _horovod
+from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import (
     Case,
     Prediction,
@@ -112,3 +113,17 @@ def test_the_dgx1_ring_of_nccl_1_crosses_host_memory_only_on_8_gpus() -> None:
     assert four.topology == "4"
     nvlink_only = replace(eight, topology="8")
     assert eight.run().communication_s > nvlink_only.run().communication_s
+
+
+def test_ideal_horovod_jobs_bucket_at_the_stacks_fusion_size() -> None:
+    """``--ideal`` has no negotiation cycle, so a Horovod job's buckets stand for its fusion
+    buffer (64 MiB), which the ideal column of docs/simulation.md was computed with."""
+    cycle = stack("horovod").cycle
+    assert cycle is not None
+    fusion_mb = cycle.fusion_bytes / (1 << 20)
+    for make in (_horovod("vgg16", 130.9, 512, "25gbe-roce"),
+                 _dle("v100", "nvswitch-v100", 256, 1300.0, stack="horovod", gpus=16)):
+        _, job = make(True)
+        assert job.bucket_mb == fusion_mb
+    _, ddp = _dle("a100", "nvlink3", 256, 938.0)(True)
+    assert ddp.bucket_mb == 25.0

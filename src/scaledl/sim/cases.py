@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from scaledl.sim.job import Job
+from scaledl.sim.losses import stack as stack_preset
 from scaledl.sim.presets import TCP_LINKS
 from scaledl.sim.reproduce import Case, Prediction
 
@@ -76,11 +77,18 @@ def _scaffe(ideal: bool) -> Prediction:
                                f"{large.communication_share:.0%}")
 
 
+def _fusion_mb() -> float:
+    """Horovod's fusion buffer in MB: ``--ideal`` has no cycle, so its buckets stand for it."""
+    cycle = stack_preset("horovod").cycle
+    assert cycle is not None
+    return cycle.fusion_bytes / (1 << 20)
+
+
 def _horovod(model: str, images_per_s: float, gpus: int, network: str
              ) -> Callable[[bool], tuple[Job, Job]]:
     job = Job(model=model, gpus=gpus, topology=f"4x{gpus // 4}", algorithm="ring",
               device="p100", network=network, intra="pcie3", batch=64, stack="horovod",
-              compute_time=64 / images_per_s)
+              bucket_mb=_fusion_mb(), compute_time=64 / images_per_s)
     return _same(job)
 
 
@@ -251,7 +259,8 @@ def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = 
     # NVIDIA's ResNet-50 v1.5 recipe on one DGX, one process per GPU: torch DDP over NCCL
     # (25 MB buckets) or, in TensorFlow, Horovod over NCCL (the stack's cycle and fusion)
     job = Job(model="resnet50", gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
-              intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s)
+              intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
+              bucket_mb=_fusion_mb() if stack == "horovod" else 25.0)
     return _same(job)
 
 
