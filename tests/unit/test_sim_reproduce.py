@@ -105,11 +105,12 @@ def test_horovods_charts_run_with_rdma_and_its_tcp_point_is_below_them() -> None
 
 def test_the_dgx1_ring_of_nccl_1_crosses_host_memory_only_on_8_gpus() -> None:
     """NCCL 1.x rings the GPUs in device order; on a P100 DGX-1 the hops 3 -> 4 and 7 -> 0 have
-    no NVLink, so the 8-GPU case is two NVLink groups joined over PCIe and costs more than a
-    ring of NVLink alone, while 4 GPUs stay on NVLink."""
+    no NVLink, so the 8-GPU case is two NVLink groups joined by copies staged through host
+    memory and costs more than a ring of NVLink alone, while 4 GPUs stay on NVLink."""
     _, eight = _dgx1("vgg16", 64, 154, 8)(False)
     _, four = _dgx1("vgg16", 64, 154, 4)(False)
-    assert (eight.topology, eight.network, eight.intra) == ("4x2", "pcie3", "nvlink1-dgx1")
+    assert (eight.topology, eight.network, eight.intra) == ("4x2", "dgx1-p100-staged",
+                                                            "nvlink1-dgx1")
     assert four.topology == "4"
     nvlink_only = replace(eight, topology="8")
     assert eight.run().communication_s > nvlink_only.run().communication_s

@@ -74,6 +74,11 @@ def _override(link: LinkClass, latency_us: float | None, gbps: float | None) -> 
     return LinkClass.from_bandwidth(link.name, alpha, gbps)
 
 
+def _share(link: LinkClass, efficiency: float) -> LinkClass:
+    """``link`` at ``efficiency`` of its rate (a library's measured share of it)."""
+    return link if efficiency == 1.0 else replace(link, beta=link.beta / efficiency)
+
+
 @dataclass(frozen=True)
 class Job:
     """One training job to predict (see ``scaledl simulate --help`` for each field)."""
@@ -180,6 +185,10 @@ class Job:
         net = replace(net, inter=inter, intra=intra, uplink=uplink, burst_bytes=burst,
                       native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(dev.backend))
         if not self.ideal:
+            if self.calibration is None:  # a calibration measured the library's rates already
+                share = self.losses().stack.link_efficiency
+                net = replace(net, intra=_share(net.intra, share), inter=_share(net.inter, share),
+                              uplink=None if net.uplink is None else _share(net.uplink, share))
             gloo = dev.backend == "gloo"
             sockets = gloo or net.inter.name in TCP_LINKS
             beta = dev.tcp_beta if self.socket_gbps is None else 1e-9 / self.socket_gbps

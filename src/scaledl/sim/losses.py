@@ -19,6 +19,9 @@ measured profile, never fitted to a scaling result:
   (:func:`expected_max_normal`: the exact integral ``int x N phi(x) Phi(x)^(N-1) dx``, evaluated
   numerically; ``e_1 = 0``, ``e_2 = 1 / sqrt(pi)``).  One GPU pays nothing (its mean is the
   baseline).
+- **A library's share of the link** (:attr:`Stack.link_efficiency`): where a collective
+  library was measured on a machine, the share of the link preset's rate its large transfers
+  reach (NCCL 1.x: 0.74 on a DGX-1's NVLink); every link's rate is scaled by it.
 - **Negotiation and fusion cycle** (:class:`Cycle`, Horovod): a background thread wakes every
   ``cycle_s``; tensors that became ready since the last wake-up are negotiated (the ranks' ready
   lists gathered at a coordinator, its answer broadcast: ``2 ceil(log2 N)`` latency rounds) and
@@ -37,8 +40,8 @@ import numpy as np
 from scipy.special import ndtr  # type: ignore[import-untyped]
 
 __all__ = [
-    "Cycle", "Stack", "STACKS", "stack", "Losses", "IDEAL", "expected_max_normal",
-    "straggler_factor", "advance",
+    "Cycle", "Stack", "STACKS", "NCCL1_LINK_EFFICIENCY", "stack", "Losses", "IDEAL",
+    "expected_max_normal", "straggler_factor", "advance",
 ]
 
 
@@ -70,6 +73,9 @@ class Stack:
     cycle: Cycle | None = None
     """Negotiation/fusion cycle (Horovod); None: collectives start when their bucket is ready."""
     source: str = ""
+    link_efficiency: float = 1.0
+    """The share of a link preset's rate the library's transfers reach on large messages, where
+    measured for this library (1: the preset's rate)."""
 
     def __post_init__(self) -> None:
         for what, value in (("call", self.call_overhead_s),
@@ -77,6 +83,9 @@ class Stack:
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"stack {self.name!r}: {what} overhead {value} s must be "
                                  "finite and >= 0")
+        if not 0 < self.link_efficiency <= 1:
+            raise ValueError(f"stack {self.name!r}: link efficiency {self.link_efficiency} "
+                             "must be in (0, 1]")
 
 
 TENSOR_OVERHEAD = 23e-6
@@ -84,6 +93,12 @@ TENSOR_OVERHEAD = 23e-6
 benchmarks/distributed/ddp/README.md): ResNet-50 0.100 vs 0.097 s per step over its 161
 gradient tensors (19 us each), ResNet-101 0.171 vs 0.162 s over 314 (29 us): 23 us on average,
 work the training loop does per gradient once it is distributed, with no communication yet."""
+
+NCCL1_LINK_EFFICIENCY = (14.55 + 15.81 + 14.25) / 3 / 20.0
+"""NCCL 1.x's allreduce bus bandwidth on 2, 3 and 4 P100 of a DGX-1, every hop one 20 GB/s
+NVLink (the ``nvlink1-dgx1`` preset): 14.55, 15.81 and 14.25 GB/s at 1 GiB, nccl-tests
+``all_reduce_perf`` (uuudown/Tartan microbenchmark/scale_up_cl/nccl-v1/bandwidth.txt, the data of
+Li et al., IISWC 2018), 0.74 of the link on average."""
 
 STACKS: dict[str, Stack] = {s.name: s for s in (
     Stack("ideal", 0.0, 0.0, None, "no software cost beyond the network's per-round overhead"),
@@ -101,7 +116,8 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
           "TensorFlow 1.x tf_cnn_benchmarks, variable_update=replicated, one NCCL allreduce "
           "per gradient tensor: its own all-reduce benchmark measured 0.290 s per step for "
           "ResNet-50's 161 gradients on 8 GPUs without repacking (tensorflow/benchmarks commit "
-          "3777598, 'gpu' row), 1.8 ms per call; per tensor as nccl"),
+          "3777598, 'gpu' row), 1.8 ms per call; per tensor as nccl; NCCL 1.x reaches 0.74 of "
+          "a link's rate (NCCL1_LINK_EFFICIENCY)", NCCL1_LINK_EFFICIENCY),
     Stack("mpi", 20e-6, 0.0, None,
           "Caffe over CUDA-aware MPI (S-Caffe on MVAPICH2-GDR): an MPI call on GPU buffers, "
           "assumed 20 us of software per call (pointer checks, CUDA stream sync)"),

@@ -233,6 +233,8 @@ LINKS: dict[str, LinkClass] = {
     "pcie3": LinkClass.from_bandwidth("pcie3", 5e-6, 15.75),
     "nvlink1": LinkClass.from_bandwidth("nvlink1", 3e-6, 40.0),
     "nvlink1-dgx1": LinkClass.from_bandwidth("nvlink1-dgx1", 3e-6, 20.0),
+    # a P100 DGX-1's GPU pairs without NVLink or peer access: copies staged through host memory
+    "dgx1-p100-staged": LinkClass.from_bandwidth("dgx1-p100-staged", 19.5e-6, 10.1),
     "nvlink2": LinkClass.from_bandwidth("nvlink2", 3e-6, 50.0),
     "nvswitch-v100": LinkClass.from_bandwidth("nvswitch-v100", 3e-6, 150.0),
     "nvlink3": LinkClass.from_bandwidth("nvlink3", 3e-6, 300.0),
