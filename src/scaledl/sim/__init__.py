@@ -16,7 +16,8 @@
   and its file;
 - :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` and validate;
   :mod:`~scaledl.sim.native`: the native rows and their fit (``bench``'s, passed in by the CLI);
-- :mod:`~scaledl.sim.reproduce`, :mod:`~scaledl.sim.cases`: published results and their errors;
+- :mod:`~scaledl.sim.reproduce`, :mod:`~scaledl.sim.cases`, :mod:`~scaledl.sim.cases_horovod`:
+  published results and their errors;
 - :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs.
 """
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from scaledl.sim.cases_horovod import HOROVOD_CASES, fusion_mb
 from scaledl.sim.job import Job
-from scaledl.sim.losses import stack as stack_preset
-from scaledl.sim.presets import TCP_LINKS
-from scaledl.sim.reproduce import Case, Prediction
+from scaledl.sim.reproduce import Case, Prediction, against_one_gpu, weak_scaling
 
 __all__ = ["CASES", "IMAGENET_TRAIN_IMAGES"]
 
@@ -24,36 +23,12 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 
 TF = "tensorflow/tensorflow tensorflow/docs_src/performance/benchmarks.md (May 2017)"
 DDP = "pytorch/pytorch benchmarks/distributed/ddp/README.md (PyTorch 1.4, NCCL)"
-HVD_2017 = ("uber/horovod README.md (2017, the first release's two benchmark tables), "
-            "'allreduce on GPU with NCCL' rows")
 DLE = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
        "(pytorch-21.03 NGC container), training performance tables; batch per GPU from "
        "ConvNets/configs.yml")
 DLE_TF = ("NVIDIA/DeepLearningExamples TensorFlow/Classification/ConvNets/resnet50v1.5/README.md "
           "(commit 1d4211f, TensorFlow 20.06-tf1-py3 NGC container), training performance "
           "tables")
-
-
-def _weak(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
-          ) -> Callable[[bool], Prediction]:
-    """Efficiency of the second job against the first (per-GPU throughput ratio)."""
-    def predict(ideal: bool) -> Prediction:
-        base, big = jobs(ideal)
-        small, large = base.run(), big.run()
-        value = small.iteration_s / large.iteration_s if per_gpu else large.efficiency
-        return Prediction(value, f"{large.iteration_s * 1e3:.0f} ms per step at {big.gpus} GPUs "
-                                 f"vs {small.iteration_s * 1e3:.0f} ms at {base.gpus} "
-                                 f"(comm busy {large.communication_s * 1e3:.0f} ms, exposed "
-                                 f"{large.communication_share:.0%})")
-    return predict
-
-
-def _same(job: Job) -> Callable[[bool], tuple[Job, Job]]:
-    """The job against itself on one GPU."""
-    def jobs(ideal: bool) -> tuple[Job, Job]:
-        big = replace(job, ideal=ideal)
-        return replace(big, gpus=1, topology="1"), big
-    return jobs
 
 
 def _ddl(ideal: bool) -> Prediction:
@@ -75,21 +50,6 @@ def _scaffe(ideal: bool) -> Prediction:
     return Prediction(speedup, f"{speedup / 5:.0%} of linear; comm share "
                                f"{small.communication_share:.0%} -> "
                                f"{large.communication_share:.0%}")
-
-
-def _fusion_mb() -> float:
-    """Horovod's fusion buffer in MB: ``--ideal`` has no cycle, so its buckets stand for it."""
-    cycle = stack_preset("horovod").cycle
-    assert cycle is not None
-    return cycle.fusion_bytes / (1 << 20)
-
-
-def _horovod(model: str, images_per_s: float, gpus: int, network: str
-             ) -> Callable[[bool], tuple[Job, Job]]:
-    job = Job(model=model, gpus=gpus, topology=f"4x{gpus // 4}", algorithm="ring",
-              device="p100", network=network, intra="pcie3", batch=64, stack="horovod",
-              bucket_mb=_fusion_mb(), compute_time=64 / images_per_s)
-    return _same(job)
 
 
 def _you(ideal: bool) -> Prediction:
@@ -120,7 +80,7 @@ def _dgx1(model: str, batch: int, images_per_s: float, gpus: int
               algorithm="ring", device="p100", network="dgx1-p100-staged", intra="nvlink1-dgx1",
               batch=batch, bucket_mb=1e-6, stack="tf-replicated",
               compute_time=batch / images_per_s)
-    return _same(job)
+    return against_one_gpu(job)
 
 
 HOST_HOPS = ("; NCCL 1's one ring in device order crosses from GPU 3 to 4 and 7 to 0, pairs "
@@ -146,7 +106,7 @@ def _tf_dgx1(model: str, label: str, batch: int, table: str, rates: tuple[int, .
         "allreduce per gradient tensor (0.74 of each link's rate, as measured on a DGX-1), "
         f"{batch} images/GPU, one GPU at {single} images/s",
         f"{TF}, DGX-1 {table}: {single} and {rate} images/s",
-        _weak(_dgx1(model, batch, single, gpus)))
+        weak_scaling(_dgx1(model, batch, single, gpus)))
         for gpus, rate in zip((2, 4, 8), rates[1:])]
 
 
@@ -155,7 +115,7 @@ def _ddp(model: str, images_per_s: float, gpus: int, bucket_mb: float
     job = Job(model=model, gpus=gpus, topology="8x2" if gpus == 16 else str(gpus),
               algorithm="ring", device="v100", network="ib-edr-x4", intra="nvlink2", batch=32,
               bucket_mb=bucket_mb, stack="nccl", compute_time=32 / images_per_s)
-    return _same(job)
+    return against_one_gpu(job)
 
 
 DDP_SINGLE = {"resnet50": 329, "resnet101": 197}
@@ -187,72 +147,7 @@ def _ddp_case(model: str, label: str, gpus: int, bucket_mb: float, measured: int
         f"{single} images/s",
         f"{DDP}: {single} images/s (1 GPU, no DDP) and {statistic} {measured} ({gpus} GPUs"
         f"{'' if default else f', bucket_cap_mb={bucket_mb:g}'})",
-        _weak(_ddp(model, single, gpus, bucket_mb)))
-
-
-HVD_SINGLE = {"resnet101": 119.4, "vgg16": 130.9}
-"""One GPU at batch 64 on the 25 GbE servers (the first README's baseline row), images/s."""
-
-
-HVD_2017_CLUSTERS = {
-    "25gbe-roce": "4 servers x 4 Pascal GPUs (4x4), 25 Gbit/s RoCE used with RDMA, PCIe inside",
-    "25gbe": "the same 4 servers and network through TCP (NCCL's socket transport)",
-    "40gbe": "16 servers x 4 Pascal GPUs (4x16), plain 40 Gbit/s network (TCP), PCIe inside",
-}
-HVD_2017_RUNS = (  # model, its name, GPUs, network, transport, one GPU and all GPUs (images/s)
-    ("resnet101", "ResNet-101", 16, "25gbe-roce", "RDMA", HVD_SINGLE["resnet101"], 1746.2),
-    ("vgg16", "VGG-16", 16, "25gbe-roce", "RDMA", HVD_SINGLE["vgg16"], 1787.4),
-    ("resnet101", "ResNet-101", 16, "25gbe", "TCP", HVD_SINGLE["resnet101"], 1685.1),
-    ("vgg16", "VGG-16", 16, "25gbe", "TCP", HVD_SINGLE["vgg16"], 1308.7),
-    ("resnet101", "ResNet-101", 64, "40gbe", "40 GbE TCP", 136.0, 7741.6),
-    ("vgg16", "VGG-16", 64, "40gbe", "40 GbE TCP", 149.6, 6084.2),
-)
-"""The 'allreduce on GPU with NCCL' rows of Horovod's first README (HVD_2017)."""
-
-
-def _hvd_2017(model: str, label: str, gpus: int, network: str, transport: str,
-              single: float, measured: float) -> Case:
-    """One row of Horovod's 2017 tables: efficiency as throughput over GPUs x one GPU's."""
-    return Case(
-        f"Horovod, {label}, {gpus} GPUs, {transport}", "efficiency", measured / (gpus * single),
-        f"{HVD_2017_CLUSTERS[network]}, ring, 64 images/GPU, one GPU at {single} images/s; "
-        "Horovod (5 ms cycle, 64 MiB fusion)",
-        f"{HVD_2017}: {transport.split()[-1]} Horovod, {measured:,.1f} images/s "
-        f"({measured / single:.1f}x)",
-        _weak(_horovod(model, single, gpus, network)))
-
-
-HVD_CHARTS = {
-    "blog": ("Uber Engineering, 'Meet Horovod' (eng.uber.com/horovod, October 2017): 88% "
-             "efficiency for Inception V3 and ResNet-101 from 1 to 128 GPUs, and above 90% "
-             "on both with RDMA"),
-    "chart 128": ("uber/horovod README.md (late 2017, the 128-GPU chart: 32 servers, "
-                  "RoCE-capable 25 GbE): 90% ResNet-101, 79% VGG-16"),
-    "chart 512": ("horovod/horovod README and docs/benchmarks.rst (2018, the 512-GPU chart: "
-                  "128 servers, RoCE-capable 25 GbE): 90% ResNet-101, 68% VGG-16"),
-}
-HVD_CHART_RUNS = (  # model, its name, GPUs, network, efficiency, source
-    ("resnet101", "ResNet-101", 128, "25gbe", 0.88, "blog"),
-    ("resnet101", "ResNet-101", 128, "25gbe-roce", 0.90, "chart 128"),
-    ("vgg16", "VGG-16", 128, "25gbe-roce", 0.79, "chart 128"),
-    ("resnet101", "ResNet-101", 512, "25gbe-roce", 0.90, "chart 512"),
-    ("vgg16", "VGG-16", 512, "25gbe-roce", 0.68, "chart 512"),
-)
-"""Horovod's charts at 128 and 512 GPUs and its blog's TCP figure.  The charts name a
-"RoCE-capable" network without the transport; the blog measured 88% over TCP at 128 GPUs and
-past 90% with RDMA, so the charts' 90% are RDMA runs, and so are their VGG-16 points."""
-
-
-def _hvd_chart(model: str, label: str, gpus: int, network: str, published: float,
-               source: str) -> Case:
-    """One point of Horovod's scaling charts (efficiency against one GPU, batch 64)."""
-    transport = "TCP" if network in TCP_LINKS else "RDMA"
-    return Case(
-        f"Horovod, {label}, {gpus} GPUs, {transport}", "efficiency", published,
-        f"{gpus // 4} servers x 4 Pascal GPUs (4x{gpus // 4}), 25 Gbit/s Ethernet used with "
-        f"{transport}, PCIe inside, ring, 64 images/GPU, one GPU at {HVD_SINGLE[model]} "
-        "images/s; Horovod (5 ms cycle, 64 MiB fusion)",
-        HVD_CHARTS[source], _weak(_horovod(model, HVD_SINGLE[model], gpus, network)))
+        weak_scaling(_ddp(model, single, gpus, bucket_mb)))
 
 
 def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl",
@@ -261,8 +156,8 @@ def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = 
     # (25 MB buckets) or, in TensorFlow, Horovod over NCCL (the stack's cycle and fusion)
     job = Job(model="resnet50", gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
               intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
-              bucket_mb=_fusion_mb() if stack == "horovod" else 25.0)
-    return _same(job)
+              bucket_mb=fusion_mb() if stack == "horovod" else 25.0)
+    return against_one_gpu(job)
 
 
 DLE_TF_RUNS = (  # machine, device, intra, GPUs, precision, batch per GPU, one GPU and all
@@ -288,7 +183,7 @@ def _dle_tf(machine: str, device: str, intra: str, gpus: int, precision: str, ba
         f"fusion as preset), {batch} images/GPU, {precision} with XLA, one GPU at {single} "
         "images/s",
         f"{DLE_TF}: {single} and {every} images/s",
-        _weak(_dle(device, intra, batch, single, stack="horovod", gpus=gpus)))
+        weak_scaling(_dle(device, intra, batch, single, stack="horovod", gpus=gpus)))
 
 
 CASES = (
@@ -301,33 +196,32 @@ CASES = (
          "hierarchical reduce and broadcast overlapped, global batch 2560 (80 -> 16 per GPU, "
          "assumed); Caffe over MVAPICH2-GDR",
          "Awan et al., PPoPP 2017, abstract (seed 000)", _scaffe),
-    *(_hvd_chart(*run) for run in HVD_CHART_RUNS),
-    *(_hvd_2017(*run) for run in HVD_2017_RUNS),
+    *HOROVOD_CASES,
     Case("Goyal et al., ResNet-50, 8 -> 256 P100", "efficiency", 0.90,
          "32 Big Basin servers x 8 P100 on NVLink (8x32), one 50 Gbit/s Ethernet port per "
          "server, 32 images/GPU (8k batch), intra-server reduce, inter-server allreduce, "
          "broadcast (hierarchical); efficiency against one server of 8",
          "Goyal et al., arXiv 1706.02677 (2017), abstract and section 5.5 (~90% from 8 to 256 "
-         "GPUs)", _weak(_goyal)),
+         "GPUs)", weak_scaling(_goyal)),
     *(case for run in TF_DGX1_RUNS for case in _tf_dgx1(*run)),
     *(_ddp_case(*run) for run in DDP_RUNS),
     Case("NVIDIA ResNet-50 v1.5, DGX A100, TF32", "efficiency", 7248 / (8 * 938),
          "one DGX A100 (8 A100 80 GB on NVSwitch), PyTorch DDP over NCCL, 25 MB buckets, "
          "256 images/GPU, TF32, one GPU at the published 938 images/s (the a100 preset, a "
          "40 GB part, stands in; only its links and per-call costs are used)",
-         DLE + ": 938 and 7248 images/s", _weak(_dle("a100", "nvlink3", 256, 938))),
+         DLE + ": 938 and 7248 images/s", weak_scaling(_dle("a100", "nvlink3", 256, 938))),
     Case("NVIDIA ResNet-50 v1.5, DGX A100, mixed precision", "efficiency", 16621 / (8 * 2470),
          "as above with AMP (fp16 compute, fp32 gradients: the same bytes), one GPU at "
          "2470 images/s",
-         DLE + ": 2470 and 16621 images/s", _weak(_dle("a100", "nvlink3", 256, 2470))),
+         DLE + ": 2470 and 16621 images/s", weak_scaling(_dle("a100", "nvlink3", 256, 2470))),
     Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, FP32", "efficiency", 2855 / (8 * 367),
          "one DGX-1 (8 V100 16 GB on NVLink), PyTorch DDP over NCCL, 25 MB buckets, "
          "112 images/GPU, FP32, one GPU at the published 367 images/s",
-         DLE + ": 367 and 2855 images/s", _weak(_dle("v100", "nvlink2", 112, 367))),
+         DLE + ": 367 and 2855 images/s", weak_scaling(_dle("v100", "nvlink2", 112, 367))),
     Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, mixed precision", "efficiency",
          8322 / (8 * 1200),
          "as above with AMP at 256 images/GPU (fp32 gradients), one GPU at 1200 images/s",
-         DLE + ": 1200 and 8322 images/s", _weak(_dle("v100", "nvlink2", 256, 1200))),
+         DLE + ": 1200 and 8322 images/s", weak_scaling(_dle("v100", "nvlink2", 256, 1200))),
     *(_dle_tf(*run) for run in DLE_TF_RUNS),
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
          "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "

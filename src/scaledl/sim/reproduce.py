@@ -6,16 +6,19 @@ Each :class:`Case` is one published number with its hardware, batch, network and
 :mod:`scaledl.sim.presets` (the same for every case: no per-case knob beyond what the source
 states).  :func:`error` is the difference in points for an efficiency or a share, and the
 relative error for a speedup; the target (:func:`within_target`) is 5 points or 15%.  The
-cases themselves are in :mod:`scaledl.sim.cases`.
+cases themselves are in :mod:`scaledl.sim.cases` and :mod:`scaledl.sim.cases_horovod`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from scaledl.sim.job import Job
 
 __all__ = ["Case", "Prediction", "Row", "error", "within_target", "evaluate",
-           "mean_absolute_error", "METRICS", "TARGET_POINTS", "TARGET_RELATIVE"]
+           "mean_absolute_error", "weak_scaling", "against_one_gpu", "METRICS",
+           "TARGET_POINTS", "TARGET_RELATIVE"]
 
 METRICS = ("efficiency", "speedup", "share")
 TARGET_POINTS = 5.0
@@ -95,3 +98,25 @@ def mean_absolute_error(rows: list[Row]) -> tuple[float, int] | None:
     if not errors:
         return None
     return sum(errors) / len(errors), len(errors)
+
+
+def weak_scaling(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
+                 ) -> Callable[[bool], Prediction]:
+    """Efficiency of the second job against the first (per-GPU throughput ratio)."""
+    def predict(ideal: bool) -> Prediction:
+        base, big = jobs(ideal)
+        small, large = base.run(), big.run()
+        value = small.iteration_s / large.iteration_s if per_gpu else large.efficiency
+        return Prediction(value, f"{large.iteration_s * 1e3:.0f} ms per step at {big.gpus} GPUs "
+                                 f"vs {small.iteration_s * 1e3:.0f} ms at {base.gpus} "
+                                 f"(comm busy {large.communication_s * 1e3:.0f} ms, exposed "
+                                 f"{large.communication_share:.0%})")
+    return predict
+
+
+def against_one_gpu(job: Job) -> Callable[[bool], tuple[Job, Job]]:
+    """The job against itself on one GPU."""
+    def jobs(ideal: bool) -> tuple[Job, Job]:
+        big = replace(job, ideal=ideal)
+        return replace(big, gpus=1, topology="1"), big
+    return jobs
