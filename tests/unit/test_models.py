@@ -18,6 +18,7 @@ SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     "vgg16": (3, 32, 32),
     "googlenet": (3, 32, 32),
     "alexnet": (3, 64, 64),
+    "inception_v3": (3, 75, 75),
 }
 """The smallest input each model is run on (ImageNet models at reduced resolution)."""
 
@@ -29,10 +30,11 @@ PUBLISHED_PARAMETERS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "vgg16": ((3, 224, 224), 1000, 138e6),
     "alexnet": ((3, 224, 224), 1000, 61e6),
     "googlenet": ((3, 224, 224), 1000, 7.0e6),
+    "inception_v3": ((3, 299, 299), 1000, 23.8e6),
 }
 """Input, classes and parameter count as the papers give them.  GoogLeNet: the paper's table 1
 sums to about 6.8M; with batch norm and true 5x5 convolutions it is 7.0M (torchvision's 6.6M
-uses 3x3 where the paper has 5x5)."""
+uses 3x3 where the paper has 5x5).  Inception v3: 23.8M without the auxiliary classifier."""
 
 
 def _count(model: nn.Module) -> int:
@@ -83,6 +85,8 @@ def test_exact_counts_of_well_known_models() -> None:
         with torch.device("meta"):
             assert _count(build_model(name, (3, 224, 224), 1000)) == count
     assert _count(build_model("resnet20", (3, 32, 32), 10)) == 269_722
+    with torch.device("meta"):  # torchvision's 27,161,264 less its auxiliary head's 3,326,696
+        assert _count(build_model("inception_v3", (3, 299, 299), 1000)) == 23_834_568
     assert _count(build_model("mlp", (1, 28, 28), 10)) == 784 * 256 + 256 + 256 * 10 + 10
 
 
@@ -129,12 +133,21 @@ def test_profile_flops_of_resnet50_match_the_published_4_1_gmacs() -> None:
     assert total_flops(layer_profile(model, (3, 224, 224))) == pytest.approx(2 * 4.1e9, rel=0.02)
 
 
+def test_inception_v3_at_299_matches_its_published_5_7_gmacs_and_8x8_grid() -> None:
+    with torch.device("meta"):
+        model = build_model("inception_v3", (3, 299, 299), 1000)
+    assert total_flops(layer_profile(model, (3, 299, 299))) == pytest.approx(2 * 5.7e9, rel=0.02)
+    features = model.features(torch.empty(1, 3, 299, 299, device="meta"))
+    assert tuple(features.shape) == (1, 2048, 8, 8)
+
+
 @pytest.mark.parametrize(
     ("name", "shape", "message"),
     [
         ("lenet", (64,), "lenet needs an image input"),
         ("alexnet", (3, 32, 32), "alexnet needs images of at least 64x64, got 32x32"),
         ("vgg16", (3, 16, 16), "at least 32x32"),
+        ("inception_v3", (3, 64, 64), "inception_v3 needs images of at least 75x75, got 64x64"),
     ],
 )
 def test_bad_input_shapes(name: str, shape: tuple[int, ...], message: str) -> None:

@@ -65,6 +65,8 @@ def default_input_shape(model: str) -> tuple[int, ...]:
         return (1, 28, 28)
     if model == "alexnet":
         return (3, 64, 64)
+    if model == "inception_v3":
+        return (3, 75, 75)
     return (3, 32, 32)
 
 

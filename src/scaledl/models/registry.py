@@ -10,6 +10,7 @@ from torch import nn
 
 from scaledl.models.alexnet import AlexNet
 from scaledl.models.googlenet import GoogLeNet
+from scaledl.models.inception import InceptionV3
 from scaledl.models.lenet import LeNet5
 from scaledl.models.mlp import MLP
 from scaledl.models.resnet import cifar_resnet, imagenet_resnet
@@ -31,6 +32,7 @@ MODELS: dict[str, ModelBuilder] = {
     "vgg16": VGG,
     "googlenet": GoogLeNet,
     "alexnet": AlexNet,
+    "inception_v3": InceptionV3,
 }
 """Builders ``(input_shape, num_classes) -> nn.Module`` by name."""
 

@@ -85,7 +85,8 @@ class Job:
 
     model: str = "resnet50"
     input_shape: tuple[int, ...] | None = None
-    """Sample shape (no batch dim); None: ImageNet 3x224x224 or the model's small default."""
+    """Sample shape (no batch dim); None: ImageNet 3x224x224 (3x299x299 for Inception v3) or
+    the model's small default."""
     gpus: int = 8
     topology: str | None = None
     algorithm: str = "ring"

@@ -24,7 +24,8 @@ from scaledl.sync.bucketing import layer_of, plan_buckets
 
 __all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "IMAGENET_MODELS"]
 
-IMAGENET_MODELS = frozenset({"resnet50", "resnet101", "vgg16", "googlenet", "alexnet"})
+IMAGENET_MODELS = frozenset({"resnet50", "resnet101", "vgg16", "googlenet", "alexnet",
+                             "inception_v3"})
 BACKWARD_FACTOR = 2.0
 """Backward FLOPs per forward FLOP (gradients of inputs and of weights)."""
 
@@ -86,7 +87,10 @@ class ModelProfile:
 
 
 def default_input(model: str) -> tuple[tuple[int, ...], int]:
-    """``(input shape, classes)``: ImageNet for the ImageNet models, CIFAR-10 otherwise."""
+    """``(input shape, classes)``: ImageNet for the ImageNet models (299x299 for Inception v3,
+    as its paper and the benchmarks that use it), CIFAR-10 otherwise."""
+    if model.lower() == "inception_v3":
+        return (3, 299, 299), 1000
     if model.lower() in IMAGENET_MODELS:
         return (3, 224, 224), 1000
     if model.lower() in ("lenet", "mlp"):
