@@ -35,7 +35,7 @@ def _horovod(model: str, images_per_s: float, gpus: int, network: str
     return against_one_gpu(job)
 
 
-HVD_SINGLE = {"resnet101": 119.4, "vgg16": 130.9}
+HVD_SINGLE = {"inception_v3": 134.4, "resnet101": 119.4, "vgg16": 130.9}
 """One GPU at batch 64 on the 25 GbE servers (the first README's baseline row), images/s."""
 
 
@@ -45,10 +45,14 @@ HVD_2017_CLUSTERS = {
     "40gbe": "16 servers x 4 Pascal GPUs (4x16), plain 40 Gbit/s network (TCP), PCIe inside",
 }
 HVD_2017_RUNS = (  # model, its name, GPUs, network, transport, one GPU and all GPUs (images/s)
+    ("inception_v3", "Inception V3", 16, "25gbe-roce", "RDMA", HVD_SINGLE["inception_v3"],
+     2022.6),
     ("resnet101", "ResNet-101", 16, "25gbe-roce", "RDMA", HVD_SINGLE["resnet101"], 1746.2),
     ("vgg16", "VGG-16", 16, "25gbe-roce", "RDMA", HVD_SINGLE["vgg16"], 1787.4),
+    ("inception_v3", "Inception V3", 16, "25gbe", "TCP", HVD_SINGLE["inception_v3"], 1990.7),
     ("resnet101", "ResNet-101", 16, "25gbe", "TCP", HVD_SINGLE["resnet101"], 1685.1),
     ("vgg16", "VGG-16", 16, "25gbe", "TCP", HVD_SINGLE["vgg16"], 1308.7),
+    ("inception_v3", "Inception V3", 64, "40gbe", "40 GbE TCP", 148.8, 7932.1),
     ("resnet101", "ResNet-101", 64, "40gbe", "40 GbE TCP", 136.0, 7741.6),
     ("vgg16", "VGG-16", 64, "40gbe", "40 GbE TCP", 149.6, 6084.2),
 )
@@ -72,14 +76,18 @@ HVD_CHARTS = {
              "efficiency for Inception V3 and ResNet-101 from 1 to 128 GPUs, and above 90% "
              "on both with RDMA"),
     "chart 128": ("uber/horovod README.md (late 2017, the 128-GPU chart: 32 servers, "
-                  "RoCE-capable 25 GbE): 90% ResNet-101, 79% VGG-16"),
+                  "RoCE-capable 25 GbE): 90% Inception V3 and ResNet-101, 79% VGG-16"),
     "chart 512": ("horovod/horovod README and docs/benchmarks.rst (2018, the 512-GPU chart: "
-                  "128 servers, RoCE-capable 25 GbE): 90% ResNet-101, 68% VGG-16"),
+                  "128 servers, RoCE-capable 25 GbE): 90% Inception V3 and ResNet-101, 68% "
+                  "VGG-16"),
 }
 HVD_CHART_RUNS = (  # model, its name, GPUs, network, efficiency, source
+    ("inception_v3", "Inception V3", 128, "25gbe", 0.88, "blog"),
     ("resnet101", "ResNet-101", 128, "25gbe", 0.88, "blog"),
+    ("inception_v3", "Inception V3", 128, "25gbe-roce", 0.90, "chart 128"),
     ("resnet101", "ResNet-101", 128, "25gbe-roce", 0.90, "chart 128"),
     ("vgg16", "VGG-16", 128, "25gbe-roce", 0.79, "chart 128"),
+    ("inception_v3", "Inception V3", 512, "25gbe-roce", 0.90, "chart 512"),
     ("resnet101", "ResNet-101", 512, "25gbe-roce", 0.90, "chart 512"),
     ("vgg16", "VGG-16", 512, "25gbe-roce", 0.68, "chart 512"),
 )
