@@ -69,6 +69,9 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     (["--socket-bandwidth", "0"], "--socket-bandwidth 0.0 must be a finite number of GB/s"),
     (["--socket-bandwidth", "inf"], "for RDMA, name an RDMA network such as 25gbe-roce"),
     (["--input-shape", "3x0x0"], "--input-shape '3x0x0'"),
+    (["--cycle-ms", "1"], "--cycle-ms 1.0 needs a stack with a negotiation cycle; stack 'nccl' "
+                          "has none (use --stack horovod)"),
+    (["--stack", "horovod", "--cycle-ms", "-1"], "--cycle-ms -1.0 must be a finite number"),
 ])
 def test_user_errors_are_one_line(extra: list[str], message: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:

@@ -85,6 +85,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", default=None, choices=list(STACKS),
                    help="software stack: per-call and per-tensor costs, Horovod's cycle "
                         "(default: scaledl on --device cpu, nccl on GPUs)")
+    p.add_argument("--cycle-ms", type=float, default=None,
+                   help="Horovod's negotiation cycle, ms (HOROVOD_CYCLE_TIME; default: the "
+                        "horovod stack's 5)")
     p.add_argument("--cores", type=int, default=None,
                    help="CPU cores every rank shares (one machine emulating the cluster, "
                         "`scaledl cluster`): shared-memory stages slow by ranks / cores, "
@@ -176,7 +179,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         intra_gbps=args.intra_bandwidth, socket_gbps=args.socket_bandwidth,
         calibration=args.calibration, ideal=args.ideal,
         stack=args.stack, profile_path=args.profile_file, cores=args.cores,
-        input_rate=args.input_rate,
+        input_rate=args.input_rate, cycle_ms=args.cycle_ms,
     )
 
 

@@ -122,6 +122,8 @@ class Job:
     input_rate: float | None = None
     """Samples per second one host's input pipeline delivers (measured: its data loader
     alone); None: input is never the bottleneck.  See :meth:`fed`."""
+    cycle_ms: float | None = None
+    """Horovod's negotiation cycle (``HOROVOD_CYCLE_TIME``), milliseconds; None: the stack's."""
 
     def topology_value(self) -> Topology:
         """The topology, checked against ``gpus``."""
@@ -162,6 +164,21 @@ class Job:
                              "samples per second > 0")
         if self.stack is not None:
             stack(self.stack)
+        if self.cycle_ms is not None:
+            self._check_cycle(self.cycle_ms)
+
+    def stack_name(self) -> str:
+        """The software stack preset: ``stack``, else ``scaledl`` on the cpu device and
+        ``nccl`` on GPUs."""
+        return self.stack or ("scaledl" if device(self.device).name == "cpu" else "nccl")
+
+    def _check_cycle(self, cycle_ms: float) -> None:
+        name = self.stack_name()
+        if stack(name).cycle is None:
+            raise ValueError(f"--cycle-ms {cycle_ms} needs a stack with a negotiation cycle; "
+                             f"stack {name!r} has none (use --stack horovod)")
+        if not 0 <= cycle_ms < math.inf:
+            raise ValueError(f"--cycle-ms {cycle_ms} must be a finite number of ms >= 0")
 
     def network_value(self) -> Network:
         """Preset or calibrated links with any overrides applied."""
@@ -233,10 +250,13 @@ class Job:
         if self.ideal:
             return IDEAL
         dev, measured = device(self.device), self.measured()
-        name = self.stack or ("scaledl" if dev.name == "cpu" else "nccl")
+        software = stack(self.stack_name())
+        if self.cycle_ms is not None and software.cycle is not None:
+            software = replace(software, cycle=replace(software.cycle,
+                                                       cycle_s=self.cycle_ms * 1e-3))
         if measured is not None:
-            return Losses(measured.interference, measured.jitter_cv, stack(name))
-        return Losses(dev.interference, dev.jitter_cv, stack(name))
+            return Losses(measured.interference, measured.jitter_cv, software)
+        return Losses(dev.interference, dev.jitter_cv, software)
 
     def compute_model(self, profile: ModelProfile) -> ComputeModel:
         """FLOPs at a constant rate (``ideal``), the measured profile, or the roofline."""

@@ -1,0 +1,34 @@
+"""``--cycle-ms``: Horovod's negotiation cycle as its user set it (``HOROVOD_CYCLE_TIME``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaledl.sim.job import Job
+from scaledl.sim.losses import stack
+
+
+def _horovod(cycle_ms: float | None) -> Job:
+    return Job(model="resnet50", gpus=8, topology="4x2", device="v100", network="25gbe-roce",
+               intra="nvlink2", stack="horovod", cycle_ms=cycle_ms)
+
+
+def test_the_cycle_replaces_the_stacks_and_keeps_its_fusion_buffer() -> None:
+    preset = stack("horovod").cycle
+    assert preset is not None
+    cycle = _horovod(0.1).losses().cycle
+    assert cycle is not None
+    assert cycle.cycle_s == pytest.approx(1e-4) and cycle.fusion_bytes == preset.fusion_bytes
+    assert _horovod(None).losses().cycle == preset
+    assert _horovod(0.1).stack_name() == "horovod"
+    assert Job(device="cpu").stack_name() == "scaledl" and Job().stack_name() == "nccl"
+
+
+def test_a_longer_cycle_never_makes_a_step_faster() -> None:
+    steps = [_horovod(ms).run().iteration_s for ms in (0.0, 0.1, 5.0, 50.0)]
+    assert steps == sorted(steps) and steps[-1] > steps[0]
+
+
+def test_a_stack_without_a_cycle_refuses_one() -> None:
+    with pytest.raises(ValueError, match="stack 'nccl' has none"):
+        Job(cycle_ms=1.0).check()
