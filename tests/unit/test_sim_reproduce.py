@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from scaledl.cli.simulate_report import reproduction_table
-from scaledl.sim.cases import CASES, _dgx1, _dle
+from scaledl.sim.cases import CASES, MX_CYCLE_MS, _dgx1, _dle
 from scaledl.sim.cases_horovod import _horovod
 from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import (
@@ -131,3 +131,15 @@ def test_ideal_horovod_jobs_bucket_at_the_stacks_fusion_size() -> None:
         assert job.bucket_mb == fusion_mb
     _, ddp = _dle("a100", "nvlink3", 256, 938.0)(True)
     assert ddp.bucket_mb == 25.0
+
+
+def test_the_mxnet_recipe_runs_horovod_with_its_own_cycle() -> None:
+    """The MXNet recipe's runner sets HOROVOD_CYCLE_TIME to 0.1 ms; the TensorFlow recipe keeps
+    Horovod's default, the stack preset's."""
+    _, mxnet = _dle("v100", "nvlink2", 192, 1376.0, "horovod", 8, MX_CYCLE_MS)(False)
+    _, tensorflow = _dle("v100", "nvlink2", 256, 1270.0, "horovod", 8)(False)
+    mx_cycle, tf_cycle = mxnet.losses().cycle, tensorflow.losses().cycle
+    assert mx_cycle is not None and tf_cycle is not None
+    assert mx_cycle.cycle_s == pytest.approx(1e-4) and tf_cycle == stack("horovod").cycle
+    names = [case.name for case in CASES if " in MXNet, " in case.name]
+    assert len(names) == 6

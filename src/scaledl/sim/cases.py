@@ -26,6 +26,9 @@ DDP = "pytorch/pytorch benchmarks/distributed/ddp/README.md (PyTorch 1.4, NCCL)"
 DLE = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
        "(pytorch-21.03 NGC container), training performance tables; batch per GPU from "
        "ConvNets/configs.yml")
+DLE_MX = ("NVIDIA/DeepLearningExamples MxNet/Classification/RN50v1.5/README.md (commit "
+          "1bd98ac: mxnet-20.12-py3 on the DGX-1 and DGX-2, mxnet-22.10-py3 on the DGX A100 "
+          "80 GB), training performance tables")
 DLE_TF = ("NVIDIA/DeepLearningExamples TensorFlow/Classification/ConvNets/resnet50v1.5/README.md "
           "(commit 1d4211f, TensorFlow 20.06-tf1-py3 NGC container), training performance "
           "tables")
@@ -151,12 +154,13 @@ def _ddp_case(model: str, label: str, gpus: int, bucket_mb: float, measured: int
 
 
 def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl",
-         gpus: int = 8) -> Callable[[bool], tuple[Job, Job]]:
+         gpus: int = 8, cycle_ms: float | None = None) -> Callable[[bool], tuple[Job, Job]]:
     # NVIDIA's ResNet-50 v1.5 recipe on one DGX, one process per GPU: torch DDP over NCCL
-    # (25 MB buckets) or, in TensorFlow, Horovod over NCCL (the stack's cycle and fusion)
+    # (25 MB buckets) or, in TensorFlow and MXNet, Horovod over NCCL (the stack's fusion, and
+    # its cycle unless the recipe sets one)
     job = Job(model="resnet50", gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
               intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
-              bucket_mb=fusion_mb() if stack == "horovod" else 25.0)
+              bucket_mb=fusion_mb() if stack == "horovod" else 25.0, cycle_ms=cycle_ms)
     return against_one_gpu(job)
 
 
@@ -172,18 +176,36 @@ DLE_TF_RUNS = (  # machine, device, intra, GPUs, precision, batch per GPU, one G
 through tf.data (training/training_perf.sh passes --data_dir and no DALI flag): every GPU of a
 DGX A100, a DGX-1 and a DGX-2 (16 V100 32 GB on NVSwitch) against one."""
 
+DLE_MX_RUNS = (  # machine, device, intra, GPUs, precision, batch per GPU, one GPU and all
+    ("DGX A100", "a100", "nvlink3", 8, "TF32", 512, 1055.78, 8247.44),
+    ("DGX A100", "a100", "nvlink3", 8, "mixed precision", 512, 3410.52, 26673.72),
+    ("DGX-1 V100 16 GB", "v100", "nvlink2", 8, "FP32", 96, 384, 3005),
+    ("DGX-1 V100 16 GB", "v100", "nvlink2", 8, "mixed precision", 192, 1376, 10723),
+    ("DGX-2", "v100", "nvswitch-v100", 16, "FP32", 128, 417, 6338),
+    ("DGX-2", "v100", "nvswitch-v100", 16, "mixed precision", 256, 1492, 21484),
+)
+"""The same recipe in MXNet (DLE_MX): ``runner`` launches Horovod (``horovodrun``, 64 MiB
+fusion, HOROVOD_CYCLE_TIME 0.1 ms) and DALI decodes ImageNet RecordIO on the GPUs; batch per
+GPU from each table's ``benchmark.py -b`` command."""
 
-def _dle_tf(machine: str, device: str, intra: str, gpus: int, precision: str, batch: int,
-            single: float, every: float) -> Case:
-    """One row pair of the TensorFlow recipe's tables: every GPU of the machine against one."""
+MX_CYCLE_MS = 0.1
+"""HOROVOD_CYCLE_TIME the MXNet recipe's ``runner`` sets (ms)."""
+
+
+def _dle_horovod(framework: str, source: str, cycle_ms: float | None, machine: str,
+                 device: str, intra: str, gpus: int, precision: str, batch: int,
+                 single: float, every: float) -> Case:
+    """One row pair of a Horovod recipe's tables: every GPU of the machine against one."""
+    cycle = "cycle" if cycle_ms is None else f"{cycle_ms:g} ms cycle"
+    how = "with XLA" if framework == "TensorFlow" else "with DALI decoding on the GPUs"
     return Case(
-        f"NVIDIA ResNet-50 v1.5 in TensorFlow, {machine}, {precision}", "efficiency",
+        f"NVIDIA ResNet-50 v1.5 in {framework}, {machine}, {precision}", "efficiency",
         every / (gpus * single),
-        f"one {machine.split(' V100')[0]} ({gpus} GPUs), Horovod over NCCL (cycle and 64 MiB "
-        f"fusion as preset), {batch} images/GPU, {precision} with XLA, one GPU at {single} "
-        "images/s",
-        f"{DLE_TF}: {single} and {every} images/s",
-        weak_scaling(_dle(device, intra, batch, single, stack="horovod", gpus=gpus)))
+        f"one {machine.split(' V100')[0]} ({gpus} GPUs), Horovod over NCCL ({cycle} and 64 MiB "
+        f"fusion{' as preset' if cycle_ms is None else ''}), {batch} images/GPU, {precision} "
+        f"{how}, one GPU at {single} images/s",
+        f"{source}: {single} and {every} images/s",
+        weak_scaling(_dle(device, intra, batch, single, "horovod", gpus, cycle_ms)))
 
 
 CASES = (
@@ -222,7 +244,8 @@ CASES = (
          8322 / (8 * 1200),
          "as above with AMP at 256 images/GPU (fp32 gradients), one GPU at 1200 images/s",
          DLE + ": 1200 and 8322 images/s", weak_scaling(_dle("v100", "nvlink2", 256, 1200))),
-    *(_dle_tf(*run) for run in DLE_TF_RUNS),
+    *(_dle_horovod("TensorFlow", DLE_TF, None, *run) for run in DLE_TF_RUNS),
+    *(_dle_horovod("MXNet", DLE_MX, MX_CYCLE_MS, *run) for run in DLE_MX_RUNS),
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
          "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
          "on CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",
