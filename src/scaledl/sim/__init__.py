@@ -18,7 +18,8 @@
   :mod:`~scaledl.sim.native`: the native rows and their fit (``bench``'s, passed in by the CLI);
 - :mod:`~scaledl.sim.reproduce`, :mod:`~scaledl.sim.cases`, :mod:`~scaledl.sim.cases_horovod`:
   published results and their errors;
-- :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs.
+- :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.job_checks`, :mod:`~scaledl.sim.sweep`: what
+  ``scaledl simulate`` runs and refuses.
 """
 
 from __future__ import annotations

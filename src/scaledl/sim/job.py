@@ -6,13 +6,12 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from scaledl.collectives.auto import CostModel, Fabric, check_paths
+from scaledl.collectives.auto import CostModel
 from scaledl.collectives.cost import reduce_scatter_is_allreduce
-from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
-from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
 from scaledl.sim.iteration import IterationResult, simulate_iteration, timing_of
+from scaledl.sim.job_checks import check_job, simulated_algorithms
 from scaledl.sim.losses import IDEAL, Losses, stack
 from scaledl.sim.network import LinkClass, Network, ranks_per_core
 from scaledl.sim.presets import TCP_LINKS, Device, build_network, burst_bytes, device
@@ -57,12 +56,6 @@ def default_topology(gpus: int) -> str:
 def _example_topology(gpus: int) -> str:
     per_host = next(d for d in (8, 6, 5, 3, 2, 1) if gpus % d == 0)
     return f"{per_host}x{gpus // per_host}"
-
-
-def simulated_algorithms(collective: Collective) -> list[str]:
-    """Algorithms the simulator can replay for ``collective`` (scheduled ones: not native/auto)."""
-    return [name for name, algo in ALGORITHMS.items()
-            if algo.scheduled and collective in algo.supports]
 
 
 def _override(link: LinkClass, latency_us: float | None, gbps: float | None) -> LinkClass:
@@ -130,55 +123,13 @@ class Job:
         return Topology.parse(self.topology or default_topology(self.gpus), self.gpus)
 
     def check(self) -> None:
-        """Raise ValueError for an impossible combination of options."""
-        needed = {"bucketed": Collective.ALLREDUCE, "per-layer": Collective.REDUCE}
-        collective = needed.get(timing_of(self.strategy), Collective.ALLREDUCE)
-        base, paths = parse_algorithm(self.algorithm)
-        if base not in simulated_algorithms(collective):
-            raise ValueError(
-                f"--algorithm {self.algorithm} cannot be simulated for {self.strategy}; choose "
-                f"one of: {', '.join(simulated_algorithms(collective))}")
-        if paths:  # hosts as the topology says; every host's ranks share its memory
-            topo = self.topology_value()
-            hosts = tuple(topo.node(rank) for rank in range(topo.world_size))
-            check_paths(self.algorithm, collective, topo, Fabric(hosts, native_stages=True))
-        if self.tau < 1:
-            raise ValueError(f"--tau {self.tau} must be >= 1 (exchange every tau steps)")
-        if self.compute_time is not None and not 0 < self.compute_time < math.inf:
-            raise ValueError(f"--compute-time {self.compute_time} must be a finite number of "
-                             "seconds > 0")
-        if self.update_time is not None and not 0 <= self.update_time < math.inf:
-            raise ValueError(f"--update-time {self.update_time} must be a finite number of "
-                             "seconds >= 0")
-        if self.efficiency is not None and not 0 < self.efficiency <= 1:
-            raise ValueError(f"--device-efficiency {self.efficiency} must be in (0, 1]")
-        if self.bucket_mb <= 0:
-            raise ValueError(f"--bucket-mb {self.bucket_mb} must be > 0")
-        if self.socket_gbps is not None and not 0 < self.socket_gbps < math.inf:
-            raise ValueError(f"--socket-bandwidth {self.socket_gbps} must be a finite number of "
-                             "GB/s > 0 (for RDMA, name an RDMA network such as 25gbe-roce)")
-        if self.cores is not None and self.cores < 1:
-            raise ValueError(f"--cores {self.cores} must be >= 1")
-        if self.input_rate is not None and not 0 < self.input_rate < math.inf:
-            raise ValueError(f"--input-rate {self.input_rate} must be a finite number of "
-                             "samples per second > 0")
-        if self.stack is not None:
-            stack(self.stack)
-        if self.cycle_ms is not None:
-            self._check_cycle(self.cycle_ms)
+        """Raise ValueError for an impossible combination of options (:func:`check_job`)."""
+        check_job(self)
 
     def stack_name(self) -> str:
         """The software stack preset: ``stack``, else ``scaledl`` on the cpu device and
         ``nccl`` on GPUs."""
         return self.stack or ("scaledl" if device(self.device).name == "cpu" else "nccl")
-
-    def _check_cycle(self, cycle_ms: float) -> None:
-        name = self.stack_name()
-        if stack(name).cycle is None:
-            raise ValueError(f"--cycle-ms {cycle_ms} needs a stack with a negotiation cycle; "
-                             f"stack {name!r} has none (use --stack horovod)")
-        if not 0 <= cycle_ms < math.inf:
-            raise ValueError(f"--cycle-ms {cycle_ms} must be a finite number of ms >= 0")
 
     def network_value(self) -> Network:
         """Preset or calibrated links with any overrides applied."""

@@ -1,0 +1,73 @@
+"""What ``scaledl simulate`` refuses before it predicts anything: one ValueError, naming the
+option and the fix, for every impossible combination of a :class:`~scaledl.sim.job.Job`'s
+options."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from scaledl.collectives.auto import Fabric, check_paths
+from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
+from scaledl.collectives.schedule import Collective
+from scaledl.sim.iteration import timing_of
+from scaledl.sim.losses import stack
+
+if TYPE_CHECKING:
+    from scaledl.sim.job import Job
+
+__all__ = ["check_job", "simulated_algorithms"]
+
+
+def simulated_algorithms(collective: Collective) -> list[str]:
+    """Algorithms the simulator can replay for ``collective`` (scheduled ones: not native/auto)."""
+    return [name for name, algo in ALGORITHMS.items()
+            if algo.scheduled and collective in algo.supports]
+
+
+def check_job(job: Job) -> None:
+    """Raise ValueError for an impossible combination of ``job``'s options."""
+    needed = {"bucketed": Collective.ALLREDUCE, "per-layer": Collective.REDUCE}
+    collective = needed.get(timing_of(job.strategy), Collective.ALLREDUCE)
+    base, paths = parse_algorithm(job.algorithm)
+    if base not in simulated_algorithms(collective):
+        raise ValueError(
+            f"--algorithm {job.algorithm} cannot be simulated for {job.strategy}; choose "
+            f"one of: {', '.join(simulated_algorithms(collective))}")
+    if paths:  # hosts as the topology says; every host's ranks share its memory
+        topo = job.topology_value()
+        hosts = tuple(topo.node(rank) for rank in range(topo.world_size))
+        check_paths(job.algorithm, collective, topo, Fabric(hosts, native_stages=True))
+    if job.tau < 1:
+        raise ValueError(f"--tau {job.tau} must be >= 1 (exchange every tau steps)")
+    if job.compute_time is not None and not 0 < job.compute_time < math.inf:
+        raise ValueError(f"--compute-time {job.compute_time} must be a finite number of "
+                         "seconds > 0")
+    if job.update_time is not None and not 0 <= job.update_time < math.inf:
+        raise ValueError(f"--update-time {job.update_time} must be a finite number of "
+                         "seconds >= 0")
+    if job.efficiency is not None and not 0 < job.efficiency <= 1:
+        raise ValueError(f"--device-efficiency {job.efficiency} must be in (0, 1]")
+    if job.bucket_mb <= 0:
+        raise ValueError(f"--bucket-mb {job.bucket_mb} must be > 0")
+    if job.socket_gbps is not None and not 0 < job.socket_gbps < math.inf:
+        raise ValueError(f"--socket-bandwidth {job.socket_gbps} must be a finite number of "
+                         "GB/s > 0 (for RDMA, name an RDMA network such as 25gbe-roce)")
+    if job.cores is not None and job.cores < 1:
+        raise ValueError(f"--cores {job.cores} must be >= 1")
+    if job.input_rate is not None and not 0 < job.input_rate < math.inf:
+        raise ValueError(f"--input-rate {job.input_rate} must be a finite number of "
+                         "samples per second > 0")
+    if job.stack is not None:
+        stack(job.stack)
+    if job.cycle_ms is not None:
+        _check_cycle(job, job.cycle_ms)
+
+
+def _check_cycle(job: Job, cycle_ms: float) -> None:
+    name = job.stack_name()
+    if stack(name).cycle is None:
+        raise ValueError(f"--cycle-ms {cycle_ms} needs a stack with a negotiation cycle; "
+                         f"stack {name!r} has none (use --stack horovod)")
+    if not 0 <= cycle_ms < math.inf:
+        raise ValueError(f"--cycle-ms {cycle_ms} must be a finite number of ms >= 0")
