@@ -85,3 +85,20 @@ def test_options_passed_to_each_kind_of_strategy() -> None:
     plain = _strategy_options(_config(strategy="allreduce"), None, None, world_size=2)
     assert set(plain) == {"algorithm", "topology", "timeline", "bucket_mb"}
 
+
+
+@pytest.mark.parametrize(("model", "dataset", "message"), [
+    ("inception_v3", "synthetic", "inception_v3 needs images of at least 75x75, got 32x32"),
+    ("alexnet", "cifar10", "alexnet needs images of at least 64x64, got 32x32"),
+    ("lenet", "synthetic:64", "lenet needs an image input"),
+])
+def test_a_model_that_cannot_take_the_datasets_samples_fails_before_launch(
+        model: str, dataset: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        validate_config(_config(model=model, dataset=dataset), 2)
+
+
+def test_models_that_fit_their_data_pass_and_npz_waits_for_its_files() -> None:
+    validate_config(_config(model="inception_v3", dataset="synthetic:3x75x75:10"), 2)
+    validate_config(_config(model="resnet20", dataset="cifar10"), 2)
+    validate_config(_config(model="inception_v3", dataset="npz"), 2)  # shape only in the files

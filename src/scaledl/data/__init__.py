@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from scaledl.data.datasets import ArrayDataset, available_datasets, load_dataset
+from scaledl.data.datasets import ArrayDataset, available_datasets, declared_shape, load_dataset
 from scaledl.data.loader import ShardedLoader
 from scaledl.data.sharding import ShardedSampler
 
-__all__ = ["ArrayDataset", "ShardedLoader", "ShardedSampler", "available_datasets", "load_dataset"]
+__all__ = [
+    "ArrayDataset", "ShardedLoader", "ShardedSampler", "available_datasets", "declared_shape",
+    "load_dataset",
+]

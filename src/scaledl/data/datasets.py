@@ -39,7 +39,7 @@ from scaledl.data.synthetic import make_synthetic, parse_synthetic
 
 __all__ = [
     "ArrayDataset", "DatasetRequest", "SPLITS", "FASHION_MNIST_DIR", "available_datasets",
-    "load_dataset",
+    "declared_shape", "load_dataset",
 ]
 
 logger = logging.getLogger(__name__)
@@ -266,6 +266,21 @@ _LOADERS: dict[str, Callable[[DatasetRequest], ArrayDataset]] = {
     "npz": _load_npz,
     "synthetic": _load_synthetic,
 }
+
+
+_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "digits": ((1, 8, 8), 10), "mnist": ((1, 28, 28), 10), "fashion-mnist": ((1, 28, 28), 10),
+    "cifar10": ((3, 32, 32), 10),
+}
+
+
+def declared_shape(name: str) -> tuple[tuple[int, ...], int] | None:
+    """``(sample shape, classes)`` of dataset ``name`` known without reading it (its family's,
+    or a synthetic spec's); None where only the files tell (``npz``)."""
+    family = name.split(":", 1)[0].lower()
+    if family == "synthetic":
+        return parse_synthetic(name.lower())
+    return _SHAPES.get(family)
 
 
 def available_datasets() -> list[str]:

@@ -17,7 +17,7 @@ from torch import nn
 from scaledl import collectives
 from scaledl.collectives.registry import AUTO
 from scaledl.data import (
-    ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, load_dataset,
+    ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, declared_shape, load_dataset,
 )
 from scaledl.models import available_models, build_model
 from scaledl.strategies import Strategy, build_strategy
@@ -59,6 +59,10 @@ def validate_config(config: TrainConfig, workers: int) -> None:
     if dataset not in available_datasets():
         raise ValueError(f"unknown dataset {config.data.dataset!r}; use one of: "
                          f"{', '.join(available_datasets())}")
+    declared = declared_shape(config.data.dataset)
+    if declared is not None:  # the model's own error for inputs it cannot take, before launch
+        with torch.device("meta"):
+            build_model(config.model.name, *declared)
     strategy = config.parallel.strategy
     strategy_class(strategy)  # a one-line error naming the known ones
     config.parallel.strategy_options().check_job(workers, config.optim.lr)
