@@ -71,7 +71,11 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     (["--input-shape", "3x0x0"], "--input-shape '3x0x0'"),
     (["--cycle-ms", "1"], "--cycle-ms 1.0 needs a stack with a negotiation cycle; stack 'nccl' "
                           "has none (use --stack horovod)"),
-    (["--stack", "horovod", "--cycle-ms", "-1"], "--cycle-ms -1.0 must be a finite number"),
+    (["--stack", "horovod", "--cycle-ms", "-1"], "--cycle-ms -1.0 must be a finite number of "
+                                                 "ms >= 0"),
+    (["--fusion-mb", "8"], "--fusion-mb 8.0 needs a stack with a negotiation cycle"),
+    (["--stack", "horovod", "--fusion-mb", "0"], "--fusion-mb 0.0 must be a finite number of "
+                                                 "MiB > 0"),
 ])
 def test_user_errors_are_one_line(extra: list[str], message: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:

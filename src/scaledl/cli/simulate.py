@@ -88,6 +88,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cycle-ms", type=float, default=None,
                    help="Horovod's negotiation cycle, ms (HOROVOD_CYCLE_TIME; default: the "
                         "horovod stack's 5)")
+    p.add_argument("--fusion-mb", type=float, default=None,
+                   help="Horovod's fusion buffer, MiB (HOROVOD_FUSION_THRESHOLD; default: the "
+                        "horovod stack's 64)")
     p.add_argument("--cores", type=int, default=None,
                    help="CPU cores every rank shares (one machine emulating the cluster, "
                         "`scaledl cluster`): shared-memory stages slow by ranks / cores, "
@@ -179,7 +182,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         intra_gbps=args.intra_bandwidth, socket_gbps=args.socket_bandwidth,
         calibration=args.calibration, ideal=args.ideal,
         stack=args.stack, profile_path=args.profile_file, cores=args.cores,
-        input_rate=args.input_rate, cycle_ms=args.cycle_ms,
+        input_rate=args.input_rate, cycle_ms=args.cycle_ms, fusion_mb=args.fusion_mb,
     )
 
 

@@ -117,6 +117,8 @@ class Job:
     alone); None: input is never the bottleneck.  See :meth:`fed`."""
     cycle_ms: float | None = None
     """Horovod's negotiation cycle (``HOROVOD_CYCLE_TIME``), milliseconds; None: the stack's."""
+    fusion_mb: float | None = None
+    """Horovod's fusion buffer (``HOROVOD_FUSION_THRESHOLD``), MiB; None: the stack's."""
 
     def topology_value(self) -> Topology:
         """The topology, checked against ``gpus``."""
@@ -202,9 +204,13 @@ class Job:
             return IDEAL
         dev, measured = device(self.device), self.measured()
         software = stack(self.stack_name())
-        if self.cycle_ms is not None and software.cycle is not None:
-            software = replace(software, cycle=replace(software.cycle,
-                                                       cycle_s=self.cycle_ms * 1e-3))
+        if software.cycle is not None:  # the job's HOROVOD_CYCLE_TIME and FUSION_THRESHOLD
+            cycle = software.cycle
+            if self.cycle_ms is not None:
+                cycle = replace(cycle, cycle_s=self.cycle_ms * 1e-3)
+            if self.fusion_mb is not None:
+                cycle = replace(cycle, fusion_bytes=max(1, round(self.fusion_mb * (1 << 20))))
+            software = replace(software, cycle=cycle)
         if measured is not None:
             return Losses(measured.interference, measured.jitter_cv, software)
         return Losses(dev.interference, dev.jitter_cv, software)

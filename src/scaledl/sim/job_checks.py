@@ -60,14 +60,19 @@ def check_job(job: Job) -> None:
                          "samples per second > 0")
     if job.stack is not None:
         stack(job.stack)
-    if job.cycle_ms is not None:
-        _check_cycle(job, job.cycle_ms)
+    for option, value, unit, zero in (("--cycle-ms", job.cycle_ms, "ms", True),
+                                       ("--fusion-mb", job.fusion_mb, "MiB", False)):
+        if value is not None:
+            _check_cycle_option(job, option, value, unit, zero)
 
 
-def _check_cycle(job: Job, cycle_ms: float) -> None:
+def _check_cycle_option(job: Job, option: str, value: float, unit: str, zero: bool) -> None:
+    """``--cycle-ms`` and ``--fusion-mb`` set a negotiation cycle's: the stack must have one,
+    and the value must be finite and positive (or zero where ``zero``)."""
     name = job.stack_name()
     if stack(name).cycle is None:
-        raise ValueError(f"--cycle-ms {cycle_ms} needs a stack with a negotiation cycle; "
+        raise ValueError(f"{option} {value} needs a stack with a negotiation cycle; "
                          f"stack {name!r} has none (use --stack horovod)")
-    if not 0 <= cycle_ms < math.inf:
-        raise ValueError(f"--cycle-ms {cycle_ms} must be a finite number of ms >= 0")
+    if not ((value >= 0 if zero else value > 0) and value < math.inf):
+        raise ValueError(f"{option} {value} must be a finite number of {unit} "
+                         f"{'>= 0' if zero else '> 0'}")
