@@ -121,16 +121,17 @@ def test_the_dgx1_ring_of_nccl_1_crosses_host_memory_only_on_8_gpus() -> None:
 
 def test_ideal_horovod_jobs_bucket_at_the_stacks_fusion_size() -> None:
     """``--ideal`` has no negotiation cycle, so a Horovod job's buckets stand for its fusion
-    buffer (64 MiB), which the ideal column of docs/simulation.md was computed with."""
+    buffer (64 MiB, or the job's ``fusion_mb``), which the ideal column of docs/simulation.md
+    was computed with; DDP jobs keep their buckets."""
     cycle = stack("horovod").cycle
     assert cycle is not None
-    fusion_mb = cycle.fusion_bytes / (1 << 20)
     for make in (_horovod("vgg16", 130.9, 512, "25gbe-roce"),
                  _dle("v100", "nvswitch-v100", 256, 1300.0, stack="horovod", gpus=16)):
         _, job = make(True)
-        assert job.bucket_mb == fusion_mb
+        assert job.bucket_bytes() == cycle.fusion_bytes
+        assert replace(job, fusion_mb=8.0).bucket_bytes() == 8 << 20
     _, ddp = _dle("a100", "nvlink3", 256, 938.0)(True)
-    assert ddp.bucket_mb == 25.0
+    assert ddp.bucket_bytes() == 25 << 20
 
 
 def test_the_mxnet_recipe_runs_horovod_with_its_own_cycle() -> None:

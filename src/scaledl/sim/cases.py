@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from scaledl.sim.cases_horovod import HOROVOD_CASES, fusion_mb
+from scaledl.sim.cases_horovod import HOROVOD_CASES
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, Prediction, against_one_gpu, weak_scaling
 
@@ -160,7 +160,7 @@ def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = 
     # its cycle unless the recipe sets one)
     job = Job(model="resnet50", gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
               intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
-              bucket_mb=fusion_mb() if stack == "horovod" else 25.0, cycle_ms=cycle_ms)
+              cycle_ms=cycle_ms)
     return against_one_gpu(job)
 
 

@@ -10,28 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from scaledl.sim.job import Job
-from scaledl.sim.losses import stack
 from scaledl.sim.presets import TCP_LINKS
 from scaledl.sim.reproduce import Case, against_one_gpu, weak_scaling
 
-__all__ = ["HOROVOD_CASES", "fusion_mb"]
+__all__ = ["HOROVOD_CASES"]
 
 HVD_2017 = ("uber/horovod README.md (2017, the first release's two benchmark tables), "
             "'allreduce on GPU with NCCL' rows")
-
-
-def fusion_mb() -> float:
-    """Horovod's fusion buffer in MB: ``--ideal`` has no cycle, so its buckets stand for it."""
-    cycle = stack("horovod").cycle
-    assert cycle is not None
-    return cycle.fusion_bytes / (1 << 20)
 
 
 def _horovod(model: str, images_per_s: float, gpus: int, network: str
              ) -> Callable[[bool], tuple[Job, Job]]:
     job = Job(model=model, gpus=gpus, topology=f"4x{gpus // 4}", algorithm="ring",
               device="p100", network=network, intra="pcie3", batch=64, stack="horovod",
-              bucket_mb=fusion_mb(), compute_time=64 / images_per_s)
+              compute_time=64 / images_per_s)
     return against_one_gpu(job)
 
 

@@ -12,7 +12,7 @@ from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
 from scaledl.sim.iteration import IterationResult, simulate_iteration, timing_of
 from scaledl.sim.job_checks import check_job, simulated_algorithms
-from scaledl.sim.losses import IDEAL, Losses, stack
+from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
 from scaledl.sim.network import LinkClass, Network, ranks_per_core
 from scaledl.sim.presets import TCP_LINKS, Device, build_network, burst_bytes, device
 from scaledl.sim.profile import ModelProfile, profile_model
@@ -91,6 +91,8 @@ class Job:
     oversubscription: float = 1.0
     batch: int = 32
     bucket_mb: float = 25.0
+    """Gradient bucket size, MiB (DDP's ``bucket_cap_mb``); a stack with a negotiation cycle
+    fuses at ``fusion_mb`` instead."""
     tau: int = 1
     overlap: bool = True
     compute_time: float | None = None
@@ -134,7 +136,8 @@ class Job:
         return self.stack or ("scaledl" if device(self.device).name == "cpu" else "nccl")
 
     def network_value(self) -> Network:
-        """Preset or calibrated links with any overrides applied."""
+        """Preset or calibrated links with any overrides applied, at the stack's measured
+        share of their rates (not a calibration's, which measured the library already)."""
         dev = device(self.device)
         if self.calibration is not None:
             try:
@@ -197,20 +200,29 @@ class Job:
             dev = replace(dev, compute_efficiency=self.efficiency)
         return dev
 
+    def cycle(self) -> Cycle | None:
+        """The stack's negotiation cycle with this job's ``cycle_ms`` and ``fusion_mb`` (its
+        HOROVOD_CYCLE_TIME and HOROVOD_FUSION_THRESHOLD); None for a stack without one."""
+        cycle = stack(self.stack_name()).cycle
+        if cycle is not None and self.cycle_ms is not None:
+            cycle = replace(cycle, cycle_s=self.cycle_ms * 1e-3)
+        if cycle is not None and self.fusion_mb is not None:
+            cycle = replace(cycle, fusion_bytes=max(1, round(self.fusion_mb * (1 << 20))))
+        return cycle
+
+    def bucket_bytes(self) -> int:
+        """Gradient bytes per bucket: ``bucket_mb``, or a cycle's fusion buffer on a stack with
+        one (Horovod fuses into it; the ideal model, which has no cycle, buckets at it)."""
+        cycle = self.cycle()
+        return int(self.bucket_mb * (1 << 20)) if cycle is None else cycle.fusion_bytes
+
     def losses(self) -> Losses:
         """The loss terms: the device's (or the profile's measured) interference and jitter, and
         the stack's per-call overhead and cycle; none with ``ideal``."""
         if self.ideal:
             return IDEAL
         dev, measured = device(self.device), self.measured()
-        software = stack(self.stack_name())
-        if software.cycle is not None:  # the job's HOROVOD_CYCLE_TIME and FUSION_THRESHOLD
-            cycle = software.cycle
-            if self.cycle_ms is not None:
-                cycle = replace(cycle, cycle_s=self.cycle_ms * 1e-3)
-            if self.fusion_mb is not None:
-                cycle = replace(cycle, fusion_bytes=max(1, round(self.fusion_mb * (1 << 20))))
-            software = replace(software, cycle=cycle)
+        software = replace(stack(self.stack_name()), cycle=self.cycle())
         if measured is not None:
             return Losses(measured.interference, measured.jitter_cv, software)
         return Losses(dev.interference, dev.jitter_cv, software)
@@ -242,9 +254,9 @@ class Job:
         by_layer = timing_of(self.strategy) == "per-layer"
         measured = self.measured()
         if measured is not None:
-            return profile_model(measured.model, int(self.bucket_mb * (1 << 20)),
-                                 measured.input_shape, measured.num_classes, by_layer=by_layer)
-        return profile_model(self.model, int(self.bucket_mb * (1 << 20)), self.input_shape,
+            return profile_model(measured.model, self.bucket_bytes(), measured.input_shape,
+                                 measured.num_classes, by_layer=by_layer)
+        return profile_model(self.model, self.bucket_bytes(), self.input_shape,
                              by_layer=by_layer)
 
     def update_seconds(self, profile: ModelProfile) -> float:
