@@ -6,8 +6,11 @@ modules (``A``: 1x1, 5x5, double 3x3 and pooled branches), a grid reduction to 1
 four 17x17 modules that factorise 7x7 convolutions into 1x7 and 7x1 (``C``), a reduction to 8x8
 (``D``) and two 8x8 modules whose 3x3 branches split into parallel 1x3 and 3x1 convolutions
 (``E``) give 2048 channels; global average pooling, dropout and a linear classifier follow.
-Every convolution is bias-free with batch norm and ReLU.  Departure from the paper, as most
-reimplementations: no auxiliary classifier (it only matters for the training loss), which
+Every convolution is bias-free with batch norm and ReLU.  The layers are those of the released
+network as TensorFlow's benchmark builds it (tensorflow/benchmarks, tf_cnn_benchmarks
+``models/inception_model.py``, the code of Horovod's published runs), whose stem differs from
+the paper's table 1 and whose last module pools by maximum.  As there (by default) and in most
+reimplementations, no auxiliary classifier (it only matters for the training loss), which
 leaves 23.8M parameters for 1000 classes.  The stem's unpadded stride-2 layers need inputs of
 at least 75x75; adaptive average pooling takes any size from there.
 """
@@ -36,12 +39,9 @@ def _conv(cin: int, cout: int, kernel: Kernel, stride: int = 1,
     )
 
 
-def _chain(*convs: nn.Module) -> nn.Sequential:
-    return nn.Sequential(*convs)
-
-
-def _pooled(cin: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(nn.AvgPool2d(3, stride=1, padding=1), _conv(cin, cout, 1))
+def _pooled(cin: int, cout: int, by_max: bool = False) -> nn.Sequential:
+    pool = nn.MaxPool2d(3, stride=1, padding=1) if by_max else nn.AvgPool2d(3, stride=1, padding=1)
+    return nn.Sequential(pool, _conv(cin, cout, 1))
 
 
 class _Branches(nn.Module):
@@ -70,8 +70,8 @@ class _Split(nn.Module):
 def _module_a(cin: int, pool: int) -> _Branches:
     return _Branches(
         _conv(cin, 64, 1),
-        _chain(_conv(cin, 48, 1), _conv(48, 64, 5, padding=2)),
-        _chain(_conv(cin, 64, 1), _conv(64, 96, 3, padding=1), _conv(96, 96, 3, padding=1)),
+        nn.Sequential(_conv(cin, 48, 1), _conv(48, 64, 5, padding=2)),
+        nn.Sequential(_conv(cin, 64, 1), _conv(64, 96, 3, padding=1), _conv(96, 96, 3, padding=1)),
         _pooled(cin, pool),
     )
 
@@ -79,7 +79,7 @@ def _module_a(cin: int, pool: int) -> _Branches:
 def _module_b(cin: int) -> _Branches:
     return _Branches(
         _conv(cin, 384, 3, stride=2),
-        _chain(_conv(cin, 64, 1), _conv(64, 96, 3, padding=1), _conv(96, 96, 3, stride=2)),
+        nn.Sequential(_conv(cin, 64, 1), _conv(64, 96, 3, padding=1), _conv(96, 96, 3, stride=2)),
         nn.MaxPool2d(3, stride=2),
     )
 
@@ -103,18 +103,18 @@ def _module_c(cin: int, mid: int) -> _Branches:
 
 def _module_d(cin: int) -> _Branches:
     return _Branches(
-        _chain(_conv(cin, 192, 1), _conv(192, 320, 3, stride=2)),
-        _chain(_seven(cin, 192, 192, "wt"), _conv(192, 192, 3, stride=2)),
+        nn.Sequential(_conv(cin, 192, 1), _conv(192, 320, 3, stride=2)),
+        nn.Sequential(_seven(cin, 192, 192, "wt"), _conv(192, 192, 3, stride=2)),
         nn.MaxPool2d(3, stride=2),
     )
 
 
-def _module_e(cin: int) -> _Branches:
+def _module_e(cin: int, by_max: bool) -> _Branches:
     return _Branches(
         _conv(cin, 320, 1),
-        _chain(_conv(cin, 384, 1), _Split(384, 384)),
-        _chain(_conv(cin, 448, 1), _conv(448, 384, 3, padding=1), _Split(384, 384)),
-        _pooled(cin, 192),
+        nn.Sequential(_conv(cin, 384, 1), _Split(384, 384)),
+        nn.Sequential(_conv(cin, 448, 1), _conv(448, 384, 3, padding=1), _Split(384, 384)),
+        _pooled(cin, 192, by_max),
     )
 
 
@@ -132,7 +132,7 @@ class InceptionV3(nn.Module):
             _module_b(288),
             _module_c(768, 128), _module_c(768, 160), _module_c(768, 160), _module_c(768, 192),
             _module_d(768),
-            _module_e(1280), _module_e(2048),
+            _module_e(1280, by_max=False), _module_e(2048, by_max=True),
         )
         self.classifier = nn.Sequential(
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.5), nn.Linear(2048, num_classes)
