@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from scaledl.data import ArrayDataset, available_datasets, load_dataset
+from scaledl.data import ArrayDataset, available_datasets, declared_shape, load_dataset
 from scaledl.data.datasets import FASHION_MNIST_DIR, MNIST_STATS
 from scaledl.data.synthetic import parse_synthetic
 from scaledl.data.formats import CIFAR10_RECORD_BYTES
@@ -231,3 +231,19 @@ def test_array_dataset_checks_its_tensors() -> None:
     assert "float32" in _error(lambda: ArrayDataset(features.double(), dataset.labels, 2, "d"))
     assert "int64" in _error(lambda: ArrayDataset(features, dataset.labels.int(), 2, "i"))
     assert "0..0" in _error(lambda: ArrayDataset(features, dataset.labels, 1, "k"))
+
+
+def test_declared_shapes_are_what_the_loaders_load(tmp_path: Path) -> None:
+    """What ``scaledl train`` checks the model against before launch is the loaded shape."""
+    _write_mnist(tmp_path / "mnist")
+    root = tmp_path / "cifar" / "cifar-10-batches-bin"
+    root.mkdir(parents=True)
+    for batch in range(1, 6):
+        (root / f"data_batch_{batch}.bin").write_bytes(_cifar_records(2, batch))
+    (root / "test_batch.bin").write_bytes(_cifar_records(2, 9))
+    loads = {"digits": None, "mnist": tmp_path / "mnist", "cifar10": tmp_path / "cifar",
+             "synthetic": None, "synthetic:3x75x75:7": None, "synthetic:64:5": None}
+    for name, directory in loads.items():
+        dataset = load_dataset(name, directory, synthetic_size=4)
+        assert declared_shape(name) == (dataset.input_shape, dataset.num_classes), name
+    assert declared_shape("npz") is None

@@ -86,7 +86,6 @@ def test_options_passed_to_each_kind_of_strategy() -> None:
     assert set(plain) == {"algorithm", "topology", "timeline", "bucket_mb"}
 
 
-
 @pytest.mark.parametrize(("model", "dataset", "message"), [
     ("inception_v3", "synthetic", "inception_v3 needs images of at least 75x75, got 32x32"),
     ("alexnet", "cifar10", "alexnet needs images of at least 64x64, got 32x32"),

@@ -69,9 +69,12 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                    help="samples/s one host's input pipeline delivers (time the data loader "
                         "alone); an iteration waits for it when the GPUs are faster")
     p.add_argument("--inter-latency", type=float, default=None, help="override, microseconds")
-    p.add_argument("--inter-bandwidth", type=float, default=None, help="override, GB/s")
+    p.add_argument("--inter-bandwidth", type=float, default=None,
+                   help="override of the link's rate, GB/s (a stack's measured share of a "
+                        "link, tf-replicated's, still applies)")
     p.add_argument("--intra-latency", type=float, default=None, help="override, microseconds")
-    p.add_argument("--intra-bandwidth", type=float, default=None, help="override, GB/s")
+    p.add_argument("--intra-bandwidth", type=float, default=None,
+                   help="override of the link's rate, GB/s (as --inter-bandwidth)")
     p.add_argument("--socket-bandwidth", type=float, default=None, metavar="GBPS",
                    help="GB/s one host thread moves through a TCP socket at each end, where "
                         "bytes cross hosts on Ethernet without RDMA (NCCL's socket transport; "
