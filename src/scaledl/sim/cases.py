@@ -164,38 +164,44 @@ def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = 
     return against_one_gpu(job)
 
 
-DLE_TF_RUNS = (  # machine, device, intra, GPUs, precision, batch per GPU, one GPU and all
-    ("DGX A100", "a100", "nvlink3", 8, "TF32", 256, 909, 7000),
-    ("DGX A100", "a100", "nvlink3", 8, "mixed precision", 256, 2375, 17400),
-    ("DGX-1 V100 16 GB", "v100", "nvlink2", 8, "FP32", 128, 412, 3170),
-    ("DGX-1 V100 16 GB", "v100", "nvlink2", 8, "mixed precision", 256, 1270, 9510),
-    ("DGX-2", "v100", "nvswitch-v100", 16, "FP32", 128, 432, 6500),
-    ("DGX-2", "v100", "nvswitch-v100", 16, "mixed precision", 256, 1300, 17250),
+DGX = {  # machine: the device preset standing in for its GPUs, the link preset between them, GPUs
+    "DGX A100": ("a100", "nvlink3", 8),
+    "DGX-1 V100 16 GB": ("v100", "nvlink2", 8),
+    "DGX-2": ("v100", "nvswitch-v100", 16),
+}
+DLE_HOROVOD_RUNS = (  # recipe, machine, precision, batch per GPU, images/s on one GPU and all
+    ("TensorFlow", "DGX A100", "TF32", 256, 909, 7000),
+    ("TensorFlow", "DGX A100", "mixed precision", 256, 2375, 17400),
+    ("TensorFlow", "DGX-1 V100 16 GB", "FP32", 128, 412, 3170),
+    ("TensorFlow", "DGX-1 V100 16 GB", "mixed precision", 256, 1270, 9510),
+    ("TensorFlow", "DGX-2", "FP32", 128, 432, 6500),
+    ("TensorFlow", "DGX-2", "mixed precision", 256, 1300, 17250),
+    ("MXNet", "DGX A100", "TF32", 512, 1055.78, 8247.44),
+    ("MXNet", "DGX A100", "mixed precision", 512, 3410.52, 26673.72),
+    ("MXNet", "DGX-1 V100 16 GB", "FP32", 96, 384, 3005),
+    ("MXNet", "DGX-1 V100 16 GB", "mixed precision", 192, 1376, 10723),
+    ("MXNet", "DGX-2", "FP32", 128, 417, 6338),
+    ("MXNet", "DGX-2", "mixed precision", 256, 1492, 21484),
 )
-"""The same recipe in TensorFlow with Horovod and XLA (DLE_TF), reading ImageNet TFRecords
-through tf.data (training/training_perf.sh passes --data_dir and no DALI flag): every GPU of a
-DGX A100, a DGX-1 and a DGX-2 (16 V100 32 GB on NVSwitch) against one."""
-
-DLE_MX_RUNS = (  # machine, device, intra, GPUs, precision, batch per GPU, one GPU and all
-    ("DGX A100", "a100", "nvlink3", 8, "TF32", 512, 1055.78, 8247.44),
-    ("DGX A100", "a100", "nvlink3", 8, "mixed precision", 512, 3410.52, 26673.72),
-    ("DGX-1 V100 16 GB", "v100", "nvlink2", 8, "FP32", 96, 384, 3005),
-    ("DGX-1 V100 16 GB", "v100", "nvlink2", 8, "mixed precision", 192, 1376, 10723),
-    ("DGX-2", "v100", "nvswitch-v100", 16, "FP32", 128, 417, 6338),
-    ("DGX-2", "v100", "nvswitch-v100", 16, "mixed precision", 256, 1492, 21484),
-)
-"""The same recipe in MXNet (DLE_MX): ``runner`` launches Horovod (``horovodrun``, 64 MiB
-fusion, HOROVOD_CYCLE_TIME 0.1 ms) and DALI decodes ImageNet RecordIO on the GPUs; batch per
-GPU from each table's ``benchmark.py -b`` command."""
+"""The same recipe with Horovod over NCCL, every GPU of a DGX A100, a DGX-1 and a DGX-2 (16
+V100 32 GB on NVSwitch) against one.  In TensorFlow (DLE_TF) with XLA, reading ImageNet
+TFRecords through tf.data (training/training_perf.sh passes --data_dir and no DALI flag), at
+Horovod's default cycle; in MXNet (DLE_MX), ``runner`` launches Horovod (``horovodrun``, 64 MiB
+fusion, HOROVOD_CYCLE_TIME 0.1 ms) and DALI decodes ImageNet RecordIO on the GPUs, batch per GPU
+from each table's ``benchmark.py -b`` command."""
 
 MX_CYCLE_MS = 0.1
 """HOROVOD_CYCLE_TIME the MXNet recipe's ``runner`` sets (ms)."""
 
+RECIPES = {"TensorFlow": (DLE_TF, None), "MXNet": (DLE_MX, MX_CYCLE_MS)}
+"""Each Horovod recipe's source and cycle (None: the horovod stack's)."""
 
-def _dle_horovod(framework: str, source: str, cycle_ms: float | None, machine: str,
-                 device: str, intra: str, gpus: int, precision: str, batch: int,
-                 single: float, every: float) -> Case:
+
+def _dle_horovod(framework: str, machine: str, precision: str, batch: int, single: float,
+                 every: float) -> Case:
     """One row pair of a Horovod recipe's tables: every GPU of the machine against one."""
+    device, intra, gpus = DGX[machine]
+    source, cycle_ms = RECIPES[framework]
     cycle = "cycle" if cycle_ms is None else f"{cycle_ms:g} ms cycle"
     how = "with XLA" if framework == "TensorFlow" else "with DALI decoding on the GPUs"
     return Case(
@@ -244,8 +250,7 @@ CASES = (
          8322 / (8 * 1200),
          "as above with AMP at 256 images/GPU (fp32 gradients), one GPU at 1200 images/s",
          DLE + ": 1200 and 8322 images/s", weak_scaling(_dle("v100", "nvlink2", 256, 1200))),
-    *(_dle_horovod("TensorFlow", DLE_TF, None, *run) for run in DLE_TF_RUNS),
-    *(_dle_horovod("MXNet", DLE_MX, MX_CYCLE_MS, *run) for run in DLE_MX_RUNS),
+    *(_dle_horovod(*run) for run in DLE_HOROVOD_RUNS),
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
          "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
          "on CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",
