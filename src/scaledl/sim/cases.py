@@ -193,17 +193,17 @@ from each table's ``benchmark.py -b`` command."""
 MX_CYCLE_MS = 0.1
 """HOROVOD_CYCLE_TIME the MXNet recipe's ``runner`` sets (ms)."""
 
-RECIPES = {"TensorFlow": (DLE_TF, None), "MXNet": (DLE_MX, MX_CYCLE_MS)}
-"""Each Horovod recipe's source and cycle (None: the horovod stack's)."""
+RECIPES = {"TensorFlow": (DLE_TF, None, "with XLA"),
+           "MXNet": (DLE_MX, MX_CYCLE_MS, "with DALI decoding on the GPUs")}
+"""Each Horovod recipe's source, cycle (None: the horovod stack's) and how it ran."""
 
 
 def _dle_horovod(framework: str, machine: str, precision: str, batch: int, single: float,
                  every: float) -> Case:
     """One row pair of a Horovod recipe's tables: every GPU of the machine against one."""
     device, intra, gpus = DGX[machine]
-    source, cycle_ms = RECIPES[framework]
+    source, cycle_ms, how = RECIPES[framework]
     cycle = "cycle" if cycle_ms is None else f"{cycle_ms:g} ms cycle"
-    how = "with XLA" if framework == "TensorFlow" else "with DALI decoding on the GPUs"
     return Case(
         f"NVIDIA ResNet-50 v1.5 in {framework}, {machine}, {precision}", "efficiency",
         every / (gpus * single),

@@ -160,7 +160,7 @@ class Job:
                       native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(dev.backend))
         if not self.ideal:
             if self.calibration is None:  # a calibration measured the library's rates already
-                share = self.losses().stack.link_efficiency
+                share = stack(self.stack_name()).link_efficiency
                 net = replace(net, intra=_share(net.intra, share), inter=_share(net.inter, share),
                               uplink=None if net.uplink is None else _share(net.uplink, share))
             gloo = dev.backend == "gloo"
@@ -204,9 +204,11 @@ class Job:
         """The stack's negotiation cycle with this job's ``cycle_ms`` and ``fusion_mb`` (its
         HOROVOD_CYCLE_TIME and HOROVOD_FUSION_THRESHOLD); None for a stack without one."""
         cycle = stack(self.stack_name()).cycle
-        if cycle is not None and self.cycle_ms is not None:
+        if cycle is None:
+            return None
+        if self.cycle_ms is not None:
             cycle = replace(cycle, cycle_s=self.cycle_ms * 1e-3)
-        if cycle is not None and self.fusion_mb is not None:
+        if self.fusion_mb is not None:
             cycle = replace(cycle, fusion_bytes=max(1, round(self.fusion_mb * (1 << 20))))
         return cycle
 
