@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from scaledl.models import available_models, build_model, layer_profile, total_flops
+from scaledl.models.profile import example_input
 
 SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     "mlp": (1, 8, 8),
@@ -19,6 +20,8 @@ SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     "googlenet": (3, 32, 32),
     "alexnet": (3, 64, 64),
     "inception_v3": (3, 75, 75),
+    "bert_base": (16,),
+    "bert_large": (8,),
 }
 """The smallest input each model is run on (ImageNet models at reduced resolution)."""
 
@@ -52,7 +55,7 @@ def test_builds_runs_forward_and_backward(name: str) -> None:
     shape = SMALL_INPUTS[name]
     torch.manual_seed(0)
     model = build_model(name, shape, 7)
-    batch = torch.randn(2, *shape)
+    batch = example_input(model, 2, shape, torch.Generator().manual_seed(0))
     output = model(batch)
     assert output.shape == (2, 7) and torch.isfinite(output).all()
     output.square().mean().backward()

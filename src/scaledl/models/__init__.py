@@ -1,4 +1,5 @@
-"""Models for data-parallel training: MLP, LeNet-5, ResNet, VGG-16, GoogLeNet, AlexNet.
+"""Models for data-parallel training: MLP, LeNet-5, ResNet, VGG-16, GoogLeNet, AlexNet,
+Inception v3 and BERT (the last for the simulator and profiler: it reads token ids).
 
 :func:`build_model` makes one by name; :func:`layer_profile` lists its layers' parameter bytes
 and forward FLOPs for the simulator.

@@ -7,7 +7,12 @@ hook on every module that owns parameters, and counts for each:
 - convolution: ``2 * Cin * Cout * kh * kw * Hout * Wout / groups`` FLOPs (a multiply and an add
   per weight use; bias ignored);
 - linear: ``2 * in * out`` per output row;
+- a module that defines ``forward_flops(output)`` (attention, whose products of activations no
+  parameter-owning layer sees): what that method returns;
 - any other module with parameters (batch norm, ...): 2 FLOPs per output element (an affine map).
+
+The sample is of the model's ``input_dtype`` (float unless the model declares another: token
+ids for BERT), all zeros, which on ``meta`` are shapes only.
 
 A module called several times in one forward pass is counted each time.  A model whose forward
 reads tensor values (``.item()``, data-dependent branches) cannot run on ``meta`` and is not
@@ -25,7 +30,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-__all__ = ["LayerProfile", "layer_profile", "total_flops"]
+__all__ = ["LayerProfile", "layer_profile", "total_flops", "input_dtype", "example_input"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ class LayerProfile:
 
 
 def _flops(module: nn.Module, output: torch.Tensor) -> int:
+    own = getattr(module, "forward_flops", None)
+    if callable(own):
+        return int(own(output))
     if isinstance(module, nn.Conv2d):
         kh, kw = module.kernel_size
         per_output = 2 * module.in_channels * kh * kw // module.groups
@@ -81,13 +89,30 @@ def layer_profile(model: nn.Module, input_shape: tuple[int, ...]) -> list[LayerP
     try:
         model.eval()
         with torch.no_grad():
-            sample = torch.empty((1, *input_shape), device="meta")
+            sample = torch.zeros((1, *input_shape), dtype=input_dtype(model), device="meta")
             functional_call(model, meta_state, (sample,), tie_weights=True, strict=False)
     finally:
         model.train(was_training)
         for handle in handles:
             handle.remove()
     return _profiles(owners, flops, shapes)
+
+
+def input_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype ``model`` takes (its ``input_dtype`` attribute; float32 if it has none)."""
+    dtype = getattr(model, "input_dtype", torch.float32)
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
+
+
+def example_input(model: nn.Module, batch: int, input_shape: tuple[int, ...],
+                  generator: torch.Generator) -> torch.Tensor:
+    """A random batch ``model`` takes: standard normal floats, or integers in ``[0,
+    model.vocab_size)`` for a model whose ``input_dtype`` is an integer type (token ids)."""
+    dtype = input_dtype(model)
+    if dtype.is_floating_point:
+        return torch.randn(batch, *input_shape, generator=generator, dtype=dtype)
+    high = int(getattr(model, "vocab_size", 2))
+    return torch.randint(0, high, (batch, *input_shape), generator=generator, dtype=dtype)
 
 
 def _profiles(

@@ -14,6 +14,7 @@ from scaledl.models.inception import InceptionV3
 from scaledl.models.lenet import LeNet5
 from scaledl.models.mlp import MLP
 from scaledl.models.resnet import cifar_resnet, imagenet_resnet
+from scaledl.models.transformer import BERT_BASE, BERT_LARGE, Bert
 from scaledl.models.vgg import VGG
 
 __all__ = ["MODELS", "available_models", "build_model"]
@@ -33,6 +34,8 @@ MODELS: dict[str, ModelBuilder] = {
     "googlenet": GoogLeNet,
     "alexnet": AlexNet,
     "inception_v3": InceptionV3,
+    "bert_base": partial(Bert, config=BERT_BASE, name="bert_base"),
+    "bert_large": partial(Bert, config=BERT_LARGE, name="bert_large"),
 }
 """Builders ``(input_shape, num_classes) -> nn.Module`` by name."""
 

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 import torch
 from torch import nn
 
+from scaledl.models.profile import example_input
 from scaledl.models.registry import build_model
 from scaledl.sim.profile_file import MeasuredProfile, ModuleTimes
 
@@ -115,7 +116,7 @@ class _Step:
                  device: torch.device) -> None:
         self.model, self.clock = model, _Clock(device)
         generator = torch.Generator().manual_seed(batch)
-        self.x = torch.randn(batch, *shape, generator=generator).to(device)
+        self.x = example_input(model, batch, shape, generator).to(device)
         self.y = torch.randint(0, classes, (batch,), generator=generator).to(device)
         self.optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 

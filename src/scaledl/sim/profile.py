@@ -14,7 +14,7 @@ spread over the layers by their FLOPs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -22,8 +22,11 @@ from scaledl.models.profile import layer_profile
 from scaledl.models.registry import MODELS, build_model
 from scaledl.sync.bucketing import layer_of, plan_buckets
 
-__all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "IMAGENET_MODELS"]
+__all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "IMAGENET_MODELS",
+           "TOKEN_MODELS"]
 
+TOKEN_MODELS = frozenset({"bert_base", "bert_large"})
+"""Registry models whose input is a sequence of token ids (``--input-shape`` is its length)."""
 IMAGENET_MODELS = frozenset({"resnet50", "resnet101", "vgg16", "googlenet", "alexnet",
                              "inception_v3"})
 BACKWARD_FACTOR = 2.0
@@ -62,6 +65,16 @@ class ModelProfile:
         """Bytes of all gradients (= the packed model)."""
         return sum(layer.parameter_bytes for layer in self.layers)
 
+    def reduced_as(self, itemsize: int) -> ModelProfile:
+        """The same model with gradients reduced at ``itemsize`` bytes per element (2: a
+        float16 allreduce, as DDP's fp16 compression hook or Horovod's fp16 compression);
+        buckets keep their elements, layers' gradient bytes scale."""
+        if itemsize == self.itemsize:
+            return self
+        layers = tuple(replace(layer, parameter_bytes=layer.parameter_bytes // self.itemsize
+                               * itemsize) for layer in self.layers)
+        return replace(self, layers=layers, itemsize=itemsize)
+
     @property
     def forward_flops(self) -> float:
         """Forward FLOPs for one sample."""
@@ -88,7 +101,10 @@ class ModelProfile:
 
 def default_input(model: str) -> tuple[tuple[int, ...], int]:
     """``(input shape, classes)``: ImageNet for the ImageNet models (299x299 for Inception v3,
-    as its paper and the benchmarks that use it), CIFAR-10 otherwise."""
+    as its paper and the benchmarks that use it), 128 tokens and two classes for BERT (its
+    pre-training's first phase and sentence-pair tasks), CIFAR-10 otherwise."""
+    if model.lower() in TOKEN_MODELS:
+        return (128,), 2
     if model.lower() == "inception_v3":
         return (3, 299, 299), 1000
     if model.lower() in IMAGENET_MODELS:
