@@ -58,6 +58,13 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=32, help="samples per GPU per iteration")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size, MiB")
     p.add_argument("--tau", type=int, default=1, help="EASGD: exchange every tau steps")
+    p.add_argument("--allreduce-dtype", choices=("float32", "float16", "bfloat16"),
+                   default="float32",
+                   help="gradients on the wire: float16/bfloat16 halve the bytes (DDP's "
+                        "fp16 compression hook, Horovod's Compression.fp16)")
+    p.add_argument("--accumulation", type=int, default=1, metavar="N",
+                   help="micro-batches of --batch per optimizer step (gradient accumulation: "
+                        "one allreduce after the last); the iteration is the whole step")
     p.add_argument("--no-overlap", action="store_true",
                    help="communicate after backward (allreduce) / after compute (sync-easgd)")
     p.add_argument("--compute-time", type=float, default=None,
@@ -186,7 +193,14 @@ def job_from_args(args: argparse.Namespace) -> Job:
         calibration=args.calibration, ideal=args.ideal,
         stack=args.stack, profile_path=args.profile_file, cores=args.cores,
         input_rate=args.input_rate, cycle_ms=args.cycle_ms, fusion_mb=args.fusion_mb,
+        accumulation=args.accumulation,
+        allreduce_bytes=4 if args.allreduce_dtype == "float32" else 2,
     )
+
+
+def _micro(steps: int) -> str:
+    """The header's note of gradient accumulation (nothing without it)."""
+    return f" x {steps} micro-batches per step" if steps > 1 else ""
 
 
 def _input_shape(spec: str) -> tuple[int, ...]:
@@ -253,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
                if network.cpu_beta > 0 and not network.tcp_inside else "")
     head = (f"{profile.name} x {job.gpus} {job.device} GPUs, topology {topology.spec}, "
             f"{job.strategy}/{job.algorithm}, network {network.name}{sockets}, "
-            f"batch {job.batch}/GPU, {model}{source}")
+            f"batch {job.batch}/GPU{_micro(job.accumulation)}, {model}{source}")
     if not args.sweep:
         result = job.run(topology, profile, network)
         print(head)

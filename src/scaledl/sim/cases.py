@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from scaledl.sim.cases_bert import BERT_CASES
 from scaledl.sim.cases_horovod import HOROVOD_CASES
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, Prediction, against_one_gpu, weak_scaling
@@ -251,6 +252,7 @@ CASES = (
          "as above with AMP at 256 images/GPU (fp32 gradients), one GPU at 1200 images/s",
          DLE + ": 1200 and 8322 images/s", weak_scaling(_dle("v100", "nvlink2", 256, 1200))),
     *(_dle_horovod(*run) for run in DLE_HOROVOD_RUNS),
+    *BERT_CASES,
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
          "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
          "on CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",

@@ -43,7 +43,7 @@ elements), which makes ring-like plans rotations of one another (see :mod:`scale
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from scaledl.collectives.schedule import Action, Collective, Round, Schedule, Transfer
@@ -57,7 +57,11 @@ from scaledl.sim.profile import ModelProfile
 from scaledl.strategies.catalogue import strategies
 
 __all__ = ["simulated_strategies", "timing_of", "IterationResult", "simulate_iteration",
-           "round_robin_schedules"]
+           "round_robin_schedules", "accumulated", "ACCUMULATING_TIMINGS"]
+
+ACCUMULATING_TIMINGS = ("bucketed", "per-layer")
+"""Timing models whose optimizer step can accumulate gradients over several micro-batches
+(the synchronous ones: the periodic and round-robin models already step locally)."""
 
 
 def simulated_strategies() -> tuple[str, ...]:
@@ -241,3 +245,27 @@ def simulate_iteration(
                            update_s, busy, iteration - single, single,
                            straggler_s=compute * (stretch - 1), software_s=software,
                            interference_s=max(compute_end - compute * stretch - software, 0.0))
+
+
+def accumulated(result: IterationResult, steps: int) -> IterationResult:
+    """One optimizer step that accumulates gradients over ``steps`` micro-batches of
+    ``result``'s: ``steps - 1`` forward and backward passes with no communication (DDP's
+    ``no_sync``, Horovod's ``backward_passes_per_step``), then the step ``result`` describes,
+    whose collectives overlap only the last backward pass.
+
+    The ranks meet once per optimizer step, so the wait for the slowest is that of the sum of
+    ``steps`` independent micro-batch times: ``sqrt(steps)`` times one micro-batch's (its
+    standard deviation), where a barrier per micro-batch would cost ``steps`` times.  Samples
+    per step (``batch_per_gpu``) and compute grow ``steps``-fold; the update is paid once.
+    """
+    if steps < 1:
+        raise ValueError(f"gradient accumulation over {steps} micro-batches must be >= 1")
+    if steps == 1:
+        return result
+    local = (steps - 1) * result.compute_s
+    straggler = result.straggler_s * math.sqrt(steps)
+    iteration = result.iteration_s + local + (straggler - result.straggler_s)
+    single = result.single_gpu_s + local
+    return replace(result, batch_per_gpu=result.batch_per_gpu * steps, iteration_s=iteration,
+                   compute_s=result.compute_s * steps, exposed_s=iteration - single,
+                   single_gpu_s=single, straggler_s=straggler)

@@ -10,7 +10,7 @@ from scaledl.collectives.auto import CostModel
 from scaledl.collectives.cost import reduce_scatter_is_allreduce
 from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
-from scaledl.sim.iteration import IterationResult, simulate_iteration, timing_of
+from scaledl.sim.iteration import IterationResult, accumulated, simulate_iteration, timing_of
 from scaledl.sim.job_checks import check_job, simulated_algorithms
 from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
 from scaledl.sim.network import LinkClass, Network, ranks_per_core
@@ -121,6 +121,13 @@ class Job:
     """Horovod's negotiation cycle (``HOROVOD_CYCLE_TIME``), milliseconds; None: the stack's."""
     fusion_mb: float | None = None
     """Horovod's fusion buffer (``HOROVOD_FUSION_THRESHOLD``), MiB; None: the stack's."""
+    allreduce_bytes: int = 4
+    """Bytes per gradient element on the wire: 4 (float32), or 2 for a float16 allreduce
+    (``--allreduce-dtype float16``; ``ModelProfile.reduced_as``); compute and the update are
+    float32's either way."""
+    accumulation: int = 1
+    """Micro-batches of ``batch`` per optimizer step (gradient accumulation): the gradients are
+    reduced once, after the last (:func:`~scaledl.sim.iteration.accumulated`)."""
 
     def topology_value(self) -> Topology:
         """The topology, checked against ``gpus``."""
@@ -283,23 +290,26 @@ class Job:
         prof = profile if profile is not None else self.profile()
         net = network if network is not None else self.network_value()
         net = replace(net, cpu_contention=self.contention(topo.world_size))
-        sim = CollectiveSimulator(topo, net, prof.itemsize)
+        wire = prof.reduced_as(self.allreduce_bytes)  # compute and update stay float32's
+        sim = CollectiveSimulator(topo, net, wire.itemsize)
         update = self.update_seconds(prof) * self.stretch(topo.world_size)
         result = simulate_iteration(
-            prof, sim, self.batch, self.strategy, self.algorithm,
+            wire, sim, self.batch, self.strategy, self.algorithm,
             update_s=update, tau=self.tau, overlap=self.overlap,
             times=self.layer_times(prof, topo.world_size), losses=self.losses(),
         )
-        return self.fed(result, topo.ranks_per_node)
+        return self.fed(accumulated(result, self.accumulation), topo.ranks_per_node)
 
     def fed(self, result: IterationResult, ranks_per_host: int) -> IterationResult:
         """``result`` waiting for the input pipeline: it prepares the next batches while the
         ranks train (prefetching), so an iteration takes at least the ``ranks_per_host x
-        batch / input_rate`` seconds one host's pipeline needs for it, and one GPU alone at
-        least ``batch / input_rate`` (unchanged without ``input_rate`` or with ``ideal``)."""
+        samples / input_rate`` seconds one host's pipeline needs for it, and one GPU alone at
+        least ``samples / input_rate``, ``samples`` being the iteration's per GPU (every
+        micro-batch's; unchanged without ``input_rate`` or with ``ideal``)."""
         if self.input_rate is None or self.ideal:
             return result
-        iteration = max(result.iteration_s, ranks_per_host * self.batch / self.input_rate)
-        single = max(result.single_gpu_s, self.batch / self.input_rate)
+        samples = result.batch_per_gpu
+        iteration = max(result.iteration_s, ranks_per_host * samples / self.input_rate)
+        single = max(result.single_gpu_s, samples / self.input_rate)
         return replace(result, iteration_s=iteration, single_gpu_s=single,
                        exposed_s=iteration - single, input_s=iteration - result.iteration_s)

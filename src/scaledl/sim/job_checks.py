@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from scaledl.collectives.auto import Fabric, check_paths
 from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
 from scaledl.collectives.schedule import Collective
-from scaledl.sim.iteration import timing_of
+from scaledl.sim.iteration import ACCUMULATING_TIMINGS, timing_of
 from scaledl.sim.losses import stack
 
 if TYPE_CHECKING:
@@ -40,6 +40,15 @@ def check_job(job: Job) -> None:
         check_paths(job.algorithm, collective, topo, Fabric(hosts, native_stages=True))
     if job.tau < 1:
         raise ValueError(f"--tau {job.tau} must be >= 1 (exchange every tau steps)")
+    if job.allreduce_bytes not in (2, 4):
+        raise ValueError(f"allreduce element size {job.allreduce_bytes} bytes is not 4 "
+                         "(float32) or 2 (float16, bfloat16)")
+    if job.accumulation < 1:
+        raise ValueError(f"--accumulation {job.accumulation} must be >= 1 (micro-batches per "
+                         "optimizer step)")
+    if job.accumulation > 1 and timing_of(job.strategy) not in ACCUMULATING_TIMINGS:
+        raise ValueError(f"--accumulation {job.accumulation} applies to synchronous "
+                         f"strategies; {job.strategy} steps locally already (use --tau)")
     if job.compute_time is not None and not 0 < job.compute_time < math.inf:
         raise ValueError(f"--compute-time {job.compute_time} must be a finite number of "
                          "seconds > 0")

@@ -224,6 +224,7 @@ LINKS: dict[str, LinkClass] = {
     "ib-edr": LinkClass.from_bandwidth("ib-edr", 1.0e-6, 100.0 / 8),
     "ib-edr-x4": LinkClass.from_bandwidth("ib-edr-x4", 1.0e-6, 4 * 100.0 / 8),
     "ib-hdr": LinkClass.from_bandwidth("ib-hdr", 1.0e-6, 200.0 / 8),
+    "ib-hdr-x8": LinkClass.from_bandwidth("ib-hdr-x8", 1.0e-6, 8 * 200.0 / 8),
     "10gbe": LinkClass.from_bandwidth("10gbe", 10e-6, 10.0 / 8),
     "25gbe": LinkClass.from_bandwidth("25gbe", 10e-6, 25.0 / 8),
     "50gbe": LinkClass.from_bandwidth("50gbe", 10e-6, 50.0 / 8),

@@ -102,11 +102,14 @@ def mean_absolute_error(rows: list[Row]) -> tuple[float, int] | None:
 
 def weak_scaling(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
                  ) -> Callable[[bool], Prediction]:
-    """Efficiency of the second job against the first (per-GPU throughput ratio)."""
+    """Efficiency of the second job against the first: the ratio of their per-GPU throughputs
+    (samples per second per GPU, so two jobs that accumulate different numbers of
+    micro-batches per step compare as published strong-scaling tables do)."""
     def predict(ideal: bool) -> Prediction:
         base, big = jobs(ideal)
         small, large = base.run(), big.run()
-        value = small.iteration_s / large.iteration_s if per_gpu else large.efficiency
+        value = ((large.batch_per_gpu / large.iteration_s)
+                 / (small.batch_per_gpu / small.iteration_s)) if per_gpu else large.efficiency
         return Prediction(value, f"{large.iteration_s * 1e3:.0f} ms per step at {big.gpus} GPUs "
                                  f"vs {small.iteration_s * 1e3:.0f} ms at {base.gpus} "
                                  f"(comm busy {large.communication_s * 1e3:.0f} ms, exposed "
