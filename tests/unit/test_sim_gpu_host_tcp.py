@@ -68,7 +68,8 @@ def test_gpu_jobs_pay_sockets_on_ethernet_and_nothing_on_rdma(device: str) -> No
         assert network in TCP_LINKS
         net = Job(device=device, gpus=8, topology="4x2", network=network).network_value()
         assert (net.cpu_beta, net.tcp_inside) == (GPU_HOST_TCP_BETA, False)
-    for network in ("25gbe-roce", "ib-fdr", "ib-edr", "ib-hdr"):
+    for network in ("25gbe-roce", "100gbe-roce", "400gbe-roce", "ib-fdr", "ib-edr", "ib-hdr",
+                    "ib-hdr-x8", "ib-ndr", "ib-ndr-x8"):
         assert network not in TCP_LINKS
         net = Job(device=device, gpus=8, topology="4x2", network=network).network_value()
         assert net.cpu_beta == 0.0
