@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from scaledl.cli.simulate_report import reproduction_table
-from scaledl.sim.cases import CASES, MX_CYCLE_MS, _dgx1, _dle
+from scaledl.sim.cases import CASES, _dgx1
+from scaledl.sim.cases_dle import MX_CYCLE_MS, _dle
 from scaledl.sim.cases_horovod import _horovod
 from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import (

@@ -6,7 +6,8 @@ Each :class:`Case` is one published number with its hardware, batch, network and
 :mod:`scaledl.sim.presets` (the same for every case: no per-case knob beyond what the source
 states).  :func:`error` is the difference in points for an efficiency or a share, and the
 relative error for a speedup; the target (:func:`within_target`) is 5 points or 15%.  The
-cases themselves are in :mod:`scaledl.sim.cases` and :mod:`scaledl.sim.cases_horovod`.
+cases themselves are in :mod:`scaledl.sim.cases` and, by source, :mod:`scaledl.sim.cases_horovod`,
+:mod:`scaledl.sim.cases_dle` (NVIDIA's ResNet-50 recipe) and :mod:`scaledl.sim.cases_bert`.
 """
 
 from __future__ import annotations
