@@ -169,6 +169,11 @@ def run_reproduce(ideal: bool) -> int:
     if ideal:
         print("(the ideal model: constant device efficiency, no losses)")
     print(reproduction_table(evaluate(CASES, ideal)))
+    if not ideal:
+        from scaledl.sim.device_checks import rate_table
+
+        print("\nSingle-GPU rates from the device presets alone (no measured rate or profile):")
+        print(rate_table())
     return 0
 
 

@@ -1,0 +1,81 @@
+"""Published single-GPU training rates beside the device model's (docs/simulation.md, "Device
+efficiency"): how far the FLOP-based roofline of each GPU preset can be trusted without a
+measured rate (``--compute-time``) or profile (``--profile``).
+
+Every reproduction case that states a single-GPU rate uses it as the measured compute, so
+these rates check only the predictions a user gets from a preset alone.  Some of them set the
+presets (``used``: the P100's and K80's compute efficiency and launch cost, the V100's
+efficiency); the others were not used for anything.  Every rate is at the precision the
+preset's peak describes (FP32 on the K80, P100 and V100, TF32 on the A100): mixed-precision
+rates have no preset to check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scaledl.sim.job import Job
+
+__all__ = ["RateCheck", "RATE_CHECKS", "predicted_rate", "rate_table"]
+
+TF = "tensorflow/docs_src/performance/benchmarks.md (May 2017, synthetic data)"
+DLE_RN50 = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
+            "(pytorch-21.03)")
+DLE_BERT = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (January 2022, "
+            "SQuAD, sequence length 384)")
+
+
+@dataclass(frozen=True)
+class RateCheck:
+    """One published single-GPU training rate."""
+
+    device: str
+    model: str
+    batch: int
+    published: float
+    """Samples per second (images, or sequences for BERT)."""
+    source: str
+    input_shape: tuple[int, ...] | None = None
+    used: bool = False
+    """Whether the rate set the device preset (then the model meets it by construction)."""
+
+
+RATE_CHECKS = (
+    RateCheck("p100", "resnet50", 32, 195.0, f"{TF}, DGX-1", used=True),
+    RateCheck("p100", "resnet50", 64, 219.0, f"{TF}, DGX-1", used=True),
+    RateCheck("k80", "resnet50", 32, 49.5, f"{TF}, Google Compute Engine", used=True),
+    RateCheck("k80", "resnet50", 64, 51.9, f"{TF}, Google Compute Engine", used=True),
+    RateCheck("v100", "resnet50", 32, 329.0,
+              "pytorch/pytorch benchmarks/distributed/ddp/README.md (1 GPU, no DDP)", used=True),
+    RateCheck("p100", "vgg16", 32, 144.0, f"{TF}, DGX-1"),
+    RateCheck("p100", "vgg16", 64, 154.0, f"{TF}, DGX-1"),
+    RateCheck("k80", "vgg16", 32, 35.4, f"{TF}, Google Compute Engine"),
+    RateCheck("p100", "resnet101", 64, 119.4,
+              "uber/horovod README.md (2017), one Pascal GPU"),
+    RateCheck("v100", "resnet50", 112, 367.0, f"{DLE_RN50}, FP32, DGX-1"),
+    RateCheck("a100", "resnet50", 256, 938.0, f"{DLE_RN50}, TF32, DGX A100"),
+    RateCheck("v100", "bert_large", 8, 12.0, f"{DLE_BERT}, FP32, DGX-1 32 GB", (384,)),
+    RateCheck("a100", "bert_large", 32, 61.5, f"{DLE_BERT}, TF32, DGX A100", (384,)),
+)
+"""The rates, presets' own first."""
+
+
+def predicted_rate(check: RateCheck) -> float:
+    """Samples per second the device preset predicts on one GPU (compute and update)."""
+    job = Job(model=check.model, input_shape=check.input_shape, gpus=1, topology="1",
+              device=check.device, batch=check.batch)
+    return check.batch / job.run().iteration_s
+
+
+def rate_table(checks: tuple[RateCheck, ...] = RATE_CHECKS) -> str:
+    """The published and predicted rates as a markdown table."""
+    lines = ["| device | model | batch | published /s | predicted /s | error | set the preset | "
+             "source |", "|---|---|---:|---:|---:|---:|---|---|"]
+    for check in checks:
+        predicted = predicted_rate(check)
+        model = check.model + (f" ({'x'.join(map(str, check.input_shape))})"
+                               if check.input_shape else "")
+        lines.append(f"| {check.device} | {model} | {check.batch} | {check.published:g} | "
+                     f"{predicted:.1f} | {round(100 * (predicted / check.published - 1)):+d}% | "
+                     f"{'yes' if check.used else 'no'} | {check.source} |")
+    return "\n".join(lines)

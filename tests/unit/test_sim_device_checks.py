@@ -1,0 +1,48 @@
+"""Single-GPU rates from the device presets: the rates that set a preset are met, every row is
+printed with its error, and `scaledl simulate reproduce` prints the table after the scaling
+points."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaledl.sim.device_checks import RATE_CHECKS, RateCheck, predicted_rate, rate_table
+
+
+@pytest.mark.parametrize("check", [c for c in RATE_CHECKS if c.used],
+                         ids=lambda c: f"{c.device}-{c.model}-{c.batch}")
+def test_the_rates_that_set_a_preset_are_met(check: RateCheck) -> None:
+    assert predicted_rate(check) == pytest.approx(check.published, rel=0.01)
+
+
+def test_every_check_is_a_row_with_its_error_and_source() -> None:
+    made_up = RateCheck("p100", "resnet50", 32, 97.5, "src-x")  # half the preset's own rate
+    table = rate_table((made_up, RATE_CHECKS[0]))
+    rows = table.splitlines()
+    assert len(rows) == 4
+    assert rows[2].startswith("| p100 | resnet50 | 32 | 97.5 | 195.0 | +100% | no | src-x |")
+    assert rows[3].startswith("| p100 | resnet50 | 32 | 195 | 195.0 | +0% | yes |")
+
+
+def test_token_models_name_their_sequence_length() -> None:
+    bert = next(c for c in RATE_CHECKS if c.model == "bert_large" and c.device == "a100")
+    assert "| a100 | bert_large (384) | 32 | 61.5 |" in rate_table((bert,))
+
+
+def test_reproduce_prints_the_rates_after_the_scaling_points(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    import scaledl.sim.cases
+    import scaledl.sim.device_checks
+    from scaledl.cli.main import main
+    from scaledl.sim.reproduce import Case, Prediction
+
+    one = Case("near", "efficiency", 0.9, "s", "src", lambda ideal: Prediction(0.91, "d"))
+    monkeypatch.setattr(scaledl.sim.cases, "CASES", (one,))
+    monkeypatch.setattr(scaledl.sim.device_checks, "rate_table", lambda: "RATES")
+    assert main(["simulate", "reproduce"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("| near | 90.0% | 91.0%") < out.index("device presets alone") < \
+        out.index("RATES")
+    assert main(["simulate", "--ideal", "reproduce"]) == 0
+    assert "RATES" not in capsys.readouterr().out
