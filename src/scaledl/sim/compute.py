@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from scaledl.models.trace import OpCost
 from scaledl.sim.presets import Device
 from scaledl.sim.profile import BACKWARD_FACTOR, ModelProfile
 
@@ -83,13 +84,28 @@ class RooflineCompute:
         bandwidth = dev.memory_gbps * 1e9
         forward = []
         for layer in profile.layers:
-            work = batch * layer.output_elements
-            util = min(1.0, work / dev.fill_threads) if work else 1.0
-            flops = layer.forward_flops / (WINOGRAD if layer.winograd else 1.0)
-            arithmetic = batch * flops / (rate * util)
-            memory = (layer.parameter_bytes + 2 * work * profile.itemsize) / bandwidth
-            forward.append(max(arithmetic, memory) + dev.launch_s)
+            if layer.ops:
+                seconds = sum(_operation(op, batch, rate, bandwidth, dev.fill_threads)
+                              for op in layer.ops)
+            else:
+                work = batch * layer.output_elements
+                util = min(1.0, work / dev.fill_threads) if work else 1.0
+                flops = layer.forward_flops / (WINOGRAD if layer.winograd else 1.0)
+                arithmetic = batch * flops / (rate * util)
+                memory = (layer.parameter_bytes + 2 * work * profile.itemsize) / bandwidth
+                seconds = max(arithmetic, memory)
+            forward.append(seconds + dev.launch_s)
         return forward, [f * BACKWARD_FACTOR for f in forward]
+
+
+def _operation(op: OpCost, batch: int, rate: float, bandwidth: float, fill: int) -> float:
+    """One traced operation's roofline: its FLOPs at the compute rate (derated below full
+    occupancy) or its bytes at the memory bandwidth, whichever is slower."""
+    work = batch * op.output_elements
+    util = min(1.0, work / fill) if work else 1.0
+    flops = op.flops / (WINOGRAD if op.winograd else 1.0)
+    arithmetic = batch * flops / (rate * util) if flops else 0.0
+    return max(arithmetic, (op.fixed_bytes + batch * op.bytes_per_sample) / bandwidth)
 
 
 @dataclass(frozen=True)

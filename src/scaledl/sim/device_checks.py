@@ -4,8 +4,8 @@ measured rate (``--compute-time``) or profile (``--profile``).
 
 Every reproduction case that states a single-GPU rate uses it as the measured compute, so
 these rates check only the predictions a user gets from a preset alone.  Some of them set the
-presets (``used``: the P100's and K80's compute efficiency and launch cost, the V100's
-efficiency); the others were not used for anything.  Every rate is at the precision the
+presets (``used``: the P100's and K80's compute efficiency and launch cost, the V100's and
+the A100's efficiency); the others were not used for anything.  Every rate is at the precision the
 preset's peak describes (FP32 on the K80, P100 and V100, TF32 on the A100): mixed-precision
 rates have no preset to check.
 """
@@ -53,7 +53,7 @@ RATE_CHECKS = (
     RateCheck("p100", "resnet101", 64, 119.4,
               "uber/horovod README.md (2017), one Pascal GPU"),
     RateCheck("v100", "resnet50", 112, 367.0, f"{DLE_RN50}, FP32, DGX-1"),
-    RateCheck("a100", "resnet50", 256, 938.0, f"{DLE_RN50}, TF32, DGX A100"),
+    RateCheck("a100", "resnet50", 256, 938.0, f"{DLE_RN50}, TF32, DGX A100", used=True),
     RateCheck("v100", "bert_large", 8, 12.0, f"{DLE_BERT}, FP32, DGX-1 32 GB", (384,)),
     RateCheck("a100", "bert_large", 32, 61.5, f"{DLE_BERT}, TF32, DGX A100", (384,)),
 )

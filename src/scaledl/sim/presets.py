@@ -132,23 +132,29 @@ spread of 1% would add 1.2 ms from 2 to 16 GPUs (1 + cv e_N), so cv is about 0.5
 
 TF_BENCHMARKS = "tensorflow/docs_src/performance/benchmarks.md (May 2017, synthetic data)"
 
-P100_LAUNCH, P100_EFFICIENCY = 109.05e-6, 0.5058
+P100_LAUNCH, P100_EFFICIENCY = 109.18e-6, 0.6078
 """The roofline's fixed cost per layer and pass and its compute efficiency, both fixed by
 TensorFlow's two published ResNet-50 rates on one P100: 195 images/s at batch 32 and 219 at
-batch 64 (TF_BENCHMARKS, DGX-1 table), with the update's 5 memory passes."""
+batch 64 (TF_BENCHMARKS, DGX-1 table), with every traced operation priced by its own roofline
+and the update's 5 memory passes (before operations were traced: 109.05 us and 0.5058)."""
 
-K80_LAUNCH, K80_EFFICIENCY = 179.6e-6, 0.2594
+K80_LAUNCH, K80_EFFICIENCY = 179.60e-6, 0.2909
 """The same from ResNet-50 on one K80 (GK210): 49.5 images/s at batch 32 and 51.9 at 64
 (TF_BENCHMARKS, Google Compute Engine table)."""
 
-V100_LAUNCH, V100_EFFICIENCY = 20e-6, 0.4939
+V100_LAUNCH, V100_EFFICIENCY = 20e-6, 0.6150
 """PyTorch 1.4 on one V100: 329 images/s for ResNet-50 at batch 32 without DDP (pytorch/pytorch
 benchmarks/distributed/ddp/README.md); one rate fixes one parameter, so the launch cost is
 assumed (an eager framework's 2-3 kernel launches per layer) and the efficiency follows."""
 
 MODERN_LAUNCH = 20e-6
-"""Assumed for the A100 and H100 presets (as for the V100); their efficiencies are
-assumptions, not derived from a published rate."""
+"""Assumed for the A100 and H100 presets (as for the V100)."""
+
+A100_EFFICIENCY = 0.2159
+"""NVIDIA's ResNet-50 v1.5 recipe in PyTorch on one A100 80 GB at TF32: 938 images/s at batch
+256 (NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md,
+pytorch-21.03); one rate fixes one parameter, the launch cost is ``MODERN_LAUNCH``.  It does
+not carry to BERT-large on the same GPU (predicted 37% slow: ``scaledl.sim.device_checks``)."""
 GPU_HOST_TCP_BETA = 1 / 2.06e9
 """Host CPU seconds per byte at each end of a socket on a GPU host (NCCL's socket transport,
 Horovod or Gloo over plain Ethernet): one thread per connection moves its bytes through the
@@ -194,7 +200,7 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
     _gpu("a100", 156.0, 0.20, 1555.0, "nvlink3",
          "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 1555 GB/s HBM2; "
          "108 SMs x 2048",
-         sms=108, compute_efficiency=0.20, launch_s=MODERN_LAUNCH),
+         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH),
     _gpu("h100", 989.0, 0.25, 3350.0, "nvlink4",
          "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s BF16 tensor (dense), 3.35 TB/s HBM3; "
          "132 SMs x 2048",

@@ -13,12 +13,14 @@ spread over the layers by their FLOPs.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
 import torch
 
 from scaledl.models.profile import layer_profile
+from scaledl.models.trace import OpCost, TraceError, operation_costs
 from scaledl.models.registry import MODELS, build_model
 from scaledl.sync.bucketing import layer_of, plan_buckets
 
@@ -48,6 +50,9 @@ class Layer:
     winograd: bool = False
     """A 3x3 stride-1 convolution, which cuDNN runs with Winograd's F(2x2, 3x3): 16 instead of
     36 multiplies per output tile element (Lavin and Gray, CVPR 2016), 2.25x fewer."""
+    ops: tuple[OpCost, ...] = ()
+    """Every operation of the training forward pass charged to this layer, the ones without
+    parameters after it included (``scaledl.models.trace``); empty: price the layer alone."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,25 @@ def _winograd(module: torch.nn.Module) -> bool:
             and tuple(module.dilation) == (1, 1))
 
 
+@functools.lru_cache(maxsize=64)
+def _layers(model: str, shape: tuple[int, ...], classes: int) -> tuple[Layer, ...]:
+    """The layers of registry model ``model`` with their traced operations (cached: a job's
+    profile is asked for once per simulated iteration)."""
+    with torch.device("meta"):
+        net = build_model(model, shape, classes)
+    profiles = layer_profile(net, shape)
+    modules = dict(net.named_modules())
+    owners = [modules[p.name] for p in profiles]
+    try:
+        ops = operation_costs(net, owners, shape)
+    except TraceError:
+        ops = [() for _ in owners]
+    return tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops),
+                       math.prod(p.output_shape) if p.output_shape else 0,
+                       _tensors(modules[p.name]), _winograd(modules[p.name]), tuple(cost))
+                 for p, cost in zip(profiles, ops))
+
+
 def profile_model(
     model: str, bucket_bytes: int = 25 << 20, input_shape: tuple[int, ...] | None = None,
     num_classes: int | None = None, by_layer: bool = False,
@@ -136,12 +160,7 @@ def profile_model(
     classes = num_classes if num_classes is not None else classes
     with torch.device("meta"):
         net = build_model(model, shape, classes)
-    profiles = layer_profile(net, shape)
-    modules = dict(net.named_modules())
-    layers = tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops),
-                         math.prod(p.output_shape) if p.output_shape else 0,
-                         _tensors(modules[p.name]), _winograd(modules[p.name]))
-                   for p in profiles)
+    layers = _layers(model.lower(), shape, classes)
     index = {layer.name: i for i, layer in enumerate(layers)}
     buckets = []
     for bucket in plan_buckets(list(net.named_parameters()), bucket_bytes, by_layer=by_layer):
