@@ -36,7 +36,7 @@ from dataclasses import replace
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, weak_scaling
 
-__all__ = ["BERT_CASES", "BERT_DLE", "PRETRAIN_BUCKET_MB"]
+__all__ = ["BERT_CASES", "BERT_DLE", "PRETRAIN_BUCKET_MB", "APEX_BUCKET_MB"]
 
 BERT_DLE = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (January 2022 "
             "release, pytorch:21.11-py3 NGC container), training performance tables")
@@ -49,6 +49,7 @@ APEX_BUCKET_MB = 10_000_000 * 4 / (1 << 20)
 def _wire(precision: str) -> int:
     """Bytes per gradient element the recipe reduces: 2 at mixed precision, else 4."""
     return 2 if precision == "mixed precision" else 4
+
 
 MACHINES = {  # machine: device preset, link inside, link between hosts
     "DGX A100": ("a100", "nvlink3", "ib-hdr-x8"),
@@ -69,8 +70,8 @@ def _pretrain(machine: str, precision: str, sequence: int, batch: int, single: f
         return Job(model="bert_large", input_shape=(sequence,), gpus=gpus, topology=topology,
                    algorithm="ring", device=device, intra=intra, network=network, batch=batch,
                    bucket_mb=PRETRAIN_BUCKET_MB, allreduce_bytes=_wire(precision),
-                   accumulation=accumulation,
-                   compute_time=batch / single, stack="nccl", ideal=ideal)
+                   accumulation=accumulation, compute_time=batch / single, stack="nccl",
+                   ideal=ideal)
 
     def jobs(ideal: bool) -> tuple[Job, Job]:
         return job(nodes[0], steps[0], ideal), job(nodes[1], steps[1], ideal)
@@ -106,7 +107,9 @@ SQUAD = (  # machine, precision, batch, 1 GPU, 8 GPUs (sequences/s)
     ("DGX-1 32 GB", "FP32", 8, 12.0, 85.5),
     ("DGX-1 32 GB", "mixed precision", 16, 52.0, 382.0),
 )
-"""SQuAD v1.1 fine-tuning (sequence length 384) on one DGX against one of its GPUs."""
+"""SQuAD v1.1 fine-tuning (sequence length 384) on one DGX against one of its GPUs, the batch
+per GPU as the README's tables state it (``squad_config.sh`` at the same commit gives 16 for the
+DGX A100 at TF32, where the table says 32)."""
 
 
 def _squad(machine: str, precision: str, batch: int, single: float
