@@ -12,6 +12,7 @@ import torch
 from scaledl.cli.main import main
 from scaledl.models import build_model, layer_profile
 from scaledl.models.profile import example_input, input_dtype
+from scaledl.models.gpt import GPT2_VOCAB
 from scaledl.models.transformer import BERT_BASE, BERT_LARGE, VOCAB_SIZE, BertConfig
 from scaledl.sim.cases_bert import BERT_CASES
 from scaledl.sim.iteration import IterationResult, accumulated
@@ -36,6 +37,33 @@ def test_bert_has_the_papers_parameters(name: str, config: BertConfig) -> None:
     assert count == _bert_parameters(config, 2)
     # 110M and 340M in the paper (rounded, with its pre-training heads)
     assert count == (109_483_778 if name == "bert_base" else 335_143_938)
+
+
+@pytest.mark.parametrize("name,published", [("gpt2", 124_439_808), ("gpt2_medium", 354_823_168),
+                                            ("gpt2_large", 774_030_080),
+                                            ("gpt2_xl", 1_557_611_200)])
+def test_gpt2_has_the_published_parameters_with_its_head_tied(name: str, published: int) -> None:
+    with torch.device("meta"):
+        tied = build_model(name, (1024,), GPT2_VOCAB)
+        untied = build_model(name, (1024,), 5)
+    assert sum(p.numel() for p in tied.parameters()) == published
+    hidden = tied.words.weight.shape[1]
+    assert sum(p.numel() for p in untied.parameters()) == published + hidden * 5 + 5
+    layers = {p.name: p for p in layer_profile(tied, (1024,))}
+    # the tied head reduces nothing of its own, and costs 2 x hidden FLOPs per logit
+    assert layers["head"].parameter_bytes == 0
+    assert layers["head"].forward_flops == 2 * hidden * GPT2_VOCAB * 1024
+
+
+def test_gpt2_attention_is_causal() -> None:
+    torch.manual_seed(0)
+    model = build_model("gpt2", (6,), 11).eval()
+    tokens = torch.randint(0, GPT2_VOCAB, (1, 6))
+    changed = tokens.clone()
+    changed[0, 4] = (changed[0, 4] + 1) % GPT2_VOCAB
+    before, after = model(tokens), model(changed)
+    assert torch.equal(before[0, :4], after[0, :4])  # earlier tokens do not see token 4
+    assert not torch.equal(before[0, 4:], after[0, 4:])
 
 
 def test_attention_counts_its_own_products() -> None:

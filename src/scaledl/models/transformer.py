@@ -53,11 +53,12 @@ BERT_LARGE = BertConfig(layers=24, hidden=1024, heads=16)
 
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention: fused query/key/value projection, scores,
-    softmax, context and output projection, in one module without children."""
+    softmax, context and output projection, in one module without children; ``causal`` masks
+    every token's view of the tokens after it (GPT)."""
 
-    def __init__(self, hidden: int, heads: int) -> None:
+    def __init__(self, hidden: int, heads: int, causal: bool = False) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.causal = heads, causal
         self.qkv_weight = nn.Parameter(torch.empty(3 * hidden, hidden))
         self.qkv_bias = nn.Parameter(torch.zeros(3 * hidden))
         self.out_weight = nn.Parameter(torch.empty(hidden, hidden))
@@ -71,6 +72,9 @@ class SelfAttention(nn.Module):
         qkv = qkv.view(batch, sequence, 3, self.heads, hidden // self.heads)
         query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         scores = query @ key.transpose(-1, -2) / math.sqrt(hidden // self.heads)
+        if self.causal:  # a token attends to itself and the tokens before it
+            future = torch.ones(sequence, sequence, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
         context = scores.softmax(dim=-1) @ value
         merged = context.transpose(1, 2).reshape(batch, sequence, hidden)
         return nn.functional.linear(merged, self.out_weight, self.out_bias)

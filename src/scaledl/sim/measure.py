@@ -117,7 +117,8 @@ class _Step:
         self.model, self.clock = model, _Clock(device)
         generator = torch.Generator().manual_seed(batch)
         self.x = example_input(model, batch, shape, generator).to(device)
-        self.y = torch.randint(0, classes, (batch,), generator=generator).to(device)
+        targets = (batch, *shape) if getattr(model, "token_outputs", False) else (batch,)
+        self.y = torch.randint(0, classes, targets, generator=generator).to(device)
         self.optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
     def run(self) -> tuple[float, float]:
@@ -125,7 +126,8 @@ class _Step:
         self.optimizer.zero_grad(set_to_none=True)
         self.clock.sync()
         start = self.clock.mark()
-        loss = nn.functional.cross_entropy(self.model(self.x), self.y)
+        logits = self.model(self.x)  # (batch, classes), or (batch, tokens, classes)
+        loss = nn.functional.cross_entropy(logits.flatten(0, -2), self.y.flatten())
         loss.backward()  # type: ignore[no-untyped-call]
         middle = self.clock.mark()
         self.optimizer.step()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from scaledl.models.gpt import GPT2_POSITIONS, GPT2_SIZES, GPT2_VOCAB
 from scaledl.models.profile import layer_profile
 from scaledl.models.trace import OpCost, TraceError, operation_costs
 from scaledl.models.registry import MODELS, build_model
@@ -27,7 +28,7 @@ from scaledl.sync.bucketing import layer_of, plan_buckets
 __all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "IMAGENET_MODELS",
            "TOKEN_MODELS"]
 
-TOKEN_MODELS = frozenset({"bert_base", "bert_large"})
+TOKEN_MODELS = frozenset({"bert_base", "bert_large", *GPT2_SIZES})
 """Registry models whose input is a sequence of token ids (``--input-shape`` is its length)."""
 IMAGENET_MODELS = frozenset({"resnet50", "resnet101", "vgg16", "googlenet", "alexnet",
                              "inception_v3"})
@@ -107,7 +108,10 @@ class ModelProfile:
 def default_input(model: str) -> tuple[tuple[int, ...], int]:
     """``(input shape, classes)``: ImageNet for the ImageNet models (299x299 for Inception v3,
     as its paper and the benchmarks that use it), 128 tokens and two classes for BERT (its
-    pre-training's first phase and sentence-pair tasks), CIFAR-10 otherwise."""
+    pre-training's first phase and sentence-pair tasks), 1024 tokens and next-token logits
+    over the vocabulary for GPT-2 (its context and its tied head), CIFAR-10 otherwise."""
+    if model.lower() in GPT2_SIZES:
+        return (GPT2_POSITIONS,), GPT2_VOCAB
     if model.lower() in TOKEN_MODELS:
         return (128,), 2
     if model.lower() == "inception_v3":
