@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from scaledl.models.transformer import SelfAttention
+from scaledl.models.transformer import SelfAttention, check_sequence, init_normal
 
 __all__ = ["Gpt2", "Gpt2Config", "GPT2_SIZES", "TiedHead", "GPT2_VOCAB", "GPT2_POSITIONS"]
 
@@ -97,12 +97,7 @@ class Gpt2(nn.Module):
     def __init__(self, input_shape: tuple[int, ...], num_classes: int,
                  config: Gpt2Config = GPT2_SIZES["gpt2"], name: str = "gpt2") -> None:
         super().__init__()
-        if len(input_shape) != 1 or not 1 <= int(input_shape[0]) <= GPT2_POSITIONS:
-            raise ValueError(
-                f"{name} takes token ids of one sequence of 1..{GPT2_POSITIONS} tokens as its "
-                f"input shape (e.g. 1024), got {tuple(input_shape)}; it has no image or vector "
-                "data set in scaledl train: use it with scaledl simulate"
-            )
+        check_sequence(name, input_shape, GPT2_POSITIONS, example=1024)
         hidden = config.hidden
         self.words = nn.Embedding(GPT2_VOCAB, hidden)
         self.positions = nn.Embedding(GPT2_POSITIONS, hidden)
@@ -110,9 +105,7 @@ class Gpt2(nn.Module):
         self.final_norm = nn.LayerNorm(hidden)
         self.head: nn.Module = (TiedHead(self.words) if num_classes == GPT2_VOCAB
                                 else nn.Linear(hidden, num_classes))
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, 0.0, 0.02)
+        init_normal(self)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         ids = tokens.long()

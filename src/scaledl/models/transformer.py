@@ -31,12 +31,30 @@ import torch
 from torch import nn
 
 __all__ = ["Bert", "BertConfig", "BERT_BASE", "BERT_LARGE", "SelfAttention", "VOCAB_SIZE",
-           "MAX_POSITIONS"]
+           "MAX_POSITIONS", "check_sequence", "init_normal"]
 
 VOCAB_SIZE = 30_522
 """BERT's uncased English word-piece vocabulary."""
 MAX_POSITIONS = 512
 """Longest sequence BERT's learned position embeddings cover."""
+
+
+def check_sequence(name: str, input_shape: tuple[int, ...], positions: int, example: int
+                   ) -> None:
+    """``ValueError`` unless ``input_shape`` is one sequence of 1..``positions`` token ids."""
+    if len(input_shape) != 1 or not 1 <= int(input_shape[0]) <= positions:
+        raise ValueError(
+            f"{name} takes token ids of one sequence of 1..{positions} tokens as its input "
+            f"shape (e.g. {example}), got {tuple(input_shape)}; it has no image or vector data "
+            "set in scaledl train: use it with scaledl simulate"
+        )
+
+
+def init_normal(model: nn.Module) -> None:
+    """N(0, 0.02) for every linear and embedding weight, as BERT and GPT-2 initialise them."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, 0.02)
 
 
 class BertConfig(NamedTuple):
@@ -114,12 +132,7 @@ class Bert(nn.Module):
     def __init__(self, input_shape: tuple[int, ...], num_classes: int,
                  config: BertConfig = BERT_BASE, name: str = "bert_base") -> None:
         super().__init__()
-        if len(input_shape) != 1 or not 1 <= int(input_shape[0]) <= MAX_POSITIONS:
-            raise ValueError(
-                f"{name} takes token ids of one sequence of 1..{MAX_POSITIONS} tokens as its "
-                f"input shape (e.g. 128), got {tuple(input_shape)}; it has no image or vector "
-                "data set in scaledl train: use it with scaledl simulate"
-            )
+        check_sequence(name, input_shape, MAX_POSITIONS, example=128)
         hidden = config.hidden
         self.words = nn.Embedding(VOCAB_SIZE, hidden)
         self.positions = nn.Embedding(MAX_POSITIONS, hidden)
@@ -128,9 +141,7 @@ class Bert(nn.Module):
         self.blocks = nn.Sequential(*[_Block(hidden, config.heads) for _ in range(config.layers)])
         self.pooler = nn.Linear(hidden, hidden)
         self.classifier = nn.Linear(hidden, num_classes)
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, 0.0, 0.02)
+        init_normal(self)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         ids = tokens.long()
