@@ -31,7 +31,7 @@ from typing import Protocol
 
 from scaledl.models.trace import OpCost
 from scaledl.sim.presets import Device
-from scaledl.sim.profile import BACKWARD_FACTOR, ModelProfile
+from scaledl.sim.profile import BACKWARD_FACTOR, Layer, ModelProfile
 
 __all__ = ["ComputeModel", "FlopsCompute", "RooflineCompute", "MeasuredCompute", "scaled",
            "efficiency"]
@@ -84,18 +84,17 @@ class RooflineCompute:
         bandwidth = dev.memory_gbps * 1e9
         forward = []
         for layer in profile.layers:
-            if layer.ops:
-                seconds = sum(_operation(op, batch, rate, bandwidth, dev.fill_threads)
-                              for op in layer.ops)
-            else:
-                work = batch * layer.output_elements
-                util = min(1.0, work / dev.fill_threads) if work else 1.0
-                flops = layer.forward_flops / (WINOGRAD if layer.winograd else 1.0)
-                arithmetic = batch * flops / (rate * util)
-                memory = (layer.parameter_bytes + 2 * work * profile.itemsize) / bandwidth
-                seconds = max(arithmetic, memory)
+            ops = layer.ops or (_alone(layer, profile.itemsize),)
+            seconds = sum(_operation(op, batch, rate, bandwidth, dev.fill_threads) for op in ops)
             forward.append(seconds + dev.launch_s)
         return forward, [f * BACKWARD_FACTOR for f in forward]
+
+
+def _alone(layer: Layer, itemsize: int) -> OpCost:
+    """A layer without traced operations as one operation: its FLOPs, its parameters read once,
+    its output read and written."""
+    return OpCost(layer.name, layer.forward_flops, 2 * layer.output_elements * itemsize,
+                  layer.parameter_bytes, layer.output_elements, layer.winograd)
 
 
 def _operation(op: OpCost, batch: int, rate: float, bandwidth: float, fill: int) -> float:

@@ -134,9 +134,10 @@ def _winograd(module: torch.nn.Module) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _layers(model: str, shape: tuple[int, ...], classes: int) -> tuple[Layer, ...]:
-    """The layers of registry model ``model`` with their traced operations (cached: a job's
-    profile is asked for once per simulated iteration)."""
+def _traced(model: str, shape: tuple[int, ...], classes: int
+            ) -> tuple[torch.nn.Module, tuple[Layer, ...]]:
+    """Registry model ``model`` on ``meta`` and its layers with their traced operations (cached:
+    a job's profile is asked for once per simulated iteration)."""
     with torch.device("meta"):
         net = build_model(model, shape, classes)
     profiles = layer_profile(net, shape)
@@ -146,10 +147,10 @@ def _layers(model: str, shape: tuple[int, ...], classes: int) -> tuple[Layer, ..
         ops = operation_costs(net, owners, shape)
     except TraceError:
         ops = [() for _ in owners]
-    return tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops),
-                       math.prod(p.output_shape) if p.output_shape else 0,
-                       _tensors(modules[p.name]), _winograd(modules[p.name]), tuple(cost))
-                 for p, cost in zip(profiles, ops))
+    return net, tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops),
+                            math.prod(p.output_shape) if p.output_shape else 0,
+                            _tensors(modules[p.name]), _winograd(modules[p.name]), tuple(cost))
+                      for p, cost in zip(profiles, ops))
 
 
 def profile_model(
@@ -162,9 +163,7 @@ def profile_model(
     shape, classes = default_input(model)
     shape = input_shape if input_shape is not None else shape
     classes = num_classes if num_classes is not None else classes
-    with torch.device("meta"):
-        net = build_model(model, shape, classes)
-    layers = _layers(model.lower(), shape, classes)
+    net, layers = _traced(model.lower(), tuple(shape), classes)
     index = {layer.name: i for i, layer in enumerate(layers)}
     buckets = []
     for bucket in plan_buckets(list(net.named_parameters()), bucket_bytes, by_layer=by_layer):
