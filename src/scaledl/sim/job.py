@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from scaledl.collectives.auto import CostModel
-from scaledl.collectives.cost import reduce_scatter_is_allreduce
 from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
 from scaledl.sim.iteration import IterationResult, accumulated, simulate_iteration, timing_of
 from scaledl.sim.job_checks import check_job, simulated_algorithms
+from scaledl.sim.job_network import job_network
 from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
-from scaledl.sim.network import LinkClass, Network, ranks_per_core
-from scaledl.sim.presets import TCP_LINKS, Device, build_network, burst_bytes, device
+from scaledl.sim.network import Network, ranks_per_core
+from scaledl.sim.presets import Device, device
 from scaledl.sim.profile import ModelProfile, profile_model
 from scaledl.sim.profile_file import MeasuredProfile, load_profile
 from scaledl.topology import Topology
@@ -56,20 +54,6 @@ def default_topology(gpus: int) -> str:
 def _example_topology(gpus: int) -> str:
     per_host = next(d for d in (8, 6, 5, 3, 2, 1) if gpus % d == 0)
     return f"{per_host}x{gpus // per_host}"
-
-
-def _override(link: LinkClass, latency_us: float | None, gbps: float | None) -> LinkClass:
-    if latency_us is not None and (not math.isfinite(latency_us) or latency_us < 0):
-        raise ValueError(f"latency {latency_us} us must be >= 0")
-    alpha = link.alpha if latency_us is None else latency_us * 1e-6
-    if gbps is None:
-        return replace(link, alpha=alpha)
-    return LinkClass.from_bandwidth(link.name, alpha, gbps)
-
-
-def _share(link: LinkClass, efficiency: float) -> LinkClass:
-    """``link`` at ``efficiency`` of its rate (a library's measured share of it)."""
-    return link if efficiency == 1.0 else replace(link, beta=link.beta / efficiency)
 
 
 @dataclass(frozen=True)
@@ -144,38 +128,8 @@ class Job:
 
     def network_value(self) -> Network:
         """Preset or calibrated links with any overrides applied, at the stack's measured
-        share of their rates (not a calibration's, which measured the library already)."""
-        dev = device(self.device)
-        if self.calibration is not None:
-            try:
-                model = CostModel.from_json(Path(self.calibration).read_text())
-            except (OSError, ValueError, TypeError, KeyError) as error:
-                raise ValueError(f"cannot read calibration {self.calibration}: {error}; "
-                                 "write one with `scaledl simulate calibrate`") from None
-            net = replace(Network.from_cost_model(model), oversubscription=self.oversubscription,
-                          burst_bytes=burst_bytes(self.network))
-        else:
-            net = build_network(self.network, self.intra or dev.intra, dev.gamma,
-                                self.oversubscription, self.uplink)
-        inter = _override(net.inter, self.inter_latency_us, self.inter_gbps)
-        intra = _override(net.intra, self.intra_latency_us, self.intra_gbps)
-        uplink = net.uplink
-        if uplink is not None and (self.inter_latency_us is not None or self.inter_gbps):
-            uplink = _override(uplink, self.inter_latency_us, self.inter_gbps)
-        burst = 0.0 if self.inter_gbps else net.burst_bytes  # an overridden rate is not tbf's
-        net = replace(net, inter=inter, intra=intra, uplink=uplink, burst_bytes=burst,
-                      native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(dev.backend))
-        if not self.ideal:
-            if self.calibration is None:  # a calibration measured the library's rates already
-                share = stack(self.stack_name()).link_efficiency
-                net = replace(net, intra=_share(net.intra, share), inter=_share(net.inter, share),
-                              uplink=None if net.uplink is None else _share(net.uplink, share))
-            gloo = dev.backend == "gloo"
-            sockets = gloo or net.inter.name in TCP_LINKS
-            beta = dev.tcp_beta if self.socket_gbps is None else 1e-9 / self.socket_gbps
-            net = replace(net, cpu_beta=beta if sockets else 0.0, tcp_inside=gloo,
-                          cpu_beta_link=dev.tcp_link_beta, cpu_timeshare=dev.tcp_timeshare)
-        return net
+        share of their rates (:func:`~scaledl.sim.job_network.job_network`)."""
+        return job_network(self)
 
     def measured(self) -> MeasuredProfile | None:
         """The measured profile, if ``profile_path`` names one (read once per job)."""
