@@ -25,8 +25,8 @@ def test_every_check_is_a_row_with_its_error_and_source() -> None:
 
 
 def test_token_models_name_their_sequence_length() -> None:
-    bert = next(c for c in RATE_CHECKS if c.model == "bert_large" and c.device == "a100")
-    assert "| a100 | bert_large (384) | 32 | 61.5 |" in rate_table((bert,))
+    bert = next(c for c in RATE_CHECKS if c.model == "bert_large" and c.device == "a100-80gb")
+    assert "| a100-80gb | bert_large (384) | 32 | 61.5 |" in rate_table((bert,))
 
 
 def test_reproduce_prints_the_rates_after_the_scaling_points(

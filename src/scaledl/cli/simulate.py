@@ -65,6 +65,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accumulation", type=int, default=1, metavar="N",
                    help="micro-batches of --batch per optimizer step (gradient accumulation: "
                         "one allreduce after the last); the iteration is the whole step")
+    p.add_argument("--channels-last", action="store_true",
+                   help="the model runs on NHWC tensors (torch.channels_last): no transposes "
+                        "around convolutions on tensor-core presets (a100, a100-80gb, h100)")
     p.add_argument("--no-overlap", action="store_true",
                    help="communicate after backward (allreduce) / after compute (sync-easgd)")
     p.add_argument("--compute-time", type=float, default=None,
@@ -193,7 +196,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         calibration=args.calibration, ideal=args.ideal,
         stack=args.stack, profile_path=args.profile_file, cores=args.cores,
         input_rate=args.input_rate, cycle_ms=args.cycle_ms, fusion_mb=args.fusion_mb,
-        accumulation=args.accumulation,
+        accumulation=args.accumulation, channels_last=args.channels_last,
         allreduce_bytes=4 if args.allreduce_dtype == "float32" else 2,
     )
 
@@ -267,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
                if network.cpu_beta > 0 and not network.tcp_inside else "")
     head = (f"{profile.name} x {job.gpus} {job.device} GPUs, topology {topology.spec}, "
             f"{job.strategy}/{job.algorithm}, network {network.name}{sockets}, "
-            f"batch {job.batch}/GPU{_micro(job.accumulation)}, {model}{source}")
+            f"batch {job.batch}/GPU{_micro(job.accumulation)}"
+            f"{', channels last' if job.channels_last else ''}, {model}{source}")
     if not args.sweep:
         result = job.run(topology, profile, network)
         print(head)

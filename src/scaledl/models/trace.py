@@ -56,6 +56,9 @@ class OpCost:
     """Output elements per sample."""
     winograd: bool = False
     """A 3x3 stride-1 dense convolution (cuDNN's Winograd F(2x2, 3x3): 2.25x fewer multiplies)."""
+    convolution: bool = False
+    """A convolution: on tensor cores cuDNN runs it on NHWC tensors, so NCHW ones are
+    transposed around it (``scaledl.sim.compute``)."""
 
 
 class TraceError(ValueError):
@@ -70,6 +73,7 @@ class _Raw:
     nbytes: float
     outputs: float
     winograd: bool
+    convolution: bool
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -116,7 +120,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         nbytes = float(sum(t.numel() * t.element_size() for t in _tensors((args, kwargs)))
                        + sum(t.numel() * t.element_size() for t in _tensors(out)))
         self.ops.append(_Raw(str(func), self.owner(), flops, nbytes, float(outputs),
-                             _winograd(func, args)))
+                             _winograd(func, args), packet is torch.ops.aten.convolution))
         return out
 
 
@@ -161,5 +165,5 @@ def operation_costs(model: nn.Module, owners: list[nn.Module], input_shape: tupl
         nbytes = per_sample(a.nbytes, b.nbytes)
         charged[a.owner].append(OpCost(
             a.name, per_sample(a.flops, b.flops), nbytes, max(a.nbytes - low * nbytes, 0.0),
-            per_sample(a.outputs, b.outputs), a.winograd))
+            per_sample(a.outputs, b.outputs), a.winograd, a.convolution))
     return [tuple(ops) for ops in charged]

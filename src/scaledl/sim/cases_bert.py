@@ -52,7 +52,7 @@ def _wire(precision: str) -> int:
 
 
 MACHINES = {  # machine: device preset, link inside, link between hosts
-    "DGX A100": ("a100", "nvlink3", "ib-hdr-x8"),
+    "DGX A100": ("a100-80gb", "nvlink3", "ib-hdr-x8"),
     "DGX-1 32 GB": ("v100", "nvlink2", "ib-edr-x4"),
 }
 

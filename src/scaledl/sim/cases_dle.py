@@ -90,13 +90,12 @@ def _dle_horovod(framework: str, machine: str, precision: str, batch: int, singl
 DLE_CASES = (
     Case("NVIDIA ResNet-50 v1.5, DGX A100, TF32", "efficiency", 7248 / (8 * 938),
          "one DGX A100 (8 A100 80 GB on NVSwitch), PyTorch DDP over NCCL, 25 MB buckets, "
-         "256 images/GPU, TF32, one GPU at the published 938 images/s (the a100 preset, a "
-         "40 GB part, stands in; only its links and per-call costs are used)",
-         DLE + ": 938 and 7248 images/s", weak_scaling(_dle("a100", "nvlink3", 256, 938))),
+         "256 images/GPU, TF32, one GPU at the published 938 images/s",
+         DLE + ": 938 and 7248 images/s", weak_scaling(_dle("a100-80gb", "nvlink3", 256, 938))),
     Case("NVIDIA ResNet-50 v1.5, DGX A100, mixed precision", "efficiency", 16621 / (8 * 2470),
          "as above with AMP (fp16 compute, fp32 gradients: the same bytes), one GPU at "
          "2470 images/s",
-         DLE + ": 2470 and 16621 images/s", weak_scaling(_dle("a100", "nvlink3", 256, 2470))),
+         DLE + ": 2470 and 16621 images/s", weak_scaling(_dle("a100-80gb", "nvlink3", 256, 2470))),
     Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, FP32", "efficiency", 2855 / (8 * 367),
          "one DGX-1 (8 V100 16 GB on NVLink), PyTorch DDP over NCCL, 25 MB buckets, "
          "112 images/GPU, FP32, one GPU at the published 367 images/s",

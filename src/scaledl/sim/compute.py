@@ -14,6 +14,12 @@ a measured profile (docs/simulation.md, "Device efficiency").
   parameter bytes, ``s`` the element size, ``e`` the fraction of peak that compute-bound
   kernels sustain and ``fill`` the threads the device needs in flight to use every core (SMs x
   resident threads per SM).  Backward is twice forward (gradients of inputs and of weights).
+  On a tensor-core preset (``Device.nhwc_convolutions``) a convolution of an NCHW model
+  also pays its transposes: cuDNN runs tensor-core convolutions on NHWC tensors and converts
+  NCHW ones around each call (cuDNN Developer Guide, "Tensor Transformations"), so each of
+  its tensors is read and written once more, ``2 (W + batch B) / memory bandwidth`` with ``B``
+  its activation bytes per sample, added to the convolution's own time (other kernels); none
+  with ``channels_last``.
   Per-sample time never grows with the batch, so the efficiency
   ``batch x total FLOPs / (peak x time)`` never falls as the batch grows and never exceeds
   ``e <= 1`` (a unit test checks both).
@@ -75,6 +81,8 @@ class RooflineCompute:
     """A roofline per layer with an occupancy limit and a fixed cost per pass."""
 
     device: Device
+    channels_last: bool = False
+    """The model's tensors are NHWC (``torch.channels_last``): no transposes on tensor cores."""
 
     def layer_times(self, profile: ModelProfile, batch: int) -> Times:
         """Forward and backward seconds per layer (see the module docstring)."""
@@ -82,10 +90,13 @@ class RooflineCompute:
         dev = self.device
         rate = dev.peak_tflops * 1e12 * dev.compute_efficiency
         bandwidth = dev.memory_gbps * 1e9
+        transposes = dev.nhwc_convolutions and not self.channels_last
         forward = []
         for layer in profile.layers:
             ops = layer.ops or (_alone(layer, profile.itemsize),)
-            seconds = sum(_operation(op, batch, rate, bandwidth, dev.fill_threads) for op in ops)
+            seconds = sum(_operation(op, batch, rate, bandwidth, dev.fill_threads)
+                          + (_transposes(op, batch, bandwidth) if transposes else 0.0)
+                          for op in ops)
             forward.append(seconds + dev.launch_s)
         return forward, [f * BACKWARD_FACTOR for f in forward]
 
@@ -94,7 +105,16 @@ def _alone(layer: Layer, itemsize: int) -> OpCost:
     """A layer without traced operations as one operation: its FLOPs, its parameters read once,
     its output read and written."""
     return OpCost(layer.name, layer.forward_flops, 2 * layer.output_elements * itemsize,
-                  layer.parameter_bytes, layer.output_elements, layer.winograd)
+                  layer.parameter_bytes, layer.output_elements, layer.winograd,
+                  layer.convolution)
+
+
+def _transposes(op: OpCost, batch: int, bandwidth: float) -> float:
+    """A convolution's NCHW-to-NHWC transposes on tensor cores: each of its tensors (input,
+    filter, output) read and written once more, by kernels of their own beside the
+    convolution's (so added, not overlapped); nothing for other operations."""
+    return 2 * (op.fixed_bytes + batch * op.bytes_per_sample) / bandwidth if op.convolution \
+        else 0.0
 
 
 def _operation(op: OpCost, batch: int, rate: float, bandwidth: float, fill: int) -> float:

@@ -53,9 +53,9 @@ RATE_CHECKS = (
     RateCheck("p100", "resnet101", 64, 119.4,
               "uber/horovod README.md (2017), one Pascal GPU"),
     RateCheck("v100", "resnet50", 112, 367.0, f"{DLE_RN50}, FP32, DGX-1"),
-    RateCheck("a100", "resnet50", 256, 938.0, f"{DLE_RN50}, TF32, DGX A100", used=True),
+    RateCheck("a100-80gb", "resnet50", 256, 938.0, f"{DLE_RN50}, TF32, DGX A100", used=True),
     RateCheck("v100", "bert_large", 8, 12.0, f"{DLE_BERT}, FP32, DGX-1 32 GB", (384,)),
-    RateCheck("a100", "bert_large", 32, 61.5, f"{DLE_BERT}, TF32, DGX A100", (384,)),
+    RateCheck("a100-80gb", "bert_large", 32, 61.5, f"{DLE_BERT}, TF32, DGX A100", (384,)),
 )
 """The rates, presets' own first."""
 

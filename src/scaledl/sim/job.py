@@ -112,6 +112,9 @@ class Job:
     accumulation: int = 1
     """Micro-batches of ``batch`` per optimizer step (gradient accumulation): the gradients are
     reduced once, after the last (:func:`~scaledl.sim.iteration.accumulated`)."""
+    channels_last: bool = False
+    """The model runs on NHWC tensors (``torch.channels_last``), so convolutions on tensor cores
+    need no transposes (``Device.nhwc_convolutions``); PyTorch's default is NCHW."""
 
     def topology_value(self) -> Topology:
         """The topology, checked against ``gpus``."""
@@ -198,7 +201,7 @@ class Job:
         measured = self.measured()
         if measured is not None:
             return measured.compute_for(profile)
-        return RooflineCompute(self.device_value())
+        return RooflineCompute(self.device_value(), self.channels_last)
 
     def layer_times(self, profile: ModelProfile, world_size: int = 1) -> Times:
         """Per-layer forward and backward seconds on one device of this job, stretched by CPU

@@ -89,6 +89,10 @@ class Device:
     timeshare: float = 0.0
     """Fraction of compute lost per unit of the time a rank waits for a core when ranks
     outnumber ``--cores`` (cold caches after another rank's slice); see ``Job.stretch``."""
+    nhwc_convolutions: bool = False
+    """Its peak is tensor-core math, on which cuDNN runs convolutions on NHWC tensors: an NCHW
+    model (PyTorch's default layout) pays a transpose of each convolution's tensors before and
+    after it (``scaledl.sim.compute``; none with ``Job.channels_last``)."""
     backend: str = "nccl"
     """The library of the backend's own collectives on this device ('nccl' on GPUs, 'gloo' on
     the cpu device, 'mpi' on KNL): Gloo's reduce_scatter is a whole allreduce."""
@@ -150,11 +154,15 @@ assumed (an eager framework's 2-3 kernel launches per layer) and the efficiency 
 MODERN_LAUNCH = 20e-6
 """Assumed for the A100 and H100 presets (as for the V100)."""
 
-A100_EFFICIENCY = 0.2159
+A100_EFFICIENCY = 0.2899
 """NVIDIA's ResNet-50 v1.5 recipe in PyTorch on one A100 80 GB at TF32: 938 images/s at batch
 256 (NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md,
-pytorch-21.03); one rate fixes one parameter, the launch cost is ``MODERN_LAUNCH``.  It does
-not carry to BERT-large on the same GPU (predicted 37% slow: ``scaledl.sim.device_checks``)."""
+pytorch-21.03), priced on the part it ran on (``a100-80gb``, 2039 GB/s) and in its layout: the
+recipe's TF32 configuration sets no ``memory_format`` (``configs.yml``), so the model is NCHW
+and every convolution pays its NHWC transposes (``Device.nhwc_convolutions``).  One rate fixes
+one parameter, the launch cost is ``MODERN_LAUNCH``; both A100 presets share it (the same
+SMs and tensor cores).  BERT-large on the same GPU is then predicted 17% slow
+(``scaledl.sim.device_checks``)."""
 GPU_HOST_TCP_BETA = 1 / 2.06e9
 """Host CPU seconds per byte at each end of a socket on a GPU host (NCCL's socket transport,
 Horovod or Gloo over plain Ethernet): one thread per connection moves its bytes through the
@@ -176,13 +184,15 @@ THREADS_PER_SM = 2048
 
 
 def _gpu(name: str, peak_tflops: float, efficiency: float, memory_gbps: float, intra: str,
-         source: str, *, sms: int, compute_efficiency: float, launch_s: float) -> Device:
+         source: str, *, sms: int, compute_efficiency: float, launch_s: float,
+         tensor_cores: bool = False) -> Device:
     """A GPU preset: ``sms`` full multiprocessors fill it; every GPU shares the measured
-    compute-communication interference and jitter."""
+    compute-communication interference and jitter; ``tensor_cores``: its peak is tensor-core
+    math (``Device.nhwc_convolutions``)."""
     return Device(name, peak_tflops, efficiency, memory_gbps, intra, source,
                   compute_efficiency=compute_efficiency, fill_threads=sms * THREADS_PER_SM,
                   launch_s=launch_s, interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER,
-                  tcp_beta=GPU_HOST_TCP_BETA)
+                  tcp_beta=GPU_HOST_TCP_BETA, nhwc_convolutions=tensor_cores)
 
 
 DEVICES: dict[str, Device] = {d.name: d for d in (
@@ -200,11 +210,15 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
     _gpu("a100", 156.0, 0.20, 1555.0, "nvlink3",
          "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 1555 GB/s HBM2; "
          "108 SMs x 2048",
-         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH),
+         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True),
+    _gpu("a100-80gb", 156.0, 0.20, 2039.0, "nvlink3",
+         "NVIDIA A100 80GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 2039 GB/s HBM2e; "
+         "108 SMs x 2048",
+         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True),
     _gpu("h100", 989.0, 0.25, 3350.0, "nvlink4",
          "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s BF16 tensor (dense), 3.35 TB/s HBM3; "
          "132 SMs x 2048",
-         sms=132, compute_efficiency=0.25, launch_s=MODERN_LAUNCH),
+         sms=132, compute_efficiency=0.25, launch_s=MODERN_LAUNCH, tensor_cores=True),
     Device("knl", 6.09, 0.30, 400.0, "loopback",
            "Intel Xeon Phi 7250: 68 cores x 1.4 GHz x 2 AVX-512 units x 16 FP32 lanes x 2 (FMA) "
            "= 6.09 TFLOP/s; MCDRAM about 400 GB/s; 68 cores x 4 threads x 16 lanes",

@@ -51,6 +51,9 @@ class Layer:
     winograd: bool = False
     """A 3x3 stride-1 convolution, which cuDNN runs with Winograd's F(2x2, 3x3): 16 instead of
     36 multiplies per output tile element (Lavin and Gray, CVPR 2016), 2.25x fewer."""
+    convolution: bool = False
+    """A convolution (priced alone, it pays NHWC transposes on tensor cores as a traced one
+    does: ``scaledl.sim.compute``)."""
     ops: tuple[OpCost, ...] = ()
     """Every operation of the training forward pass charged to this layer, the ones without
     parameters after it included (``scaledl.models.trace``); empty: price the layer alone."""
@@ -149,7 +152,9 @@ def _traced(model: str, shape: tuple[int, ...], classes: int
         ops = [() for _ in owners]
     return net, tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops),
                             math.prod(p.output_shape) if p.output_shape else 0,
-                            _tensors(modules[p.name]), _winograd(modules[p.name]), tuple(cost))
+                            _tensors(modules[p.name]), _winograd(modules[p.name]),
+                            isinstance(modules[p.name], torch.nn.modules.conv._ConvNd),
+                            tuple(cost))
                       for p, cost in zip(profiles, ops))
 
 

@@ -1,0 +1,104 @@
+"""Convolutions on tensor cores: an NCHW model pays cuDNN's transposes to NHWC around every
+convolution (closed form on one operation), a channels-last model does not, presets without
+tensor cores never do, and the A100 presets share the efficiency fitted on the part that
+measured it."""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+from scaledl.cli.main import main
+from scaledl.models.trace import OpCost, operation_costs
+from scaledl.sim.compute import RooflineCompute
+from scaledl.sim.job import Job
+from scaledl.sim.presets import DEVICES
+from scaledl.sim.profile import Layer, ModelProfile, profile_model
+
+CONV = OpCost("aten.convolution.default", 1e8, 4e5, 2e4, 5e4, convolution=True)
+"""FLOPs, activation bytes per sample, filter bytes, outputs per sample."""
+
+
+def _one_layer(*ops: OpCost) -> ModelProfile:
+    return ModelProfile("toy", (Layer("conv", 20_000, 1e8, 50_000, ops=ops),), ((5_000, (0,)),))
+
+
+def test_the_trace_marks_convolutions_and_nothing_else() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(8 * 8 * 8, 4))
+    costs = operation_costs(model, [model[0], model[3]], (3, 8, 8))
+    marked = {op.name for ops in costs for op in ops if op.convolution}
+    assert marked == {"aten.convolution.default"}
+    assert any(not op.convolution for op in costs[1])
+
+
+def test_an_nchw_convolution_on_tensor_cores_pays_its_transposes_in_closed_form() -> None:
+    device, batch = DEVICES["a100-80gb"], 16
+    bandwidth = device.memory_gbps * 1e9
+    rate = device.peak_tflops * 1e12 * device.compute_efficiency
+    own = max(batch * CONV.flops / rate, (CONV.fixed_bytes + batch * CONV.bytes_per_sample)
+              / bandwidth)
+    transposes = 2 * (CONV.fixed_bytes + batch * CONV.bytes_per_sample) / bandwidth
+    (forward,), (backward,) = RooflineCompute(device).layer_times(_one_layer(CONV), batch)
+    assert forward == pytest.approx(own + transposes + device.launch_s)
+    assert backward == pytest.approx(2 * forward)
+    (last,), _ = RooflineCompute(device, channels_last=True).layer_times(_one_layer(CONV), batch)
+    assert last == pytest.approx(own + device.launch_s)
+
+
+@pytest.mark.parametrize("name", ["k80", "p100", "v100", "cpu"])
+def test_presets_without_tensor_cores_never_transpose(name: str) -> None:
+    device = DEVICES[name]
+    assert not device.nhwc_convolutions
+    profile = _one_layer(CONV)
+    assert RooflineCompute(device).layer_times(profile, 8) == \
+        RooflineCompute(device, channels_last=True).layer_times(profile, 8)
+
+
+def test_other_operations_and_a_layer_priced_alone() -> None:
+    device = DEVICES["h100"]
+    gemm = OpCost("aten.mm.default", 1e8, 4e5, 2e4, 5e4)
+    assert RooflineCompute(device).layer_times(_one_layer(gemm), 8) == \
+        RooflineCompute(device, channels_last=True).layer_times(_one_layer(gemm), 8)
+    alone = ModelProfile("toy", (Layer("c", 20_000, 1e8, 50_000, convolution=True),),
+                         ((5_000, (0,)),))
+    nchw = RooflineCompute(device).layer_times(alone, 8)[0][0]
+    nhwc = RooflineCompute(device, channels_last=True).layer_times(alone, 8)[0][0]
+    assert nchw - nhwc == pytest.approx(2 * (20_000 + 8 * 2 * 50_000 * 4) / (device.memory_gbps
+                                                                             * 1e9))
+
+
+def test_the_profile_marks_convolution_layers() -> None:
+    layers = profile_model("resnet50").layers
+    assert layers[0].convolution and not layers[1].convolution  # the stem's conv, its norm
+    assert not layers[-1].convolution  # the classifier
+    assert sum(layer.convolution for layer in layers) == 53  # 49 + 4 projection shortcuts
+
+
+def test_the_a100_presets_share_the_efficiency_fitted_on_the_80_gb_part() -> None:
+    small, large = DEVICES["a100"], DEVICES["a100-80gb"]
+    assert small.compute_efficiency == large.compute_efficiency
+    assert (small.memory_gbps, large.memory_gbps) == (1555.0, 2039.0)
+    assert all(DEVICES[name].nhwc_convolutions for name in ("a100", "a100-80gb", "h100"))
+
+
+def test_channels_last_speeds_up_convolutional_models_only() -> None:
+    def rate(model: str, device: str, channels_last: bool, shape: tuple[int, ...] | None = None
+             ) -> float:
+        job = Job(model=model, gpus=1, topology="1", device=device, batch=64,
+                  input_shape=shape, channels_last=channels_last)
+        return 1.0 / job.run().iteration_s
+    assert rate("resnet50", "a100-80gb", True) > 1.1 * rate("resnet50", "a100-80gb", False)
+    assert rate("resnet50", "v100", True) == rate("resnet50", "v100", False)
+    assert rate("bert_base", "a100-80gb", True, (128,)) == \
+        rate("bert_base", "a100-80gb", False, (128,))
+
+
+def test_the_cli_option_reaches_the_job_and_the_header(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--device", "a100", "--model", "resnet20", "--gpus", "1"]
+    assert main(args) == 0
+    nchw = capsys.readouterr().out
+    assert main([*args, "--channels-last"]) == 0
+    nhwc = capsys.readouterr().out
+    assert "channels last" in nhwc.splitlines()[0] and "channels last" not in nchw
+    assert nhwc.splitlines()[1] != nchw.splitlines()[1]
