@@ -21,6 +21,8 @@ __all__ = ["RateCheck", "RATE_CHECKS", "predicted_rate", "rate_table"]
 TF = "tensorflow/docs_src/performance/benchmarks.md (May 2017, synthetic data)"
 DLE_RN50 = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
             "(pytorch-21.03)")
+DLE_MX = ("NVIDIA/DeepLearningExamples MxNet/Classification/RN50v1.5/README.md (commit 1bd98ac), "
+          "NCHW without fused kernels at float32 (its runner sets NHWC layouts for float16 only)")
 DLE_BERT = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (January 2022, "
             "SQuAD, sequence length 384)")
 
@@ -54,6 +56,9 @@ RATE_CHECKS = (
               "uber/horovod README.md (2017), one Pascal GPU"),
     RateCheck("v100", "resnet50", 112, 367.0, f"{DLE_RN50}, FP32, DGX-1"),
     RateCheck("a100-80gb", "resnet50", 256, 938.0, f"{DLE_RN50}, TF32, DGX A100", used=True),
+    RateCheck("v100", "resnet50", 96, 384.0, f"{DLE_MX}, FP32, DGX-1 16 GB (mxnet-20.12)"),
+    RateCheck("a100-80gb", "resnet50", 512, 1055.78, f"{DLE_MX}, TF32, DGX A100 80 GB "
+              "(mxnet-22.10)"),
     RateCheck("v100", "bert_large", 8, 12.0, f"{DLE_BERT}, FP32, DGX-1 32 GB", (384,)),
     RateCheck("a100-80gb", "bert_large", 32, 61.5, f"{DLE_BERT}, TF32, DGX A100", (384,)),
 )
