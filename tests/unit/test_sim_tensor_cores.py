@@ -5,6 +5,8 @@ measured it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from torch import nn
 
@@ -14,6 +16,7 @@ from scaledl.sim.compute import RooflineCompute
 from scaledl.sim.job import Job
 from scaledl.sim.presets import DEVICES
 from scaledl.sim.profile import Layer, ModelProfile, profile_model
+from scaledl.sim.profile_file import load_profile
 
 CONV = OpCost("aten.convolution.default", 1e8, 4e5, 2e4, 5e4, convolution=True)
 """FLOPs, activation bytes per sample, filter bytes, outputs per sample."""
@@ -102,3 +105,16 @@ def test_the_cli_option_reaches_the_job_and_the_header(capsys: pytest.CaptureFix
     nhwc = capsys.readouterr().out
     assert "channels last" in nhwc.splitlines()[0] and "channels last" not in nchw
     assert nhwc.splitlines()[1] != nchw.splitlines()[1]
+
+
+def test_a_profile_measured_channels_last_says_so_and_refuses_the_option(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.json"
+    assert main(["simulate", "profile", "--model", "lenet", "--batches", "2", "--repeats", "3",
+                 "--warmup", "0", "--threads", "1", "--channels-last", "-o", str(path)]) == 0
+    assert "channels last" in capsys.readouterr().out.splitlines()[0]
+    assert load_profile(path).device["memory_format"] == "channels_last"
+    assert main(["simulate", "--profile", str(path), "--device", "cpu", "--gpus", "2",
+                 "--channels-last"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--channels-last does not apply to --profile" in err

@@ -165,6 +165,8 @@ def _profile_parser(actions: Any) -> None:
     prof.add_argument("--on", dest="on_device", default=None,
                       help="torch device to measure (default: cuda if available, else cpu)")
     prof.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    prof.add_argument("--channels-last", dest="p_channels_last", action="store_true",
+                      help="measure the model on NHWC tensors (torch.channels_last)")
     prof.add_argument("-o", "--output", type=Path, default=None,
                       help="profile file (default profile-<model>.json)")
 

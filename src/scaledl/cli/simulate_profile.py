@@ -49,7 +49,8 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
         if args.threads < 1:
             raise ValueError(f"--threads {args.threads} must be >= 1")
         torch.set_num_threads(args.threads)
-    measured = measure_profile(model, shape, classes, batches, args.repeats, args.warmup, on)
+    measured = measure_profile(model, shape, classes, batches, args.repeats, args.warmup, on,
+                               args.p_channels_last or args.channels_last)
     save_profile(measured, output)
     print(format_profile(measured, output))
     return 0

@@ -181,7 +181,9 @@ def format_profile(profile: MeasuredProfile, path: Path) -> str:
     """A summary of a measured profile."""
     lines = [f"{profile.model} {'x'.join(map(str, profile.input_shape))} on "
              f"{profile.device.get('name', profile.device.get('type'))} "
-             f"({profile.device.get('threads')} threads), {profile.repeats} repeats",
+             f"({profile.device.get('threads')} threads), {profile.repeats} repeats"
+             + (", channels last" if profile.device.get("memory_format") == "channels_last"
+                else ""),
              f"{'batch':>6} {'fwd+bwd ms':>11} {'hooked ms':>10} {'coverage':>9} "
              f"{'update ms':>10} {'activations MiB':>16}"]
     for k, batch in enumerate(profile.batches):

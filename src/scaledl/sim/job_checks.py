@@ -49,6 +49,10 @@ def check_job(job: Job) -> None:
     if job.accumulation > 1 and timing_of(job.strategy) not in ACCUMULATING_TIMINGS:
         raise ValueError(f"--accumulation {job.accumulation} applies to synchronous "
                          f"strategies; {job.strategy} steps locally already (use --tau)")
+    if job.channels_last and job.profile_path is not None:
+        raise ValueError("--channels-last does not apply to --profile: a measured profile has "
+                         "the layout it was measured in (`scaledl simulate profile "
+                         "--channels-last` measures NHWC)")
     if job.compute_time is not None and not 0 < job.compute_time < math.inf:
         raise ValueError(f"--compute-time {job.compute_time} must be a finite number of "
                          "seconds > 0")

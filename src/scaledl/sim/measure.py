@@ -20,7 +20,6 @@ On CUDA, times come from CUDA events.  In-place activations are switched off whi
 from __future__ import annotations
 
 import platform
-import socket
 import statistics
 import threading
 import time
@@ -34,6 +33,7 @@ from torch import nn
 
 from scaledl.models.profile import example_input
 from scaledl.models.registry import build_model
+from scaledl.sim.measure_host import busy_work, tcp_cost
 from scaledl.sim.profile_file import MeasuredProfile, ModuleTimes
 
 __all__ = ["measure_profile", "tcp_cost", "robust_cv"]
@@ -113,10 +113,12 @@ class _Step:
     """One model, batch and optimizer; times one training step."""
 
     def __init__(self, model: nn.Module, shape: tuple[int, ...], classes: int, batch: int,
-                 device: torch.device) -> None:
+                 device: torch.device, layout: torch.memory_format = torch.contiguous_format
+                 ) -> None:
         self.model, self.clock = model, _Clock(device)
         generator = torch.Generator().manual_seed(batch)
-        self.x = example_input(model, batch, shape, generator).to(device)
+        x = example_input(model, batch, shape, generator).to(device)
+        self.x = x.contiguous(memory_format=layout) if x.dim() == 4 else x
         targets = (batch, *shape) if getattr(model, "token_outputs", False) else (batch,)
         self.y = torch.randint(0, classes, targets, generator=generator).to(device)
         self.optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
@@ -172,53 +174,10 @@ def _size_hook(name: str, outputs: dict[str, int]) -> Callable[..., None]:
     return record
 
 
-def _busy_work(device: torch.device, stop: threading.Event) -> None:
-    """What a collective does beside compute: a loopback TCP stream and a reduction (a
-    reduction kernel on another stream on CUDA)."""
-    chunk = 1 << 20
-    if device.type == "cuda":
-        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        a = torch.ones(chunk * 8, device=device)
-        with torch.cuda.stream(stream):
-            while not stop.is_set():
-                a.add_(a)
-                stream.synchronize()
-        return
-    left, right = socket.socketpair()
-    left.settimeout(5.0)
-    right.settimeout(5.0)
-
-    def send() -> None:
-        payload = bytes(chunk)
-        try:
-            while not stop.is_set():
-                left.sendall(payload)
-        except OSError:
-            pass  # the receiver closed its end
-
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    a, b = torch.ones(chunk // 4), torch.ones(chunk // 4)
-    sink = bytearray(chunk)
-    view = memoryview(sink)
-    try:
-        while not stop.is_set():
-            got = 0
-            while got < chunk:
-                got += right.recv_into(view[got:], chunk - got)
-            a.add_(b)
-    except OSError:
-        pass
-    finally:
-        right.close()
-        left.close()
-        sender.join()
-
-
 def _interference(step: _Step, repeats: int) -> float:
     alone = statistics.median(step.run()[0] for _ in range(repeats))
     stop = threading.Event()
-    worker = threading.Thread(target=_busy_work, args=(step.x.device, stop), daemon=True)
+    worker = threading.Thread(target=busy_work, args=(step.x.device, stop), daemon=True)
     worker.start()
     try:
         busy = statistics.median(step.run()[0] for _ in range(repeats))
@@ -228,47 +187,21 @@ def _interference(step: _Step, repeats: int) -> float:
     return max(busy / alone - 1.0, 0.0) if alone > 0 else 0.0
 
 
-def tcp_cost(nbytes: int = 64 << 20, chunk: int = 1 << 20, repeats: int = 3) -> float:
-    """CPU seconds per byte at each end of a loopback TCP stream (the median of ``repeats``)."""
-    results = []
-    for _ in range(repeats):
-        server = socket.create_server(("127.0.0.1", 0))
-        port = server.getsockname()[1]
-
-        def sink(server: socket.socket = server) -> None:
-            conn, _ = server.accept()
-            with conn:
-                buffer, got = bytearray(chunk), 0
-                while got < nbytes:
-                    n = conn.recv_into(buffer)
-                    if n == 0:
-                        break
-                    got += n
-
-        receiver = threading.Thread(target=sink, daemon=True)
-        receiver.start()
-        with socket.create_connection(("127.0.0.1", port)) as conn:
-            payload = bytes(chunk)
-            start = time.perf_counter()
-            for _ in range(nbytes // chunk):
-                conn.sendall(payload)
-            receiver.join()
-            results.append((time.perf_counter() - start) / nbytes)
-        server.close()
-    return statistics.median(results)
-
-
 def measure_profile(
     model_name: str, input_shape: tuple[int, ...], num_classes: int, batches: list[int],
-    repeats: int = 5, warmup: int = 2, device: str = "cpu",
+    repeats: int = 5, warmup: int = 2, device: str = "cpu", channels_last: bool = False,
 ) -> MeasuredProfile:
-    """Measure ``model_name`` at each of ``batches`` (see the module docstring)."""
+    """Measure ``model_name`` at each of ``batches`` (see the module docstring), its weights
+    and images NHWC with ``channels_last`` (recorded as the device's ``memory_format``)."""
     if not batches or min(batches) < 1 or repeats < 3 or warmup < 0:
         raise ValueError(f"batches {batches} must be >= 1, repeats {repeats} >= 3 and warmup "
                          f"{warmup} >= 0")
     target = torch.device(device)
     torch.manual_seed(0)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
     model = build_model(model_name, input_shape, num_classes).to(target)
+    if channels_last:  # 4-D weights become NHWC (nn.Module.to's memory_format)
+        model = model.to(memory_format=layout)  # type: ignore[call-overload]
     for module in model.modules():
         if getattr(module, "inplace", False):
             module.inplace = False  # type: ignore[assignment]
@@ -278,7 +211,7 @@ def measure_profile(
     whole, update, activations, jitter = [], [], [], []
     step = None
     for batch in batches:
-        step = _Step(model, input_shape, num_classes, batch, target)
+        step = _Step(model, input_shape, num_classes, batch, target, layout)
         medians, fb, up, act = _measure_batch(step, repeats, warmup)
         for name, times in medians.items():
             rows.setdefault(name, []).append(times)
@@ -295,7 +228,9 @@ def measure_profile(
                     tuple(b for _, b in times))
         for name, times in rows.items() if len(times) == len(batches))
     return MeasuredProfile(
-        model_name.lower(), tuple(input_shape), num_classes, _device_info(target), tuple(batches),
+        model_name.lower(), tuple(input_shape), num_classes,
+        {**_device_info(target), "memory_format": str(layout).removeprefix("torch.")},
+        tuple(batches),
         modules, tuple(whole), tuple(update),
         sum(p.numel() * p.element_size() for p in model.parameters()), tuple(activations),
         repeats, statistics.median(jitter), _interference(step, repeats),
