@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+from scaledl.sim.measure_host import drain
+
 NBYTES, CHUNK, PORT = 256 << 20, 1 << 20, 29517
 
 
@@ -38,12 +40,7 @@ def receive(bind: str) -> None:
     with socket.create_server((bind, PORT)) as server:
         conn, _ = server.accept()
         with conn:
-            buffer, got = bytearray(CHUNK), 0
-            while got < NBYTES:
-                n = conn.recv_into(buffer)
-                if n == 0:
-                    break
-                got += n
+            drain(conn, NBYTES, CHUNK)
             conn.sendall(b"k")
 
 

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-__all__ = ["busy_work", "tcp_cost"]
+__all__ = ["busy_work", "drain", "tcp_cost"]
 
 
 def busy_work(device: torch.device, stop: threading.Event) -> None:
@@ -57,6 +57,18 @@ def busy_work(device: torch.device, stop: threading.Event) -> None:
         sender.join()
 
 
+def drain(conn: socket.socket, nbytes: int, chunk: int) -> int:
+    """Receive up to ``nbytes`` from ``conn`` in ``chunk``-sized reads (fewer if the peer
+    closes first); the bytes received."""
+    buffer, got = bytearray(chunk), 0
+    while got < nbytes:
+        n = conn.recv_into(buffer)
+        if n == 0:
+            break
+        got += n
+    return got
+
+
 def tcp_cost(nbytes: int = 64 << 20, chunk: int = 1 << 20, repeats: int = 3) -> float:
     """CPU seconds per byte at each end of a loopback TCP stream (the median of ``repeats``)."""
     results = []
@@ -67,12 +79,7 @@ def tcp_cost(nbytes: int = 64 << 20, chunk: int = 1 << 20, repeats: int = 3) -> 
         def sink(server: socket.socket = server) -> None:
             conn, _ = server.accept()
             with conn:
-                buffer, got = bytearray(chunk), 0
-                while got < nbytes:
-                    n = conn.recv_into(buffer)
-                    if n == 0:
-                        break
-                    got += n
+                drain(conn, nbytes, chunk)
 
         receiver = threading.Thread(target=sink, daemon=True)
         receiver.start()
