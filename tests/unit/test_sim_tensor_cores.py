@@ -35,6 +35,18 @@ def test_the_trace_marks_convolutions_and_nothing_else() -> None:
     assert any(not op.convolution for op in costs[1])
 
 
+def test_grouped_transposed_and_one_dimensional_convolutions_are_not_marked() -> None:
+    dense, depthwise = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1, groups=4)
+    transposed = nn.ConvTranspose2d(4, 4, 2, stride=2)
+    model = nn.Sequential(dense, depthwise, transposed)
+    costs = operation_costs(model, list(model), (4, 8, 8))
+    marks = [next(op for op in ops if "convolution" in op.name).convolution for ops in costs]
+    assert marks == [True, False, False]
+    line = nn.Conv1d(4, 4, 3)
+    (ops,) = operation_costs(line, [line], (4, 16))
+    assert not any(op.convolution for op in ops)
+
+
 def test_an_nchw_convolution_on_tensor_cores_pays_its_transposes_in_closed_form() -> None:
     device, batch = DEVICES["a100-80gb"], 16
     bandwidth = device.memory_gbps * 1e9
@@ -105,6 +117,9 @@ def test_the_cli_option_reaches_the_job_and_the_header(capsys: pytest.CaptureFix
     nhwc = capsys.readouterr().out
     assert "channels last" in nhwc.splitlines()[0] and "channels last" not in nchw
     assert nhwc.splitlines()[1] != nchw.splitlines()[1]
+    assert main([*args, "--channels-last", "--ideal"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--channels-last does not apply to --ideal" in err
 
 
 def test_a_profile_measured_channels_last_says_so_and_refuses_the_option(

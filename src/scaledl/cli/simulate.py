@@ -67,7 +67,8 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "one allreduce after the last); the iteration is the whole step")
     p.add_argument("--channels-last", action="store_true",
                    help="the model runs on NHWC tensors (torch.channels_last): no transposes "
-                        "around convolutions on tensor-core presets (a100, a100-80gb, h100)")
+                        "around convolutions on tensor-core presets (a100, a100-80gb, h100); "
+                        "no effect on the others")
     p.add_argument("--no-overlap", action="store_true",
                    help="communicate after backward (allreduce) / after compute (sync-easgd)")
     p.add_argument("--compute-time", type=float, default=None,
@@ -166,7 +167,8 @@ def _profile_parser(actions: Any) -> None:
                       help="torch device to measure (default: cuda if available, else cpu)")
     prof.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     prof.add_argument("--channels-last", dest="p_channels_last", action="store_true",
-                      help="measure the model on NHWC tensors (torch.channels_last)")
+                      help="measure the model on NHWC tensors (torch.channels_last; "
+                           "simulate's own --channels-last does the same)")
     prof.add_argument("-o", "--output", type=Path, default=None,
                       help="profile file (default profile-<model>.json)")
 

@@ -57,8 +57,8 @@ class OpCost:
     winograd: bool = False
     """A 3x3 stride-1 dense convolution (cuDNN's Winograd F(2x2, 3x3): 2.25x fewer multiplies)."""
     convolution: bool = False
-    """A convolution: on tensor cores cuDNN runs it on NHWC tensors, so NCHW ones are
-    transposed around it (``scaledl.sim.compute``)."""
+    """A dense 2-D convolution (one group, not transposed): on tensor cores cuDNN runs it on
+    NHWC tensors, so NCHW ones are transposed around it (``scaledl.sim.compute``)."""
 
 
 class TraceError(ValueError):
@@ -100,6 +100,15 @@ def _winograd(func: Any, args: tuple[Any, ...]) -> bool:
             and list(dilation) == [1, 1] and not transposed and groups == 1)
 
 
+def _tensor_core_convolution(func: Any, args: tuple[Any, ...]) -> bool:
+    """A dense, non-transposed 2-D convolution (4-D weight, one group): the kind cuDNN runs on
+    tensor cores in NHWC; depthwise, grouped, transposed, 1-D and 3-D ones are not counted."""
+    if func._overloadpacket is not torch.ops.aten.convolution or len(args) < 9:
+        return False
+    weight, transposed, groups = args[1], args[6], args[8]
+    return weight.dim() == 4 and not transposed and groups == 1
+
+
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records every aten operation with the index of the owner module running it."""
 
@@ -120,7 +129,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         nbytes = float(sum(t.numel() * t.element_size() for t in _tensors((args, kwargs)))
                        + sum(t.numel() * t.element_size() for t in _tensors(out)))
         self.ops.append(_Raw(str(func), self.owner(), flops, nbytes, float(outputs),
-                             _winograd(func, args), packet is torch.ops.aten.convolution))
+                             _winograd(func, args), _tensor_core_convolution(func, args)))
         return out
 
 

@@ -12,14 +12,15 @@
   long each layer takes (ideal rule, device roofline, measured profile);
 - :mod:`~scaledl.sim.losses`, :mod:`~scaledl.sim.overlap`, :mod:`~scaledl.sim.iteration`: what
   real clusters lose, the overlapped timelines, one training iteration;
-- :mod:`~scaledl.sim.measure`, :mod:`~scaledl.sim.profile_file`: ``scaledl simulate profile``
-  and its file;
+- :mod:`~scaledl.sim.measure`, :mod:`~scaledl.sim.measure_host`,
+  :mod:`~scaledl.sim.profile_file`: ``scaledl simulate profile``, its host measurements and
+  its file;
 - :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` and validate;
   :mod:`~scaledl.sim.native`: the native rows and their fit (``bench``'s, passed in by the CLI);
 - :mod:`~scaledl.sim.reproduce`, :mod:`~scaledl.sim.cases`, :mod:`~scaledl.sim.cases_horovod`:
   published results and their errors;
-- :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.job_checks`, :mod:`~scaledl.sim.sweep`: what
-  ``scaledl simulate`` runs and refuses.
+- :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.job_checks`, :mod:`~scaledl.sim.job_network`,
+  :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs, refuses and runs it on.
 """
 
 from __future__ import annotations

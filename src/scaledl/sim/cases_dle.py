@@ -70,11 +70,16 @@ RECIPES = {"TensorFlow": (DLE_TF, None, "with XLA"),
            "MXNet": (DLE_MX, MX_CYCLE_MS, "with DALI decoding on the GPUs")}
 """Each Horovod recipe's source, cycle (None: the horovod stack's) and how it ran."""
 
+A100_PART = {"TensorFlow": "a100", "MXNet": "a100-80gb"}
+"""The DGX A100 each recipe's tables ran on: 8 A100 40 GB for TensorFlow 20.06 (the same
+README's accuracy section names the machine), 8 A100 80 GB for mxnet-22.10 (DLE_MX)."""
+
 
 def _dle_horovod(framework: str, machine: str, precision: str, batch: int, single: float,
                  every: float) -> Case:
     """One row pair of a Horovod recipe's tables: every GPU of the machine against one."""
     device, intra, gpus = DGX[machine]
+    device = A100_PART[framework] if device == "a100" else device
     source, cycle_ms, how = RECIPES[framework]
     cycle = "cycle" if cycle_ms is None else f"{cycle_ms:g} ms cycle"
     return Case(

@@ -112,7 +112,9 @@ def _alone(layer: Layer, itemsize: int) -> OpCost:
 def _transposes(op: OpCost, batch: int, bandwidth: float) -> float:
     """A convolution's NCHW-to-NHWC transposes on tensor cores: each of its tensors (input,
     filter, output) read and written once more, by kernels of their own beside the
-    convolution's (so added, not overlapped); nothing for other operations."""
+    convolution's (so added, not overlapped); nothing for other operations.  A layer priced
+    alone (``_alone``) counts its output twice for its activations, as if its input were the
+    size of its output."""
     return 2 * (op.fixed_bytes + batch * op.bytes_per_sample) / bandwidth if op.convolution \
         else 0.0
 

@@ -49,6 +49,9 @@ def check_job(job: Job) -> None:
     if job.accumulation > 1 and timing_of(job.strategy) not in ACCUMULATING_TIMINGS:
         raise ValueError(f"--accumulation {job.accumulation} applies to synchronous "
                          f"strategies; {job.strategy} steps locally already (use --tau)")
+    if job.channels_last and job.ideal:
+        raise ValueError("--channels-last does not apply to --ideal: the ideal model prices "
+                         "FLOPs only, in no layout (drop one of them)")
     if job.channels_last and job.profile_path is not None:
         raise ValueError("--channels-last does not apply to --profile: a measured profile has "
                          "the layout it was measured in (`scaledl simulate profile "

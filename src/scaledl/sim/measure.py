@@ -14,7 +14,9 @@ For each batch size, on real weights and random inputs with SGD (momentum 0.9):
 
 A loopback TCP stream between two threads gives the CPU's cost per byte moved (``tcp_beta``).
 On CUDA, times come from CUDA events.  In-place activations are switched off while profiling
-(backward hooks cannot wrap them); that changes memory, not arithmetic.
+(backward hooks cannot wrap them); that changes memory, not arithmetic.  With ``channels_last``
+the weights and images are NHWC (4-D tensors only); the device record's ``memory_format`` says
+which layout was measured.
 """
 
 from __future__ import annotations

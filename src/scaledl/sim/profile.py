@@ -52,8 +52,9 @@ class Layer:
     """A 3x3 stride-1 convolution, which cuDNN runs with Winograd's F(2x2, 3x3): 16 instead of
     36 multiplies per output tile element (Lavin and Gray, CVPR 2016), 2.25x fewer."""
     convolution: bool = False
-    """A convolution (priced alone, it pays NHWC transposes on tensor cores as a traced one
-    does: ``scaledl.sim.compute``)."""
+    """A dense 2-D convolution (``nn.Conv2d``, one group): on tensor cores an NCHW model pays
+    its NHWC transposes (``scaledl.sim.compute``); priced alone, its input is taken to be the
+    size of its output."""
     ops: tuple[OpCost, ...] = ()
     """Every operation of the training forward pass charged to this layer, the ones without
     parameters after it included (``scaledl.models.trace``); empty: price the layer alone."""
@@ -136,6 +137,10 @@ def _winograd(module: torch.nn.Module) -> bool:
             and tuple(module.dilation) == (1, 1))
 
 
+def _tensor_core_convolution(module: torch.nn.Module) -> bool:
+    return isinstance(module, torch.nn.Conv2d) and module.groups == 1
+
+
 @functools.lru_cache(maxsize=64)
 def _traced(model: str, shape: tuple[int, ...], classes: int
             ) -> tuple[torch.nn.Module, tuple[Layer, ...]]:
@@ -153,7 +158,7 @@ def _traced(model: str, shape: tuple[int, ...], classes: int
     return net, tuple(Layer(p.name, p.parameter_bytes, float(p.forward_flops),
                             math.prod(p.output_shape) if p.output_shape else 0,
                             _tensors(modules[p.name]), _winograd(modules[p.name]),
-                            isinstance(modules[p.name], torch.nn.modules.conv._ConvNd),
+                            _tensor_core_convolution(modules[p.name]),
                             tuple(cost))
                       for p, cost in zip(profiles, ops))
 
