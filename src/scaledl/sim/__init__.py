@@ -1,7 +1,8 @@
 """Simulation: replay scaledl's collective plans on a network model and predict training time.
 
 - :mod:`~scaledl.sim.network`: link classes (intra-host, inter-host, rack uplink), shared links;
-- :mod:`~scaledl.sim.presets`: devices and links with their sources (docs/simulation.md);
+- :mod:`~scaledl.sim.device_model`, :mod:`~scaledl.sim.presets`: what a device is, and the
+  devices and links with their sources (docs/simulation.md);
 - :mod:`~scaledl.sim.compiled`, :mod:`~scaledl.sim.fastreplay`: every rank's schedule compiled to
   arrays and replayed in virtual time, vectorised (equal to
   :func:`scaledl.collectives.replay.replay` on the same plans);

@@ -1,0 +1,79 @@
+"""One accelerator as the simulator sees it: peak, memory, the roofline's constants and the
+loss terms' parameters (the presets with their sources are in :mod:`scaledl.sim.presets`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Device"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator as the simulator sees it (sources: docs/simulation.md, "Presets")."""
+
+    name: str
+    peak_tflops: float
+    """Vendor peak at the precision used for training, TFLOP/s."""
+    efficiency: float
+    """The ideal model's constant fraction of peak at every batch (``--ideal``)."""
+    memory_gbps: float
+    """Memory bandwidth, GB/s: a reduction reads two operands and writes one."""
+    intra: str
+    """Default intra-host link preset."""
+    source: str
+    compute_efficiency: float = 0.5
+    """Fraction of peak that compute-bound kernels sustain (the roofline's flat part)."""
+    fill_threads: int = 1
+    """Threads in flight that use every core: SMs x resident threads per SM."""
+    launch_s: float = 0.0
+    """Fixed seconds per layer per forward pass (kernel launches, framework dispatch)."""
+    interference: float = 0.0
+    """kappa: compute slows to 1 / (1 + kappa) while a collective runs beside it."""
+    jitter_cv: float = 0.0
+    """Coefficient of variation of one rank's compute time per iteration."""
+    tcp_beta: float = 0.0
+    """CPU seconds per byte a rank spends at each end of a transfer through a TCP socket:
+    every link on a Gloo device, the bytes that cross hosts on a ``TCP_LINKS`` network on the
+    others (``Job.network_value``); RDMA and links inside a GPU host cost none."""
+    tcp_link_beta: float = 0.0
+    """Extra CPU seconds per byte at the sending end when the transfer crosses hosts."""
+    tcp_timeshare: tuple[tuple[float, float], ...] = ()
+    """``(ranks per core, multiplier)`` of the TCP costs when ranks outnumber ``--cores``
+    (``Network.cpu_timeshare``)."""
+    timeshare: float = 0.0
+    """Fraction of compute lost per unit of the time a rank waits for a core when ranks
+    outnumber ``--cores`` (cold caches after another rank's slice); see ``Job.stretch``."""
+    nhwc_convolutions: bool = False
+    """Its peak is tensor-core math, on which cuDNN runs convolutions on NHWC tensors: an NCHW
+    model (PyTorch's default layout) pays a transpose of each convolution's tensors before and
+    after it (``scaledl.sim.compute``; none with ``Job.channels_last``)."""
+    backend: str = "nccl"
+    """The library of the backend's own collectives on this device ('nccl' on GPUs, 'gloo' on
+    the cpu device, 'mpi' on KNL): Gloo's reduce_scatter is a whole allreduce."""
+
+    def __post_init__(self) -> None:
+        if self.peak_tflops <= 0 or not 0 < self.efficiency <= 1 or self.memory_gbps <= 0:
+            raise ValueError(
+                f"device {self.name!r} needs peak > 0, efficiency in (0, 1] and memory bandwidth "
+                f"> 0; got {self.peak_tflops}, {self.efficiency}, {self.memory_gbps}"
+            )
+        if not 0 < self.compute_efficiency <= 1 or self.fill_threads < 1 or min(
+                self.launch_s, self.interference, self.jitter_cv, self.tcp_beta,
+                self.tcp_link_beta, self.timeshare) < 0:
+            raise ValueError(
+                f"device {self.name!r} needs compute efficiency in (0, 1], fill threads >= 1 "
+                f"and launch, interference, jitter, TCP and time-sharing costs >= 0; got "
+                f"{self.compute_efficiency}, {self.fill_threads}, {self.launch_s}, "
+                f"{self.interference}, {self.jitter_cv}, {self.tcp_beta}, "
+                f"{self.tcp_link_beta}, {self.timeshare}")
+
+    @property
+    def flops(self) -> float:
+        """Effective training FLOP/s of the ideal model."""
+        return self.peak_tflops * 1e12 * self.efficiency
+
+    @property
+    def gamma(self) -> float:
+        """Seconds per byte of a sum reduction (three memory passes)."""
+        return 3.0 / (self.memory_gbps * 1e9)
