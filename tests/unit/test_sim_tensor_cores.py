@@ -133,3 +133,70 @@ def test_a_profile_measured_channels_last_says_so_and_refuses_the_option(
                  "--channels-last"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--channels-last does not apply to --profile" in err
+    assert main(["simulate", "--profile", str(path), "--device", "v100", "--gpus", "2",
+                 "--mixed-precision"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--mixed-precision does not apply to --profile" in err
+
+
+def test_mixed_precision_in_closed_form_on_one_convolution() -> None:
+    device, batch = DEVICES["v100"], 16
+    rate = device.mixed_tflops * 1e12 * device.tensor_efficiency
+    bandwidth = 2 * device.memory_gbps * 1e9  # every tensor at 2 bytes instead of 4
+    moved = CONV.fixed_bytes + batch * CONV.bytes_per_sample
+    own = max(batch * CONV.flops / rate, moved / bandwidth)
+    mixed = RooflineCompute(device, mixed_precision=True)
+    (forward,), (backward,) = mixed.layer_times(_one_layer(CONV), batch)
+    assert forward == pytest.approx(own + 2 * moved / bandwidth + device.launch_s)
+    assert backward == pytest.approx(2 * forward)  # tensor cores: the V100 transposes too
+    (nhwc,), _ = RooflineCompute(device, True, True).layer_times(_one_layer(CONV), batch)
+    assert nhwc == pytest.approx(own + device.launch_s)
+    with pytest.raises(ValueError, match="no mixed-precision"):
+        RooflineCompute(DEVICES["p100"], mixed_precision=True).layer_times(_one_layer(CONV), 1)
+
+
+def test_a_device_needs_both_or_neither_mixed_precision_constant() -> None:
+    from dataclasses import replace
+    with pytest.raises(ValueError, match="both set or both 0"):
+        replace(DEVICES["v100"], tensor_efficiency=0.0)
+    assert replace(DEVICES["p100"], mixed_tflops=21.2, tensor_efficiency=0.3).mixed_tflops > 0
+
+
+def test_device_efficiency_overrides_the_tensor_core_efficiency_under_mixed_precision() -> None:
+    job = Job(model="resnet20", gpus=1, topology="1", device="v100", efficiency=0.5,
+              mixed_precision=True)
+    dev = job.device_value()
+    assert dev.tensor_efficiency == 0.5
+    assert dev.compute_efficiency == DEVICES["v100"].compute_efficiency
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--device", "p100"], "--mixed-precision needs a device with tensor cores; p100"),
+    (["--device", "a100", "--ideal"], "--mixed-precision does not apply to --ideal"),
+])
+def test_mixed_precision_refusals_are_one_line(
+        extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--model", "resnet20", "--gpus", "2", "--mixed-precision",
+                 *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err
+
+
+def test_mixed_precision_reaches_the_header_and_speeds_up_compute(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--device", "v100", "--model", "resnet50", "--gpus", "1"]
+    assert main(args) == 0
+    fp32 = capsys.readouterr().out.splitlines()
+    assert main([*args, "--mixed-precision"]) == 0
+    mixed = capsys.readouterr().out.splitlines()
+    assert "mixed precision" in mixed[0] and "mixed precision" not in fp32[0]
+    assert float(mixed[1].split()[2]) < float(fp32[1].split()[2])
+
+
+def test_the_ideal_reproduction_drops_precision_and_layout() -> None:
+    from scaledl.sim.reproduce import idealised
+    job = Job(device="a100", mixed_precision=True, channels_last=True)
+    ideal = idealised(job, True)
+    assert ideal.ideal and not ideal.mixed_precision and not ideal.channels_last
+    assert idealised(job, False) is job
+    ideal.check()

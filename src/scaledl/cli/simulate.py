@@ -69,6 +69,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                    help="the model runs on NHWC tensors (torch.channels_last): no transposes "
                         "around convolutions on tensor-core presets (a100, a100-80gb, h100); "
                         "no effect on the others")
+    p.add_argument("--mixed-precision", action="store_true",
+                   help="FP16/BF16 compute on tensor cores (autocast, amp) at the device's "
+                        "mixed-precision peak (v100, a100, a100-80gb, h100)")
     p.add_argument("--no-overlap", action="store_true",
                    help="communicate after backward (allreduce) / after compute (sync-easgd)")
     p.add_argument("--compute-time", type=float, default=None,
@@ -201,6 +204,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         stack=args.stack, profile_path=args.profile_file, cores=args.cores,
         input_rate=args.input_rate, cycle_ms=args.cycle_ms, fusion_mb=args.fusion_mb,
         accumulation=args.accumulation, channels_last=args.channels_last,
+        mixed_precision=args.mixed_precision,
         allreduce_bytes=4 if args.allreduce_dtype == "float32" else 2,
     )
 
@@ -275,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
     head = (f"{profile.name} x {job.gpus} {job.device} GPUs, topology {topology.spec}, "
             f"{job.strategy}/{job.algorithm}, network {network.name}{sockets}, "
             f"batch {job.batch}/GPU{_micro(job.accumulation)}"
-            f"{', channels last' if job.channels_last else ''}, {model}{source}")
+            f"{', channels last' if job.channels_last else ''}"
+            f"{', mixed precision' if job.mixed_precision else ''}, {model}{source}")
     if not args.sweep:
         result = job.run(topology, profile, network)
         print(head)

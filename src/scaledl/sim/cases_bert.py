@@ -71,7 +71,7 @@ def _pretrain(machine: str, precision: str, sequence: int, batch: int, single: f
                    algorithm="ring", device=device, intra=intra, network=network, batch=batch,
                    bucket_mb=PRETRAIN_BUCKET_MB, allreduce_bytes=_wire(precision),
                    accumulation=accumulation, compute_time=batch / single, stack="nccl",
-                   ideal=ideal)
+                   mixed_precision=precision == "mixed precision" and not ideal, ideal=ideal)
 
     def jobs(ideal: bool) -> tuple[Job, Job]:
         return job(nodes[0], steps[0], ideal), job(nodes[1], steps[1], ideal)
@@ -120,7 +120,8 @@ def _squad(machine: str, precision: str, batch: int, single: float
         job = Job(model="bert_large", input_shape=(384,), gpus=8, topology="8",
                   algorithm="ring", device=device, intra=intra, batch=batch,
                   bucket_mb=APEX_BUCKET_MB, allreduce_bytes=_wire(precision),
-                  compute_time=batch / single, stack="nccl", ideal=ideal)
+                  compute_time=batch / single, stack="nccl",
+                  mixed_precision=precision == "mixed precision" and not ideal, ideal=ideal)
         return replace(job, gpus=1, topology="1"), job
     return jobs
 

@@ -27,13 +27,15 @@ DLE_TF = ("NVIDIA/DeepLearningExamples TensorFlow/Classification/ConvNets/resnet
 
 
 def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl",
-         gpus: int = 8, cycle_ms: float | None = None) -> Callable[[bool], tuple[Job, Job]]:
+         gpus: int = 8, cycle_ms: float | None = None, mixed: bool = False
+         ) -> Callable[[bool], tuple[Job, Job]]:
     # NVIDIA's ResNet-50 v1.5 recipe on one DGX, one process per GPU: torch DDP over NCCL
     # (25 MB buckets) or, in TensorFlow and MXNet, Horovod over NCCL (the stack's fusion, and
-    # its cycle unless the recipe sets one)
+    # its cycle unless the recipe sets one); mixed precision runs NHWC in every recipe
+    # (configs.yml's memory_format, MXNet's runner's layouts, TensorFlow's NHWC default)
     job = Job(model="resnet50", gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
               intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
-              cycle_ms=cycle_ms)
+              cycle_ms=cycle_ms, mixed_precision=mixed, channels_last=mixed)
     return against_one_gpu(job)
 
 
@@ -89,7 +91,8 @@ def _dle_horovod(framework: str, machine: str, precision: str, batch: int, singl
         f"fusion{' as preset' if cycle_ms is None else ''}), {batch} images/GPU, {precision} "
         f"{how}, one GPU at {single} images/s",
         f"{source}: {single} and {every} images/s",
-        weak_scaling(_dle(device, intra, batch, single, "horovod", gpus, cycle_ms)))
+        weak_scaling(_dle(device, intra, batch, single, "horovod", gpus, cycle_ms,
+                          precision == "mixed precision")))
 
 
 DLE_CASES = (
@@ -100,7 +103,8 @@ DLE_CASES = (
     Case("NVIDIA ResNet-50 v1.5, DGX A100, mixed precision", "efficiency", 16621 / (8 * 2470),
          "as above with AMP (fp16 compute, fp32 gradients: the same bytes), one GPU at "
          "2470 images/s",
-         DLE + ": 2470 and 16621 images/s", weak_scaling(_dle("a100-80gb", "nvlink3", 256, 2470))),
+         DLE + ": 2470 and 16621 images/s", weak_scaling(_dle("a100-80gb", "nvlink3", 256, 2470,
+                                                          mixed=True))),
     Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, FP32", "efficiency", 2855 / (8 * 367),
          "one DGX-1 (8 V100 16 GB on NVLink), PyTorch DDP over NCCL, 25 MB buckets, "
          "112 images/GPU, FP32, one GPU at the published 367 images/s",
@@ -108,7 +112,8 @@ DLE_CASES = (
     Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, mixed precision", "efficiency",
          8322 / (8 * 1200),
          "as above with AMP at 256 images/GPU (fp32 gradients), one GPU at 1200 images/s",
-         DLE + ": 1200 and 8322 images/s", weak_scaling(_dle("v100", "nvlink2", 256, 1200))),
+         DLE + ": 1200 and 8322 images/s",
+         weak_scaling(_dle("v100", "nvlink2", 256, 1200, mixed=True))),
     *(_dle_horovod(*run) for run in DLE_HOROVOD_RUNS),
 )
 """The recipe's points: PyTorch's four, then the Horovod recipes' in table order."""

@@ -19,7 +19,10 @@ a measured profile (docs/simulation.md, "Device efficiency").
   NCHW ones around each call (cuDNN Developer Guide, "Tensor Transformations"), so each of
   its tensors is read and written once more, ``2 (W + batch B) / memory bandwidth`` with ``B``
   its activation bytes per sample, added to the convolution's own time (other kernels); none
-  with ``channels_last``.
+  with ``channels_last``.  With ``mixed_precision`` the arithmetic runs at the device's FP16/BF16
+  tensor-core peak and tensor-core ``e`` (``Device.mixed_tflops``, ``Device.tensor_efficiency``),
+  every tensor moves at half its float32 bytes, and convolutions pay the transposes on every
+  tensor-core device (the V100's included, whose own FP32 preset does not).
   Per-sample time never grows with the batch, so the efficiency
   ``batch x total FLOPs / (peak x time)`` never falls as the batch grows and never exceeds
   ``e <= 1`` (a unit test checks both).
@@ -43,6 +46,10 @@ __all__ = ["ComputeModel", "FlopsCompute", "RooflineCompute", "MeasuredCompute",
            "efficiency"]
 
 Times = tuple[list[float], list[float]]
+
+HALF_BYTES = 2.0
+"""Under mixed precision every traced float32 tensor moves as FP16/BF16: half the bytes, which
+the roofline prices as twice the memory bandwidth."""
 
 WINOGRAD = 2.25
 """Multiplies saved by Winograd's F(2x2, 3x3) on 3x3 stride-1 convolutions (36 / 16)."""
@@ -83,14 +90,20 @@ class RooflineCompute:
     device: Device
     channels_last: bool = False
     """The model's tensors are NHWC (``torch.channels_last``): no transposes on tensor cores."""
+    mixed_precision: bool = False
+    """FP16/BF16 on tensor cores (``Device.mixed_tflops`` at ``Device.tensor_efficiency``),
+    every tensor moved at 2 bytes instead of the traced float32's 4."""
 
     def layer_times(self, profile: ModelProfile, batch: int) -> Times:
         """Forward and backward seconds per layer (see the module docstring)."""
         _check_batch(batch)
-        dev = self.device
-        rate = dev.peak_tflops * 1e12 * dev.compute_efficiency
-        bandwidth = dev.memory_gbps * 1e9
-        transposes = dev.nhwc_convolutions and not self.channels_last
+        dev, mixed = self.device, self.mixed_precision
+        if mixed and not dev.mixed_tflops > 0:
+            raise ValueError(f"device {dev.name!r} has no mixed-precision (tensor-core) preset")
+        rate = (dev.mixed_tflops * dev.tensor_efficiency if mixed
+                else dev.peak_tflops * dev.compute_efficiency) * 1e12
+        bandwidth = dev.memory_gbps * 1e9 * (HALF_BYTES if mixed else 1.0)
+        transposes = (mixed or dev.nhwc_convolutions) and not self.channels_last
         forward = []
         for layer in profile.layers:
             ops = layer.ops or (_alone(layer, profile.itemsize),)

@@ -5,9 +5,9 @@ measured rate (``--compute-time``) or profile (``--profile``).
 Every reproduction case that states a single-GPU rate uses it as the measured compute, so
 these rates check only the predictions a user gets from a preset alone.  Some of them set the
 presets (``used``: the P100's and K80's compute efficiency and launch cost, the V100's and
-the A100's efficiency); the others were not used for anything.  Every rate is at the precision the
-preset's peak describes (FP32 on the K80, P100 and V100, TF32 on the A100): mixed-precision
-rates have no preset to check.
+the A100's efficiency, and the V100's on tensor cores); the others were not used for anything.
+Each rate is at the preset's own precision (FP32 on the K80, P100 and V100, TF32 on the A100)
+or, marked ``mixed``, FP16 on tensor cores (``Job.mixed_precision``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ class RateCheck:
     input_shape: tuple[int, ...] | None = None
     used: bool = False
     """Whether the rate set the device preset (then the model meets it by construction)."""
+    mixed_precision: bool = False
+    """Measured with FP16 on tensor cores (AMP); otherwise at the preset's own precision."""
+    channels_last: bool = False
+    """The recipe's model was NHWC (``torch.channels_last``)."""
 
 
 RATE_CHECKS = (
@@ -61,6 +65,14 @@ RATE_CHECKS = (
               "(mxnet-22.10)"),
     RateCheck("v100", "bert_large", 8, 12.0, f"{DLE_BERT}, FP32, DGX-1 32 GB", (384,)),
     RateCheck("a100-80gb", "bert_large", 32, 61.5, f"{DLE_BERT}, TF32, DGX A100", (384,)),
+    RateCheck("v100", "resnet50", 256, 1200.0, f"{DLE_RN50}, AMP, DGX-1", used=True,
+              mixed_precision=True, channels_last=True),
+    RateCheck("v100", "bert_large", 16, 52.0, f"{DLE_BERT}, AMP, DGX-1 32 GB", (384,),
+              mixed_precision=True),
+    RateCheck("a100-80gb", "resnet50", 256, 2470.0, f"{DLE_RN50}, AMP, DGX A100",
+              mixed_precision=True, channels_last=True),
+    RateCheck("a100-80gb", "bert_large", 32, 110.5, f"{DLE_BERT}, AMP, DGX A100", (384,),
+              mixed_precision=True),
 )
 """The rates, presets' own first."""
 
@@ -68,7 +80,8 @@ RATE_CHECKS = (
 def predicted_rate(check: RateCheck) -> float:
     """Samples per second the device preset predicts on one GPU (compute and update)."""
     job = Job(model=check.model, input_shape=check.input_shape, gpus=1, topology="1",
-              device=check.device, batch=check.batch)
+              device=check.device, batch=check.batch, mixed_precision=check.mixed_precision,
+              channels_last=check.channels_last)
     return check.batch / job.run().iteration_s
 
 
@@ -79,7 +92,8 @@ def rate_table(checks: tuple[RateCheck, ...] = RATE_CHECKS) -> str:
     for check in checks:
         predicted = predicted_rate(check)
         model = check.model + (f" ({'x'.join(map(str, check.input_shape))})"
-                               if check.input_shape else "")
+                               if check.input_shape else "") + \
+            (", mixed" if check.mixed_precision else "") + (", NHWC" if check.channels_last else "")
         lines.append(f"| {check.device} | {model} | {check.batch} | {check.published:g} | "
                      f"{predicted:.1f} | {round(100 * (predicted / check.published - 1)):+d}% | "
                      f"{'yes' if check.used else 'no'} | {check.source} |")

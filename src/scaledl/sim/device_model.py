@@ -48,6 +48,12 @@ class Device:
     """Its peak is tensor-core math, on which cuDNN runs convolutions on NHWC tensors: an NCHW
     model (PyTorch's default layout) pays a transpose of each convolution's tensors before and
     after it (``scaledl.sim.compute``; none with ``Job.channels_last``)."""
+    mixed_tflops: float = 0.0
+    """Dense FP16/BF16 tensor-core peak, TFLOP/s, for ``Job.mixed_precision``; 0: the device has
+    no mixed-precision preset."""
+    tensor_efficiency: float = 0.0
+    """The roofline's ``e`` for tensor-core kernels under mixed precision (the same as
+    ``compute_efficiency`` where the preset's own precision runs on tensor cores)."""
     backend: str = "nccl"
     """The library of the backend's own collectives on this device ('nccl' on GPUs, 'gloo' on
     the cpu device, 'mpi' on KNL): Gloo's reduce_scatter is a whole allreduce."""
@@ -58,6 +64,12 @@ class Device:
                 f"device {self.name!r} needs peak > 0, efficiency in (0, 1] and memory bandwidth "
                 f"> 0; got {self.peak_tflops}, {self.efficiency}, {self.memory_gbps}"
             )
+        if self.mixed_tflops < 0 or not 0 <= self.tensor_efficiency <= 1 or (
+                self.mixed_tflops > 0) != (self.tensor_efficiency > 0):
+            raise ValueError(
+                f"device {self.name!r} needs a mixed-precision peak >= 0 and a tensor-core "
+                f"efficiency in [0, 1], both set or both 0; got {self.mixed_tflops}, "
+                f"{self.tensor_efficiency}")
         if not 0 < self.compute_efficiency <= 1 or self.fill_threads < 1 or min(
                 self.launch_s, self.interference, self.jitter_cv, self.tcp_beta,
                 self.tcp_link_beta, self.timeshare) < 0:

@@ -115,6 +115,10 @@ class Job:
     channels_last: bool = False
     """The model runs on NHWC tensors (``torch.channels_last``), so convolutions on tensor cores
     need no transposes (``Device.nhwc_convolutions``); PyTorch's default is NCHW."""
+    mixed_precision: bool = False
+    """Compute in FP16/BF16 on tensor cores (autocast, apex amp): the device's mixed-precision
+    peak and tensor-core efficiency, tensors at 2 bytes; gradients on the wire stay float32
+    unless ``allreduce_bytes`` says otherwise, and the update runs on float32 weights."""
 
     def topology_value(self) -> Topology:
         """The topology, checked against ``gpus``."""
@@ -158,9 +162,12 @@ class Job:
         return share * (1.0 + device(self.device).timeshare * (1.0 - 1.0 / share))
 
     def device_value(self) -> Device:
-        """The device preset, its compute efficiency overridden by ``--device-efficiency``."""
+        """The device preset, the efficiency in use (the tensor-core one under mixed precision)
+        overridden by ``--device-efficiency``."""
         dev = device(self.device)
-        if self.efficiency is not None:
+        if self.efficiency is not None and self.mixed_precision:
+            dev = replace(dev, tensor_efficiency=self.efficiency)
+        elif self.efficiency is not None:
             dev = replace(dev, compute_efficiency=self.efficiency)
         return dev
 
@@ -201,7 +208,7 @@ class Job:
         measured = self.measured()
         if measured is not None:
             return measured.compute_for(profile)
-        return RooflineCompute(self.device_value(), self.channels_last)
+        return RooflineCompute(self.device_value(), self.channels_last, self.mixed_precision)
 
     def layer_times(self, profile: ModelProfile, world_size: int = 1) -> Times:
         """Per-layer forward and backward seconds on one device of this job, stretched by CPU

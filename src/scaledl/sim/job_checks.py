@@ -12,6 +12,7 @@ from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.iteration import ACCUMULATING_TIMINGS, timing_of
 from scaledl.sim.losses import stack
+from scaledl.sim.presets import DEVICES, device
 
 if TYPE_CHECKING:
     from scaledl.sim.job import Job
@@ -49,6 +50,8 @@ def check_job(job: Job) -> None:
     if job.accumulation > 1 and timing_of(job.strategy) not in ACCUMULATING_TIMINGS:
         raise ValueError(f"--accumulation {job.accumulation} applies to synchronous "
                          f"strategies; {job.strategy} steps locally already (use --tau)")
+    if job.mixed_precision:
+        _check_mixed_precision(job)
     if job.channels_last and job.ideal:
         raise ValueError("--channels-last does not apply to --ideal: the ideal model prices "
                          "FLOPs only, in no layout (drop one of them)")
@@ -80,6 +83,22 @@ def check_job(job: Job) -> None:
                                        ("--fusion-mb", job.fusion_mb, "MiB", False)):
         if value is not None:
             _check_cycle_option(job, option, value, unit, zero)
+
+
+def _check_mixed_precision(job: Job) -> None:
+    """``--mixed-precision`` prices tensor-core FP16/BF16 from a device preset: the device needs
+    one, and neither the ideal model nor a measured profile (its own precision) takes it."""
+    if not device(job.device).mixed_tflops > 0:
+        choices = ", ".join(name for name, dev in DEVICES.items() if dev.mixed_tflops > 0)
+        raise ValueError(f"--mixed-precision needs a device with tensor cores; {job.device} has "
+                         f"none (choose one of {choices}, or drop it and give the measured "
+                         "--compute-time)")
+    if job.ideal:
+        raise ValueError("--mixed-precision does not apply to --ideal: the ideal model has one "
+                         "rate per device (drop one of them)")
+    if job.profile_path is not None:
+        raise ValueError("--mixed-precision does not apply to --profile: a measured profile has "
+                         "the precision it was measured in (drop one of them)")
 
 
 def _check_cycle_option(job: Job, option: str, value: float, unit: str, zero: bool) -> None:

@@ -91,6 +91,11 @@ and every convolution pays its NHWC transposes (``Device.nhwc_convolutions``).  
 one parameter, the launch cost is ``MODERN_LAUNCH``; both A100 presets share it (the same
 SMs and tensor cores).  BERT-large on the same GPU is then predicted 17% slow
 (``scaledl.sim.device_checks``)."""
+V100_TENSOR_EFFICIENCY = 0.3842
+"""The V100's ``e`` on tensor cores (``--mixed-precision``): NVIDIA's ResNet-50 v1.5 recipe in
+PyTorch with AMP on one V100 16 GB, NHWC (``configs.yml``: ``memory_format: nhwc``), 1200
+images/s at batch 256 (pytorch-21.03; the DLE cases' source)."""
+
 GPU_HOST_TCP_BETA = 1 / 2.06e9
 """Host CPU seconds per byte at each end of a socket on a GPU host (NCCL's socket transport,
 Horovod or Gloo over plain Ethernet): one thread per connection moves its bytes through the
@@ -113,14 +118,15 @@ THREADS_PER_SM = 2048
 
 def _gpu(name: str, peak_tflops: float, efficiency: float, memory_gbps: float, intra: str,
          source: str, *, sms: int, compute_efficiency: float, launch_s: float,
-         tensor_cores: bool = False) -> Device:
+         tensor_cores: bool = False, mixed: tuple[float, float] = (0.0, 0.0)) -> Device:
     """A GPU preset: ``sms`` full multiprocessors fill it; every GPU shares the measured
     compute-communication interference and jitter; ``tensor_cores``: its peak is tensor-core
-    math (``Device.nhwc_convolutions``)."""
+    math (``Device.nhwc_convolutions``); ``mixed``: its FP16/BF16 tensor-core peak and ``e``."""
     return Device(name, peak_tflops, efficiency, memory_gbps, intra, source,
                   compute_efficiency=compute_efficiency, fill_threads=sms * THREADS_PER_SM,
                   launch_s=launch_s, interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER,
-                  tcp_beta=GPU_HOST_TCP_BETA, nhwc_convolutions=tensor_cores)
+                  tcp_beta=GPU_HOST_TCP_BETA, nhwc_convolutions=tensor_cores,
+                  mixed_tflops=mixed[0], tensor_efficiency=mixed[1])
 
 
 DEVICES: dict[str, Device] = {d.name: d for d in (
@@ -133,20 +139,25 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
          "56 SMs x 2048 threads",
          sms=56, compute_efficiency=P100_EFFICIENCY, launch_s=P100_LAUNCH),
     _gpu("v100", 15.7, 0.50, 900.0, "nvlink2",
-         "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 900 GB/s HBM2; 80 SMs x 2048",
-         sms=80, compute_efficiency=V100_EFFICIENCY, launch_s=V100_LAUNCH),
+         "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 125 FP16 tensor, 900 GB/s HBM2; "
+         "80 SMs x 2048",
+         sms=80, compute_efficiency=V100_EFFICIENCY, launch_s=V100_LAUNCH,
+         mixed=(125.0, V100_TENSOR_EFFICIENCY)),
     _gpu("a100", 156.0, 0.20, 1555.0, "nvlink3",
-         "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 1555 GB/s HBM2; "
-         "108 SMs x 2048",
-         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True),
+         "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 and 312 FP16/BF16 tensor (dense), "
+         "1555 GB/s HBM2; 108 SMs x 2048",
+         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True,
+         mixed=(312.0, A100_EFFICIENCY)),
     _gpu("a100-80gb", 156.0, 0.20, 2039.0, "nvlink3",
-         "NVIDIA A100 80GB SXM datasheet: 156 TFLOP/s TF32 tensor (dense), 2039 GB/s HBM2e; "
-         "108 SMs x 2048",
-         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True),
-    _gpu("h100", 989.0, 0.25, 3350.0, "nvlink4",
-         "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s BF16 tensor (dense), 3.35 TB/s HBM3; "
-         "132 SMs x 2048",
-         sms=132, compute_efficiency=0.25, launch_s=MODERN_LAUNCH, tensor_cores=True),
+         "NVIDIA A100 80GB SXM datasheet: 156 TFLOP/s TF32 and 312 FP16/BF16 tensor (dense), "
+         "2039 GB/s HBM2e; 108 SMs x 2048",
+         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True,
+         mixed=(312.0, A100_EFFICIENCY)),
+    _gpu("h100", 494.5, 0.25, 3350.0, "nvlink4",
+         "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s TF32 and 1979 BF16 tensor with sparsity, so "
+         "494.5 and 989.5 dense, 3.35 TB/s HBM3; 132 SMs x 2048; e assumed (the A100's)",
+         sms=132, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True,
+         mixed=(989.5, A100_EFFICIENCY)),
     Device("knl", 6.09, 0.30, 400.0, "loopback",
            "Intel Xeon Phi 7250: 68 cores x 1.4 GHz x 2 AVX-512 units x 16 FP32 lanes x 2 (FMA) "
            "= 6.09 TFLOP/s; MCDRAM about 400 GB/s; 68 cores x 4 threads x 16 lanes",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from scaledl.sim.job import Job
 
-__all__ = ["Case", "Prediction", "Row", "error", "within_target", "evaluate",
+__all__ = ["Case", "Prediction", "Row", "error", "within_target", "evaluate", "idealised",
            "mean_absolute_error", "weak_scaling", "against_one_gpu", "METRICS",
            "TARGET_POINTS", "TARGET_RELATIVE"]
 
@@ -118,9 +118,15 @@ def weak_scaling(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
     return predict
 
 
+def idealised(job: Job, ideal: bool) -> Job:
+    """``job`` under the ideal model when ``ideal`` (which has no precision or layout to price:
+    those options are dropped), else ``job``."""
+    return replace(job, ideal=True, mixed_precision=False, channels_last=False) if ideal else job
+
+
 def against_one_gpu(job: Job) -> Callable[[bool], tuple[Job, Job]]:
     """The job against itself on one GPU."""
     def jobs(ideal: bool) -> tuple[Job, Job]:
-        big = replace(job, ideal=ideal)
+        big = idealised(job, ideal)
         return replace(big, gpus=1, topology="1"), big
     return jobs
