@@ -120,15 +120,18 @@ def test_host_cpu_cost_of_a_two_rank_ring() -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 10**7), st.floats(1e3, 1e10), st.integers(1, 10**6),
                           st.booleans(), st.booleans()), min_size=1, max_size=5),
-       st.sampled_from(list(DEVICES)), st.floats(0.05, 1.0), st.booleans())
+       st.sampled_from(list(DEVICES)), st.floats(0.05, 1.0), st.booleans(), st.booleans())
 def test_roofline_efficiency_never_above_one_and_never_falls_with_batch(
         spec: list[tuple[int, float, int, bool, bool]], name: str, peak_fraction: float,
-        channels_last: bool) -> None:
+        channels_last: bool, mixed: bool) -> None:
     layers = tuple(Layer(f"l{i}", w, f, o, winograd=wino, convolution=conv)
                    for i, (w, f, o, wino, conv) in enumerate(spec))
     profile = ModelProfile("random", layers, ((1, (0,)),))
     device = replace(DEVICES[name], compute_efficiency=peak_fraction)
-    model = RooflineCompute(device, channels_last)
+    mixed = mixed and device.mixed_tflops > 0
+    if mixed:
+        device = replace(device, tensor_efficiency=peak_fraction)
+    model = RooflineCompute(device, channels_last, mixed)
     values = [efficiency(model, profile, b, device) for b in (1, 2, 7, 32, 256, 4096)]
     assert all(0 < v <= peak_fraction * 2.25 + 1e-12 for v in values)  # Winograd saves 2.25x
     assert all(a <= b * (1 + 1e-12) for a, b in zip(values, values[1:]))

@@ -5,6 +5,7 @@ measured it."""
 
 from __future__ import annotations
 
+from dataclasses import replace as replace_job
 from pathlib import Path
 
 import pytest
@@ -159,7 +160,8 @@ def test_a_device_needs_both_or_neither_mixed_precision_constant() -> None:
     from dataclasses import replace
     with pytest.raises(ValueError, match="both set or both 0"):
         replace(DEVICES["v100"], tensor_efficiency=0.0)
-    assert replace(DEVICES["p100"], mixed_tflops=21.2, tensor_efficiency=0.3).mixed_tflops > 0
+    with pytest.raises(ValueError, match="both set or both 0"):
+        replace(DEVICES["p100"], mixed_tflops=21.2)
 
 
 def test_device_efficiency_overrides_the_tensor_core_efficiency_under_mixed_precision() -> None:
@@ -200,3 +202,23 @@ def test_the_ideal_reproduction_drops_precision_and_layout() -> None:
     assert ideal.ideal and not ideal.mixed_precision and not ideal.channels_last
     assert idealised(job, False) is job
     ideal.check()
+
+
+def test_mixed_precision_leaves_the_update_and_the_wire_alone() -> None:
+    plain = Job(model="resnet50", gpus=8, topology="8", device="v100", intra="nvlink2")
+    mixed = replace_job(plain, mixed_precision=True)
+    profile = plain.profile()
+    assert mixed.update_seconds(profile) == plain.update_seconds(profile)
+    a, b = plain.run(), mixed.run()
+    assert b.compute_s < a.compute_s
+    assert b.communication_s == pytest.approx(a.communication_s, rel=1e-9)
+    half = replace_job(mixed, allreduce_bytes=2).run()
+    assert half.communication_s < 0.6 * b.communication_s
+
+
+@pytest.mark.parametrize("action", [["profile", "--model", "lenet"], ["reproduce"]])
+def test_subcommands_refuse_mixed_precision_in_one_line(
+        action: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--mixed-precision", *action]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--mixed-precision does not apply to `simulate" in err

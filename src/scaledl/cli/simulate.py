@@ -77,7 +77,8 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-time", type=float, default=None,
                    help="measured forward+backward seconds per iteration on one GPU")
     p.add_argument("--device-efficiency", type=float, default=None,
-                   help="fraction of the device's peak FLOP/s training achieves")
+                   help="fraction of the device's peak FLOP/s training achieves (of its "
+                        "mixed-precision peak with --mixed-precision)")
     p.add_argument("--update-time", type=float, default=None, help="optimizer step, seconds")
     p.add_argument("--input-rate", type=float, default=None, metavar="SAMPLES_PER_S",
                    help="samples/s one host's input pipeline delivers (time the data loader "
@@ -254,6 +255,9 @@ def run(args: argparse.Namespace) -> int:
     """Dispatch to prediction, sweep, calibration, validation, reproduction or profiling."""
     from scaledl.cli import simulate_report as report
 
+    if args.action is not None and args.mixed_precision:
+        raise ValueError(f"--mixed-precision does not apply to `simulate {args.action}`: it "
+                         "prices a prediction from a device preset (drop it)")
     if args.action == "profile":
         from scaledl.cli.simulate_profile import run_profile
 

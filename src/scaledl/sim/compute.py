@@ -185,8 +185,11 @@ def scaled(times: Times, total: float) -> Times:
 
 
 def efficiency(model: ComputeModel, profile: ModelProfile, batch: int, device: Device) -> float:
-    """Fraction of the device's peak that ``model`` achieves on ``profile`` at ``batch``."""
+    """Fraction of the device's peak in use (its mixed-precision peak for a mixed-precision
+    roofline) that ``model`` achieves on ``profile`` at ``batch``."""
     forward, backward = model.layer_times(profile, batch)
     seconds = sum(forward) + sum(backward)
     flops = batch * profile.forward_flops * (1 + BACKWARD_FACTOR)
-    return flops / (device.peak_tflops * 1e12 * seconds) if seconds > 0 else 0.0
+    mixed = isinstance(model, RooflineCompute) and model.mixed_precision
+    peak = device.mixed_tflops if mixed else device.peak_tflops
+    return flops / (peak * 1e12 * seconds) if seconds > 0 else 0.0

@@ -14,7 +14,8 @@ class Device:
 
     name: str
     peak_tflops: float
-    """Vendor peak at the precision used for training, TFLOP/s."""
+    """Vendor peak at the preset's own training precision (FP32, or TF32 on tensor cores),
+    TFLOP/s; the FP16/BF16 peak is ``mixed_tflops``."""
     efficiency: float
     """The ideal model's constant fraction of peak at every batch (``--ideal``)."""
     memory_gbps: float

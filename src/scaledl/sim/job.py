@@ -107,8 +107,8 @@ class Job:
     """Horovod's fusion buffer (``HOROVOD_FUSION_THRESHOLD``), MiB; None: the stack's."""
     allreduce_bytes: int = 4
     """Bytes per gradient element on the wire: 4 (float32), or 2 for a float16 allreduce
-    (``--allreduce-dtype float16``; ``ModelProfile.reduced_as``); compute and the update are
-    float32's either way."""
+    (``--allreduce-dtype float16``; ``ModelProfile.reduced_as``); compute keeps its own precision
+    (``mixed_precision``) and the update runs on float32 weights either way."""
     accumulation: int = 1
     """Micro-batches of ``batch`` per optimizer step (gradient accumulation): the gradients are
     reduced once, after the last (:func:`~scaledl.sim.iteration.accumulated`)."""
