@@ -129,6 +129,15 @@ def _gpu(name: str, peak_tflops: float, efficiency: float, memory_gbps: float, i
                   mixed_tflops=mixed[0], tensor_efficiency=mixed[1])
 
 
+def _a100(name: str, memory_gbps: float, part: str, memory: str) -> Device:
+    """An A100 SXM preset: the two parts differ in memory only."""
+    return _gpu(name, 156.0, 0.20, memory_gbps, "nvlink3",
+                f"NVIDIA A100 {part} SXM datasheet: 156 TFLOP/s TF32 and 312 FP16/BF16 tensor "
+                f"(dense), {memory_gbps:g} GB/s {memory}; 108 SMs x 2048",
+                sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH,
+                tensor_cores=True, mixed=(312.0, A100_EFFICIENCY))
+
+
 DEVICES: dict[str, Device] = {d.name: d for d in (
     _gpu("k80", 4.37, 0.30, 240.0, "pcie3",
          "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s FP32 with boost per board of two GK210 GPUs, "
@@ -143,16 +152,8 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
          "80 SMs x 2048",
          sms=80, compute_efficiency=V100_EFFICIENCY, launch_s=V100_LAUNCH,
          mixed=(125.0, V100_TENSOR_EFFICIENCY)),
-    _gpu("a100", 156.0, 0.20, 1555.0, "nvlink3",
-         "NVIDIA A100 40GB SXM datasheet: 156 TFLOP/s TF32 and 312 FP16/BF16 tensor (dense), "
-         "1555 GB/s HBM2; 108 SMs x 2048",
-         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True,
-         mixed=(312.0, A100_EFFICIENCY)),
-    _gpu("a100-80gb", 156.0, 0.20, 2039.0, "nvlink3",
-         "NVIDIA A100 80GB SXM datasheet: 156 TFLOP/s TF32 and 312 FP16/BF16 tensor (dense), "
-         "2039 GB/s HBM2e; 108 SMs x 2048",
-         sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True,
-         mixed=(312.0, A100_EFFICIENCY)),
+    _a100("a100", 1555.0, "40GB", "HBM2"),
+    _a100("a100-80gb", 2039.0, "80GB", "HBM2e"),
     _gpu("h100", 494.5, 0.25, 3350.0, "nvlink4",
          "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s TF32 and 1979 BF16 tensor with sparsity, so "
          "494.5 and 989.5 dense, 3.35 TB/s HBM3; 132 SMs x 2048; e assumed (the A100's)",
