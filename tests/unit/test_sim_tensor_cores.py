@@ -216,9 +216,25 @@ def test_mixed_precision_leaves_the_update_and_the_wire_alone() -> None:
     assert half.communication_s < 0.6 * b.communication_s
 
 
-@pytest.mark.parametrize("action", [["profile", "--model", "lenet"], ["reproduce"]])
+@pytest.mark.parametrize("action", [["calibrate", "absent.json"], ["reproduce"]])
 def test_subcommands_refuse_mixed_precision_in_one_line(
         action: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--mixed-precision", *action]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--mixed-precision does not apply to `simulate" in err
+
+
+def test_a_profile_measured_under_autocast_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.json"
+    assert main(["simulate", "profile", "--model", "lenet", "--batches", "2", "--repeats", "3",
+                 "--warmup", "0", "--threads", "1", "--mixed-precision", "-o", str(path)]) == 0
+    assert "autocast bfloat16" in capsys.readouterr().out.splitlines()[0]
+    measured = load_profile(path)
+    assert measured.device["precision"] == "bfloat16"
+    assert measured.device["memory_format"] == "contiguous_format"
+    plain = tmp_path / "q.json"
+    assert main(["simulate", "profile", "--model", "lenet", "--batches", "2", "--repeats", "3",
+                 "--warmup", "0", "--threads", "1", "-o", str(plain)]) == 0
+    assert "autocast" not in capsys.readouterr().out
+    assert load_profile(plain).device["precision"] == "float32"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scaledl.cli.bench_collectives import parse_bytes
+from scaledl.cli.simulate_profile import add_profile_parser
 from scaledl.collectives.registry import ALGORITHMS
 from scaledl.models.registry import available_models
 from scaledl.collectives.auto import CostModel
@@ -148,33 +149,8 @@ def add_parser(subparsers: Any) -> None:
     val.add_argument("--tolerance", type=float, default=0.15,
                      help="relative error counted as a match (default 0.15)")
     actions.add_parser("reproduce", help="published results beside predictions, with errors")
-    _profile_parser(actions)
+    add_profile_parser(actions)
     p.set_defaults(handler=run)
-
-
-def _profile_parser(actions: Any) -> None:
-    prof = actions.add_parser(
-        "profile", help="measure a model's per-layer times on this device and write a profile",
-        description="Measure per-layer forward and backward times (hooks), the whole "
-                    "iteration, the update, memory, jitter, interference and TCP cost on the "
-                    "local device; `scaledl simulate --profile FILE` then uses them.")
-    prof.add_argument("--model", dest="p_model", default=None,
-                      help=f"one of {', '.join(available_models())} (default: simulate's --model)")
-    prof.add_argument("--input-shape", dest="p_input_shape", default=None,
-                      help="sample shape such as 3x32x32 (default: ImageNet or the model's own)")
-    prof.add_argument("--classes", type=int, default=None, help="output classes (default: "
-                      "1000 for ImageNet models, else 10)")
-    prof.add_argument("--batches", default="8,32", help="batch sizes, comma-separated")
-    prof.add_argument("--repeats", type=int, default=5, help="timed iterations per batch (>= 3)")
-    prof.add_argument("--warmup", type=int, default=2, help="untimed iterations per batch")
-    prof.add_argument("--on", dest="on_device", default=None,
-                      help="torch device to measure (default: cuda if available, else cpu)")
-    prof.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    prof.add_argument("--channels-last", dest="p_channels_last", action="store_true",
-                      help="measure the model on NHWC tensors (torch.channels_last; "
-                           "simulate's own --channels-last does the same)")
-    prof.add_argument("-o", "--output", type=Path, default=None,
-                      help="profile file (default profile-<model>.json)")
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
@@ -255,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     """Dispatch to prediction, sweep, calibration, validation, reproduction or profiling."""
     from scaledl.cli import simulate_report as report
 
-    if args.action is not None and args.mixed_precision:
+    if args.action not in (None, "profile") and args.mixed_precision:
         raise ValueError(f"--mixed-precision does not apply to `simulate {args.action}`: it "
                          "prices a prediction from a device preset (drop it)")
     if args.action == "profile":

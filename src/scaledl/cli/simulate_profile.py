@@ -4,11 +4,41 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 from scaledl.models.registry import available_models
 
-__all__ = ["run_profile"]
+__all__ = ["add_profile_parser", "run_profile"]
+
+
+def add_profile_parser(actions: Any) -> None:
+    """The ``profile`` subcommand's options, under ``scaledl simulate``."""
+    prof = actions.add_parser(
+        "profile", help="measure a model's per-layer times on this device and write a profile",
+        description="Measure per-layer forward and backward times (hooks), the whole "
+                    "iteration, the update, memory, jitter, interference and TCP cost on the "
+                    "local device; `scaledl simulate --profile FILE` then uses them.")
+    prof.add_argument("--model", dest="p_model", default=None,
+                      help=f"one of {', '.join(available_models())} (default: simulate's --model)")
+    prof.add_argument("--input-shape", dest="p_input_shape", default=None,
+                      help="sample shape such as 3x32x32 (default: ImageNet or the model's own)")
+    prof.add_argument("--classes", type=int, default=None, help="output classes (default: "
+                      "1000 for ImageNet models, else 10)")
+    prof.add_argument("--batches", default="8,32", help="batch sizes, comma-separated")
+    prof.add_argument("--repeats", type=int, default=5, help="timed iterations per batch (>= 3)")
+    prof.add_argument("--warmup", type=int, default=2, help="untimed iterations per batch")
+    prof.add_argument("--on", dest="on_device", default=None,
+                      help="torch device to measure (default: cuda if available, else cpu)")
+    prof.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    prof.add_argument("--channels-last", dest="p_channels_last", action="store_true",
+                      help="measure the model on NHWC tensors (torch.channels_last; "
+                           "simulate's own --channels-last does the same)")
+    prof.add_argument("--mixed-precision", dest="p_mixed_precision", action="store_true",
+                      help="measure the forward pass under autocast (float16 on CUDA, "
+                           "bfloat16 on a CPU; simulate's own --mixed-precision does the same)")
+    prof.add_argument("-o", "--output", type=Path, default=None,
+                      help="profile file (default profile-<model>.json)")
 
 
 def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int, ...]]) -> int:
@@ -50,7 +80,8 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
             raise ValueError(f"--threads {args.threads} must be >= 1")
         torch.set_num_threads(args.threads)
     measured = measure_profile(model, shape, classes, batches, args.repeats, args.warmup, on,
-                               args.p_channels_last or args.channels_last)
+                               args.p_channels_last or args.channels_last,
+                               args.p_mixed_precision or args.mixed_precision)
     save_profile(measured, output)
     print(format_profile(measured, output))
     return 0

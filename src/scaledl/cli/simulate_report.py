@@ -183,7 +183,9 @@ def format_profile(profile: MeasuredProfile, path: Path) -> str:
              f"{profile.device.get('name', profile.device.get('type'))} "
              f"({profile.device.get('threads')} threads), {profile.repeats} repeats"
              + (", channels last" if profile.device.get("memory_format") == "channels_last"
-                else ""),
+                else "")
+             + (f", autocast {profile.device['precision']}"
+                if profile.device.get("precision", "float32") != "float32" else ""),
              f"{'batch':>6} {'fwd+bwd ms':>11} {'hooked ms':>10} {'coverage':>9} "
              f"{'update ms':>10} {'activations MiB':>16}"]
     for k, batch in enumerate(profile.batches):

@@ -15,8 +15,9 @@ For each batch size, on real weights and random inputs with SGD (momentum 0.9):
 A loopback TCP stream between two threads gives the CPU's cost per byte moved (``tcp_beta``).
 On CUDA, times come from CUDA events.  In-place activations are switched off while profiling
 (backward hooks cannot wrap them); that changes memory, not arithmetic.  With ``channels_last``
-the weights and images are NHWC (4-D tensors only); the device record's ``memory_format`` says
-which layout was measured.
+the weights and images are NHWC (4-D tensors only), with ``mixed_precision`` the forward pass
+and the loss run under autocast; the device record's ``memory_format`` and ``precision`` say
+what was measured.
 """
 
 from __future__ import annotations
@@ -115,9 +116,9 @@ class _Step:
     """One model, batch and optimizer; times one training step."""
 
     def __init__(self, model: nn.Module, shape: tuple[int, ...], classes: int, batch: int,
-                 device: torch.device, layout: torch.memory_format = torch.contiguous_format
-                 ) -> None:
-        self.model, self.clock = model, _Clock(device)
+                 device: torch.device, layout: torch.memory_format = torch.contiguous_format,
+                 autocast: torch.dtype | None = None) -> None:
+        self.model, self.clock, self.autocast = model, _Clock(device), autocast
         generator = torch.Generator().manual_seed(batch)
         x = example_input(model, batch, shape, generator).to(device)
         self.x = x.contiguous(memory_format=layout) if x.dim() == 4 else x
@@ -130,8 +131,10 @@ class _Step:
         self.optimizer.zero_grad(set_to_none=True)
         self.clock.sync()
         start = self.clock.mark()
-        logits = self.model(self.x)  # (batch, classes), or (batch, tokens, classes)
-        loss = nn.functional.cross_entropy(logits.flatten(0, -2), self.y.flatten())
+        with torch.autocast(self.x.device.type, self.autocast or torch.bfloat16,
+                            enabled=self.autocast is not None):
+            logits = self.model(self.x)  # (batch, classes), or (batch, tokens, classes)
+            loss = nn.functional.cross_entropy(logits.flatten(0, -2), self.y.flatten())
         loss.backward()  # type: ignore[no-untyped-call]
         middle = self.clock.mark()
         self.optimizer.step()
@@ -192,15 +195,20 @@ def _interference(step: _Step, repeats: int) -> float:
 def measure_profile(
     model_name: str, input_shape: tuple[int, ...], num_classes: int, batches: list[int],
     repeats: int = 5, warmup: int = 2, device: str = "cpu", channels_last: bool = False,
+    mixed_precision: bool = False,
 ) -> MeasuredProfile:
     """Measure ``model_name`` at each of ``batches`` (see the module docstring), its weights
-    and images NHWC with ``channels_last`` (recorded as the device's ``memory_format``)."""
+    and images NHWC with ``channels_last`` (recorded as the device's ``memory_format``), its
+    forward pass under autocast with ``mixed_precision`` (float16 on CUDA, bfloat16 on a CPU;
+    recorded as the device's ``precision``)."""
     if not batches or min(batches) < 1 or repeats < 3 or warmup < 0:
         raise ValueError(f"batches {batches} must be >= 1, repeats {repeats} >= 3 and warmup "
                          f"{warmup} >= 0")
     target = torch.device(device)
     torch.manual_seed(0)
     layout = torch.channels_last if channels_last else torch.contiguous_format
+    half = (torch.float16 if target.type == "cuda" else torch.bfloat16) if mixed_precision \
+        else None
     model = build_model(model_name, input_shape, num_classes).to(target)
     if channels_last:  # 4-D weights become NHWC (nn.Module.to's memory_format)
         model = model.to(memory_format=layout)  # type: ignore[call-overload]
@@ -213,7 +221,7 @@ def measure_profile(
     whole, update, activations, jitter = [], [], [], []
     step = None
     for batch in batches:
-        step = _Step(model, input_shape, num_classes, batch, target, layout)
+        step = _Step(model, input_shape, num_classes, batch, target, layout, half)
         medians, fb, up, act = _measure_batch(step, repeats, warmup)
         for name, times in medians.items():
             rows.setdefault(name, []).append(times)
@@ -231,7 +239,8 @@ def measure_profile(
         for name, times in rows.items() if len(times) == len(batches))
     return MeasuredProfile(
         model_name.lower(), tuple(input_shape), num_classes,
-        {**_device_info(target), "memory_format": str(layout).removeprefix("torch.")},
+        {**_device_info(target), "memory_format": str(layout).removeprefix("torch."),
+         "precision": str(half or torch.float32).removeprefix("torch.")},
         tuple(batches),
         modules, tuple(whole), tuple(update),
         sum(p.numel() * p.element_size() for p in model.parameters()), tuple(activations),
