@@ -23,6 +23,12 @@ CONV = OpCost("aten.convolution.default", 1e8, 4e5, 2e4, 5e4, convolution=True)
 """FLOPs, activation bytes per sample, filter bytes, outputs per sample."""
 
 
+def _profile(path: Path, *flags: str) -> int:
+    """``scaledl simulate profile`` of LeNet at batch 2, quickly, written to ``path``."""
+    return main(["simulate", "profile", "--model", "lenet", "--batches", "2", "--repeats", "3",
+                 "--warmup", "0", "--threads", "1", *flags, "-o", str(path)])
+
+
 def _one_layer(*ops: OpCost) -> ModelProfile:
     return ModelProfile("toy", (Layer("conv", 20_000, 1e8, 50_000, ops=ops),), ((5_000, (0,)),))
 
@@ -126,8 +132,7 @@ def test_the_cli_option_reaches_the_job_and_the_header(capsys: pytest.CaptureFix
 def test_a_profile_measured_channels_last_says_so_and_refuses_the_option(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "p.json"
-    assert main(["simulate", "profile", "--model", "lenet", "--batches", "2", "--repeats", "3",
-                 "--warmup", "0", "--threads", "1", "--channels-last", "-o", str(path)]) == 0
+    assert _profile(path, "--channels-last") == 0
     assert "channels last" in capsys.readouterr().out.splitlines()[0]
     assert load_profile(path).device["memory_format"] == "channels_last"
     assert main(["simulate", "--profile", str(path), "--device", "cpu", "--gpus", "2",
@@ -227,14 +232,12 @@ def test_subcommands_refuse_mixed_precision_in_one_line(
 def test_a_profile_measured_under_autocast_says_so(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "p.json"
-    assert main(["simulate", "profile", "--model", "lenet", "--batches", "2", "--repeats", "3",
-                 "--warmup", "0", "--threads", "1", "--mixed-precision", "-o", str(path)]) == 0
+    assert _profile(path, "--mixed-precision") == 0
     assert "autocast bfloat16" in capsys.readouterr().out.splitlines()[0]
     measured = load_profile(path)
     assert measured.device["precision"] == "bfloat16"
     assert measured.device["memory_format"] == "contiguous_format"
     plain = tmp_path / "q.json"
-    assert main(["simulate", "profile", "--model", "lenet", "--batches", "2", "--repeats", "3",
-                 "--warmup", "0", "--threads", "1", "-o", str(plain)]) == 0
+    assert _profile(plain) == 0
     assert "autocast" not in capsys.readouterr().out
     assert load_profile(plain).device["precision"] == "float32"
