@@ -16,6 +16,8 @@ SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     "resnet56": (1, 8, 8),
     "resnet50": (3, 32, 32),
     "resnet101": (3, 32, 32),
+    "resnext101_32x4d": (3, 32, 32),
+    "se_resnext101_32x4d": (3, 32, 32),
     "vgg16": (3, 32, 32),
     "googlenet": (3, 32, 32),
     "alexnet": (3, 64, 64),
@@ -34,6 +36,7 @@ PUBLISHED_PARAMETERS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "resnet56": ((3, 32, 32), 10, 0.85e6),
     "resnet50": ((3, 224, 224), 1000, 25.6e6),
     "resnet101": ((3, 224, 224), 1000, 44.5e6),
+    "resnext101_32x4d": ((3, 224, 224), 1000, 44.2e6),
     "vgg16": ((3, 224, 224), 1000, 138e6),
     "alexnet": ((3, 224, 224), 1000, 61e6),
     "googlenet": ((3, 224, 224), 1000, 7.0e6),
@@ -41,7 +44,8 @@ PUBLISHED_PARAMETERS: dict[str, tuple[tuple[int, ...], int, float]] = {
 }
 """Input, classes and parameter count as the papers give them.  GoogLeNet: the paper's table 1
 sums to about 6.8M; with batch norm and true 5x5 convolutions it is 7.0M (torchvision's 6.6M
-uses 3x3 where the paper has 5x5).  Inception v3: 23.8M without the auxiliary classifier."""
+uses 3x3 where the paper has 5x5).  Inception v3: 23.8M without the auxiliary classifier.
+ResNeXt-101 32x4d: Xie et al., CVPR 2017 (44.2M, ResNet-101's count within 1%)."""
 
 
 def _count(model: nn.Module) -> int:
@@ -96,7 +100,8 @@ def test_parameter_counts_match_the_papers(name: str) -> None:
 
 
 def test_exact_counts_of_well_known_models() -> None:
-    expected = {"resnet50": 25_557_032, "vgg16": 138_357_544, "alexnet": 60_965_224}
+    expected = {"resnet50": 25_557_032, "vgg16": 138_357_544, "alexnet": 60_965_224,
+                "resnext101_32x4d": 44_177_704}
     for name, count in expected.items():
         with torch.device("meta"):
             assert _count(build_model(name, (3, 224, 224), 1000)) == count
@@ -171,3 +176,24 @@ def test_bad_input_shapes(name: str, shape: tuple[int, ...], message: str) -> No
         build_model(name, shape, 10)
     with pytest.raises(ValueError, match="num_classes 0"):
         build_model("mlp", (4,), 0)
+
+
+def test_se_resnext_adds_a_gate_of_16_channels_to_every_block() -> None:
+    # NVIDIA's recipe squeezes every block's C output channels to 16 and back, with biases:
+    # 16 C + 16 + 16 C + C parameters per block, over ResNet-101's 3, 4, 23, 3 blocks of 256,
+    # 512, 1024 and 2048 channels.
+    blocks = {256: 3, 512: 4, 1024: 23, 2048: 3}
+    gates = sum(n * (33 * c + 16) for c, n in blocks.items())
+    with torch.device("meta"):
+        plain = _count(build_model("resnext101_32x4d", (3, 224, 224), 1000))
+        gated = _count(build_model("se_resnext101_32x4d", (3, 224, 224), 1000))
+    assert gated - plain == gates == 1_073_424
+
+
+def test_resnext_splits_the_3x3_convolution_into_32_groups() -> None:
+    with torch.device("meta"):
+        model = build_model("resnext101_32x4d", (3, 224, 224), 1000)
+    grouped = [m for m in model.modules() if isinstance(m, nn.Conv2d) and m.groups > 1]
+    assert len(grouped) == 33
+    assert {m.groups for m in grouped} == {32}
+    assert [m.in_channels for m in grouped[:1] + grouped[-1:]] == [128, 1024]

@@ -14,7 +14,7 @@ from scaledl.models.gpt import GPT2_SIZES, Gpt2
 from scaledl.models.inception import InceptionV3
 from scaledl.models.lenet import LeNet5
 from scaledl.models.mlp import MLP
-from scaledl.models.resnet import cifar_resnet, imagenet_resnet
+from scaledl.models.resnet import cifar_resnet, imagenet_resnet, resnext101
 from scaledl.models.transformer import BERT_BASE, BERT_LARGE, Bert
 from scaledl.models.vgg import VGG
 
@@ -31,6 +31,8 @@ MODELS: dict[str, ModelBuilder] = {
     "resnet56": partial(cifar_resnet, 56),
     "resnet50": partial(imagenet_resnet, 50),
     "resnet101": partial(imagenet_resnet, 101),
+    "resnext101_32x4d": resnext101,
+    "se_resnext101_32x4d": partial(resnext101, squeeze=16),
     "vgg16": VGG,
     "googlenet": GoogLeNet,
     "alexnet": AlexNet,

@@ -13,9 +13,23 @@ Two families from the paper:
   that change shape are 1x1 projections (option B); a stage's stride sits on the 3x3 convolution
   (the common "v1.5" placement, same parameter count).  Adaptive average pooling lets the network
   run on inputs smaller than 224x224 (down to 32x32).
+
+Two ImageNet variants with grouped 3x3 convolutions, as NVIDIA's DeepLearningExamples train them
+(PyTorch/Classification/ConvNets, ``image_classification/models/resnet.py``):
+
+- ResNeXt-101 32x4d (Xie et al., "Aggregated Residual Transformations for Deep Neural Networks",
+  CVPR 2017): ResNet-101's stages with the bottleneck twice as wide (128, 256, 512, 1024) and its
+  3x3 convolution split into 32 groups (4 channels each in the first stage), the block still
+  ending at 256 .. 2048 channels (44.2M parameters).
+- SE-ResNeXt-101 32x4d (Hu et al., "Squeeze-and-Excitation Networks", CVPR 2018): each block's
+  output scaled per channel by a sigmoid gate computed from its global average through two 1x1
+  convolutions with biases.  The recipe squeezes to 16 channels in every block (not the paper's
+  ratio of 16), which adds 1.1M parameters (45.3M).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -23,11 +37,12 @@ from torch import nn
 
 from scaledl.models.common import image_shape, init_weights
 
-__all__ = ["CifarResNet", "ImageNetResNet", "cifar_resnet", "imagenet_resnet"]
+__all__ = ["CifarResNet", "ImageNetResNet", "cifar_resnet", "imagenet_resnet", "resnext101"]
 
 
-def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
-    conv = nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias=False)
+def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1) -> list[nn.Module]:
+    conv = nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, groups=groups,
+                     bias=False)
     return [conv, nn.BatchNorm2d(cout)]
 
 
@@ -59,18 +74,48 @@ class BasicBlock(nn.Module):
         return F.relu(self.body(x) + self.shortcut(x))
 
 
-class Bottleneck(nn.Module):
-    """1x1 reduce, 3x3 (carries the stride), 1x1 expand by 4; projection shortcut on change."""
+class SqueezeExcite(nn.Module):
+    """A per-channel gate: global average, 1x1 to ``squeeze`` channels, ReLU, 1x1 back, sigmoid."""
 
-    expansion = 4
-
-    def __init__(self, cin: int, width: int, stride: int) -> None:
+    def __init__(self, channels: int, squeeze: int) -> None:
         super().__init__()
-        cout = width * self.expansion
+        self.gate = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Conv2d(channels, squeeze, 1), nn.ReLU(inplace=True),
+            nn.Conv2d(squeeze, channels, 1), nn.Sigmoid(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scaled: torch.Tensor = x * self.gate(x)
+        return scaled
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """A bottleneck family: its 3x3 convolution's width per stage and groups, how much the last
+    1x1 widens, and the squeeze-and-excitation gate's channels (0: none)."""
+
+    widths: tuple[int, int, int, int] = (64, 128, 256, 512)
+    expansion: int = 4
+    groups: int = 1
+    squeeze: int = 0
+
+
+RESNET = BlockShape()
+RESNEXT_32X4D = BlockShape(widths=(128, 256, 512, 1024), expansion=2, groups=32)
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce, 3x3 (carries the stride, grouped for ResNeXt), 1x1 expand; an optional
+    squeeze-and-excitation gate on the block's output; projection shortcut on change."""
+
+    def __init__(self, cin: int, width: int, stride: int, shape: BlockShape = RESNET) -> None:
+        super().__init__()
+        cout = width * shape.expansion
+        gate = [SqueezeExcite(cout, shape.squeeze)] if shape.squeeze else []
         self.body = nn.Sequential(
             *_conv_bn(cin, width, 1), nn.ReLU(inplace=True),
-            *_conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
-            *_conv_bn(width, cout, 1),
+            *_conv_bn(width, width, 3, stride, shape.groups), nn.ReLU(inplace=True),
+            *_conv_bn(width, cout, 1), *gate,
         )
         changes = stride != 1 or cin != cout
         self.shortcut = nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if changes else nn.Identity()
@@ -109,7 +154,8 @@ class ImageNetResNet(nn.Module):
     """ResNet with bottleneck blocks: stem, 4 stages, global pooling, classifier."""
 
     def __init__(
-        self, input_shape: tuple[int, ...], num_classes: int, blocks: tuple[int, int, int, int]
+        self, input_shape: tuple[int, ...], num_classes: int, blocks: tuple[int, int, int, int],
+        shape: BlockShape = RESNET,
     ) -> None:
         super().__init__()
         depth = 3 * sum(blocks) + 2
@@ -119,11 +165,11 @@ class ImageNetResNet(nn.Module):
             nn.MaxPool2d(3, stride=2, padding=1),
         ]
         cin = 64
-        for stage, (count, width) in enumerate(zip(blocks, (64, 128, 256, 512))):
+        for stage, (count, width) in enumerate(zip(blocks, shape.widths)):
             for block in range(count):
                 stride = 2 if stage > 0 and block == 0 else 1
-                layers.append(Bottleneck(cin, width, stride))
-                cin = width * Bottleneck.expansion
+                layers.append(Bottleneck(cin, width, stride, shape))
+                cin = width * shape.expansion
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)
@@ -150,3 +196,14 @@ def imagenet_resnet(depth: int, input_shape: tuple[int, ...], num_classes: int) 
     if depth not in _IMAGENET_BLOCKS:
         raise ValueError(f"ImageNet ResNet depth {depth} must be one of {sorted(_IMAGENET_BLOCKS)}")
     return ImageNetResNet(input_shape, num_classes, _IMAGENET_BLOCKS[depth])
+
+
+def resnext101(
+    input_shape: tuple[int, ...], num_classes: int, squeeze: int = 0
+) -> ImageNetResNet:
+    """ResNeXt-101 32x4d, or with ``squeeze`` channels in each block's gate, SE-ResNeXt-101 32x4d
+    (NVIDIA's recipe: 16)."""
+    if squeeze < 0:
+        raise ValueError(f"squeeze {squeeze} must be >= 0 channels (0: no gate)")
+    shape = replace(RESNEXT_32X4D, squeeze=squeeze)
+    return ImageNetResNet(input_shape, num_classes, _IMAGENET_BLOCKS[101], shape)
