@@ -9,7 +9,13 @@ import pytest
 
 from scaledl.cli.simulate_report import reproduction_table
 from scaledl.sim.cases import CASES, _dgx1
-from scaledl.sim.cases_dle import MX_CYCLE_MS, _dle
+from scaledl.sim.cases_dle import (
+    DLE_PYTORCH_MACHINES,
+    DLE_PYTORCH_MODELS,
+    DLE_PYTORCH_RUNS,
+    MX_CYCLE_MS,
+    _dle,
+)
 from scaledl.sim.cases_horovod import _horovod
 from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import (
@@ -145,3 +151,21 @@ def test_the_mxnet_recipe_runs_horovod_with_its_own_cycle() -> None:
     assert mx_cycle.cycle_s == pytest.approx(1e-4) and tf_cycle == stack("horovod").cycle
     names = [case.name for case in CASES if " in MXNet, " in case.name]
     assert len(names) == 6
+
+
+def test_the_pytorch_recipes_run_their_own_model_precision_and_layout() -> None:
+    """Each PyTorch row of NVIDIA's ConvNets tables simulates its own model (the ResNeXts are
+    not ResNet-50 under another name), NHWC with mixed precision at AMP only, at its batch."""
+    by_name = {case.name: case for case in CASES}
+    for model, machine, precision, batch, single, every in DLE_PYTORCH_RUNS:
+        label = DLE_PYTORCH_MODELS[model][0]
+        case = by_name[f"NVIDIA {label}, {machine}, {precision}"]
+        assert case.published == pytest.approx(every / (8 * single))
+        one, eight = _dle(*DLE_PYTORCH_MACHINES[machine][:2], batch, single,
+                          mixed=precision == "mixed precision", model=model)(False)
+        assert one.model == eight.model == model and eight.gpus == 8 and eight.batch == batch
+        assert eight.mixed_precision == eight.channels_last == (precision == "mixed precision")
+    gradient_bytes = {model: _dle("v100", "nvlink2", 64, 100.0, model=model)(False)[1]
+                      .profile().parameter_bytes for model in DLE_PYTORCH_MODELS}
+    assert gradient_bytes["resnet50"] < gradient_bytes["resnext101_32x4d"] \
+        < gradient_bytes["se_resnext101_32x4d"]

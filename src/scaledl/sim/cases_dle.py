@@ -1,5 +1,6 @@
-"""NVIDIA's ResNet-50 v1.5 recipe in PyTorch, TensorFlow and MXNet on one DGX: published
-scaling points (docs/simulation.md, "Reproducing published results").
+"""NVIDIA's image classification recipes on one DGX: ResNet-50 v1.5 in PyTorch, TensorFlow and
+MXNet, and ResNeXt-101 32x4d and SE-ResNeXt-101 32x4d in PyTorch; published scaling points
+(docs/simulation.md, "Reproducing published results").
 
 Every GPU of a DGX A100, a DGX-1 and a DGX-2 against one of them, each single-GPU rate of the
 tables as the measured compute (``compute_time``); PyTorch runs torch DDP over NCCL, TensorFlow
@@ -15,9 +16,10 @@ from scaledl.sim.reproduce import Case, against_one_gpu, weak_scaling
 
 __all__ = ["DLE_CASES", "DLE", "DLE_MX", "DLE_TF"]
 
-DLE = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md "
-       "(pytorch-21.03 NGC container), training performance tables; batch per GPU from "
-       "ConvNets/configs.yml")
+DLE_PYT = "NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/{}/README.md"
+"""The PyTorch recipe's README of one model (its directory name)."""
+DLE = (DLE_PYT.format("resnet50v1.5") + " (pytorch-21.03 NGC container), training performance "
+       "tables; batch per GPU from ConvNets/configs.yml")
 DLE_MX = ("NVIDIA/DeepLearningExamples MxNet/Classification/RN50v1.5/README.md (commit "
           "1bd98ac: mxnet-20.12-py3 on the DGX-1 and DGX-2, mxnet-22.10-py3 on the DGX A100 "
           "80 GB), training performance tables")
@@ -27,13 +29,13 @@ DLE_TF = ("NVIDIA/DeepLearningExamples TensorFlow/Classification/ConvNets/resnet
 
 
 def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl",
-         gpus: int = 8, cycle_ms: float | None = None, mixed: bool = False
-         ) -> Callable[[bool], tuple[Job, Job]]:
-    # NVIDIA's ResNet-50 v1.5 recipe on one DGX, one process per GPU: torch DDP over NCCL
+         gpus: int = 8, cycle_ms: float | None = None, mixed: bool = False,
+         model: str = "resnet50") -> Callable[[bool], tuple[Job, Job]]:
+    # NVIDIA's image classification recipes on one DGX, one process per GPU: torch DDP over NCCL
     # (25 MB buckets) or, in TensorFlow and MXNet, Horovod over NCCL (the stack's fusion, and
     # its cycle unless the recipe sets one); mixed precision runs NHWC in every recipe
     # (configs.yml's memory_format, MXNet's runner's layouts, TensorFlow's NHWC default)
-    job = Job(model="resnet50", gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
+    job = Job(model=model, gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
               intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
               cycle_ms=cycle_ms, mixed_precision=mixed, channels_last=mixed)
     return against_one_gpu(job)
@@ -95,25 +97,54 @@ def _dle_horovod(framework: str, machine: str, precision: str, batch: int, singl
                           precision == "mixed precision")))
 
 
+DLE_PYTORCH_MODELS = {  # registry name: the name in the tables, the README's directory
+    "resnet50": ("ResNet-50 v1.5", "resnet50v1.5"),
+    "resnext101_32x4d": ("ResNeXt-101 32x4d", "resnext101-32x4d"),
+    "se_resnext101_32x4d": ("SE-ResNeXt-101 32x4d", "se-resnext101-32x4d"),
+}
+DLE_PYTORCH_MACHINES = {  # machine: the device preset, the link preset, how the GPUs are joined
+    "DGX A100": ("a100-80gb", "nvlink3", "8 A100 80 GB on NVSwitch"),
+    "DGX-1 V100 16 GB": ("v100", "nvlink2", "8 V100 16 GB on NVLink"),
+}
+DLE_PYTORCH_RUNS = (  # model, machine, precision, batch per GPU, images/s on one GPU and all 8
+    ("resnet50", "DGX A100", "TF32", 256, 938, 7248),
+    ("resnet50", "DGX A100", "mixed precision", 256, 2470, 16621),
+    ("resnet50", "DGX-1 V100 16 GB", "FP32", 112, 367, 2855),
+    ("resnet50", "DGX-1 V100 16 GB", "mixed precision", 256, 1200, 8322),
+    ("resnext101_32x4d", "DGX A100", "TF32", 128, 456, 3471),
+    ("resnext101_32x4d", "DGX A100", "mixed precision", 128, 1211, 7925),
+    ("resnext101_32x4d", "DGX-1 V100 16 GB", "FP32", 64, 147, 1133),
+    ("resnext101_32x4d", "DGX-1 V100 16 GB", "mixed precision", 128, 587, 4065),
+    ("se_resnext101_32x4d", "DGX A100", "TF32", 128, 395, 2991),
+    ("se_resnext101_32x4d", "DGX A100", "mixed precision", 128, 855, 5779),
+    ("se_resnext101_32x4d", "DGX-1 V100 16 GB", "FP32", 64, 132, 1004),
+    ("se_resnext101_32x4d", "DGX-1 V100 16 GB", "mixed precision", 112, 443, 2971),
+)
+"""The PyTorch recipe (pytorch-21.03 NGC container for every table here) with torch DDP over
+NCCL, 25 MB buckets, ImageNet JPEGs decoded by PyTorch's DataLoader (``data_backend: pytorch``),
+batch per GPU and NHWC at mixed precision from ConvNets/configs.yml at commit 7bdfc81 (April
+2021).  The ResNeXt rows were added after every preset was set, as a check of models with
+grouped convolutions and squeeze-and-excitation gates."""
+
+
+def _dle_pytorch(model: str, machine: str, precision: str, batch: int, single: float,
+                 every: float) -> Case:
+    """One row pair of the PyTorch recipe's tables: the DGX's 8 GPUs against one."""
+    label, directory = DLE_PYTORCH_MODELS[model]
+    device, intra, joined = DLE_PYTORCH_MACHINES[machine]
+    mixed = precision == "mixed precision"
+    return Case(
+        f"NVIDIA {label}, {machine}, {precision}", "efficiency", every / (8 * single),
+        f"one {machine.split(' V100')[0]} ({joined}), PyTorch DDP over NCCL, 25 MB buckets, "
+        f"{batch} images/GPU, {precision}{' (NHWC, fp32 gradients)' if mixed else ''}, one GPU "
+        f"at the published {single} images/s",
+        f"{DLE_PYT.format(directory)} (pytorch-21.03 NGC container), training performance "
+        f"tables: {single} and {every} images/s",
+        weak_scaling(_dle(device, intra, batch, single, mixed=mixed, model=model)))
+
+
 DLE_CASES = (
-    Case("NVIDIA ResNet-50 v1.5, DGX A100, TF32", "efficiency", 7248 / (8 * 938),
-         "one DGX A100 (8 A100 80 GB on NVSwitch), PyTorch DDP over NCCL, 25 MB buckets, "
-         "256 images/GPU, TF32, one GPU at the published 938 images/s",
-         DLE + ": 938 and 7248 images/s", weak_scaling(_dle("a100-80gb", "nvlink3", 256, 938))),
-    Case("NVIDIA ResNet-50 v1.5, DGX A100, mixed precision", "efficiency", 16621 / (8 * 2470),
-         "as above with AMP (fp16 compute, fp32 gradients: the same bytes), one GPU at "
-         "2470 images/s",
-         DLE + ": 2470 and 16621 images/s", weak_scaling(_dle("a100-80gb", "nvlink3", 256, 2470,
-                                                          mixed=True))),
-    Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, FP32", "efficiency", 2855 / (8 * 367),
-         "one DGX-1 (8 V100 16 GB on NVLink), PyTorch DDP over NCCL, 25 MB buckets, "
-         "112 images/GPU, FP32, one GPU at the published 367 images/s",
-         DLE + ": 367 and 2855 images/s", weak_scaling(_dle("v100", "nvlink2", 112, 367))),
-    Case("NVIDIA ResNet-50 v1.5, DGX-1 V100 16 GB, mixed precision", "efficiency",
-         8322 / (8 * 1200),
-         "as above with AMP at 256 images/GPU (fp32 gradients), one GPU at 1200 images/s",
-         DLE + ": 1200 and 8322 images/s",
-         weak_scaling(_dle("v100", "nvlink2", 256, 1200, mixed=True))),
+    *(_dle_pytorch(*run) for run in DLE_PYTORCH_RUNS),
     *(_dle_horovod(*run) for run in DLE_HOROVOD_RUNS),
 )
-"""The recipe's points: PyTorch's four, then the Horovod recipes' in table order."""
+"""The recipes' points: PyTorch's, then the Horovod recipes' in table order."""
