@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import nn
 
 from scaledl.models import available_models, build_model, layer_profile, total_flops
 from scaledl.models.profile import example_input
+from scaledl.models.resnet import resnext101
 
 SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     "mlp": (1, 8, 8),
@@ -18,6 +21,7 @@ SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     "resnet101": (3, 32, 32),
     "resnext101_32x4d": (3, 32, 32),
     "se_resnext101_32x4d": (3, 32, 32),
+    "nvidia_se_resnext101_32x4d": (3, 32, 32),
     "vgg16": (3, 32, 32),
     "googlenet": (3, 32, 32),
     "alexnet": (3, 64, 64),
@@ -178,16 +182,26 @@ def test_bad_input_shapes(name: str, shape: tuple[int, ...], message: str) -> No
         build_model("mlp", (4,), 0)
 
 
-def test_se_resnext_adds_a_gate_of_16_channels_to_every_block() -> None:
-    # NVIDIA's recipe squeezes every block's C output channels to 16 and back, with biases:
-    # 16 C + 16 + 16 C + C parameters per block, over ResNet-101's 3, 4, 23, 3 blocks of 256,
-    # 512, 1024 and 2048 channels.
+@pytest.mark.parametrize(("name", "width"), [("se_resnext101_32x4d", lambda c: c // 16),
+                                           ("nvidia_se_resnext101_32x4d", lambda c: 16)])
+def test_se_resnext_adds_a_gate_to_every_block(name: str, width: Callable[[int], int]) -> None:
+    # Each block's C output channels squeezed to w and back, with biases: 2 C w + w + C
+    # parameters per block, over ResNet-101's 3, 4, 23, 3 blocks of 256, 512, 1024 and 2048
+    # channels; w = C / 16 in the paper (and NVIDIA's TensorFlow recipe), 16 in NVIDIA's PyTorch
+    # recipe.
     blocks = {256: 3, 512: 4, 1024: 23, 2048: 3}
-    gates = sum(n * (33 * c + 16) for c, n in blocks.items())
+    gates = sum(n * (2 * c * width(c) + width(c) + c) for c, n in blocks.items())
     with torch.device("meta"):
         plain = _count(build_model("resnext101_32x4d", (3, 224, 224), 1000))
-        gated = _count(build_model("se_resnext101_32x4d", (3, 224, 224), 1000))
-    assert gated - plain == gates == 1_073_424
+        gated = _count(build_model(name, (3, 224, 224), 1000))
+    assert gated - plain == gates
+
+
+def test_se_resnext_gates_are_one_kind_or_none() -> None:
+    with pytest.raises(ValueError, match="at most one of them set"):
+        resnext101((3, 224, 224), 1000, squeeze=16, squeeze_ratio=16)
+    with pytest.raises(ValueError, match="squeeze -1"):
+        resnext101((3, 224, 224), 1000, squeeze=-1)
 
 
 def test_resnext_splits_the_3x3_convolution_into_32_groups() -> None:

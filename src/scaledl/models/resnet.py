@@ -23,8 +23,10 @@ Two ImageNet variants with grouped 3x3 convolutions, as NVIDIA's DeepLearningExa
   ending at 256 .. 2048 channels (44.2M parameters).
 - SE-ResNeXt-101 32x4d (Hu et al., "Squeeze-and-Excitation Networks", CVPR 2018): each block's
   output scaled per channel by a sigmoid gate computed from its global average through two 1x1
-  convolutions with biases.  The recipe squeezes to 16 channels in every block (not the paper's
-  ratio of 16), which adds 1.1M parameters (45.3M).
+  convolutions with biases, squeezed to 1/16 of the block's channels as in the paper and in
+  NVIDIA's TensorFlow recipe (``se_ratio: 16``; 49.0M parameters).  NVIDIA's PyTorch recipe
+  (its torch.hub entry ``nvidia_se_resnext101_32x4d``) squeezes to 16 channels in every block
+  instead, which adds 1.1M parameters to ResNeXt's (45.3M).
 """
 
 from __future__ import annotations
@@ -92,12 +94,18 @@ class SqueezeExcite(nn.Module):
 @dataclass(frozen=True)
 class BlockShape:
     """A bottleneck family: its 3x3 convolution's width per stage and groups, how much the last
-    1x1 widens, and the squeeze-and-excitation gate's channels (0: none)."""
+    1x1 widens, and the squeeze-and-excitation gate: its channels, or the block's output
+    channels over ``squeeze_ratio`` (both 0: no gate)."""
 
     widths: tuple[int, int, int, int] = (64, 128, 256, 512)
     expansion: int = 4
     groups: int = 1
     squeeze: int = 0
+    squeeze_ratio: int = 0
+
+    def gate_channels(self, channels: int) -> int:
+        """The gate's width for a block of ``channels`` outputs (0: no gate)."""
+        return self.squeeze or (channels // self.squeeze_ratio if self.squeeze_ratio else 0)
 
 
 RESNET = BlockShape()
@@ -111,7 +119,8 @@ class Bottleneck(nn.Module):
     def __init__(self, cin: int, width: int, stride: int, shape: BlockShape = RESNET) -> None:
         super().__init__()
         cout = width * shape.expansion
-        gate = [SqueezeExcite(cout, shape.squeeze)] if shape.squeeze else []
+        squeeze = shape.gate_channels(cout)
+        gate = [SqueezeExcite(cout, squeeze)] if squeeze else []
         self.body = nn.Sequential(
             *_conv_bn(cin, width, 1), nn.ReLU(inplace=True),
             *_conv_bn(width, width, 3, stride, shape.groups), nn.ReLU(inplace=True),
@@ -199,11 +208,12 @@ def imagenet_resnet(depth: int, input_shape: tuple[int, ...], num_classes: int) 
 
 
 def resnext101(
-    input_shape: tuple[int, ...], num_classes: int, squeeze: int = 0
+    input_shape: tuple[int, ...], num_classes: int, squeeze: int = 0, squeeze_ratio: int = 0
 ) -> ImageNetResNet:
-    """ResNeXt-101 32x4d, or with ``squeeze`` channels in each block's gate, SE-ResNeXt-101 32x4d
-    (NVIDIA's recipe: 16)."""
-    if squeeze < 0:
-        raise ValueError(f"squeeze {squeeze} must be >= 0 channels (0: no gate)")
-    shape = replace(RESNEXT_32X4D, squeeze=squeeze)
+    """ResNeXt-101 32x4d; with a gate of ``squeeze`` channels in each block (NVIDIA's PyTorch
+    recipe: 16) or of its channels over ``squeeze_ratio`` (the paper: 16), SE-ResNeXt-101 32x4d."""
+    if squeeze < 0 or squeeze_ratio < 0 or (squeeze and squeeze_ratio):
+        raise ValueError(f"squeeze {squeeze} and squeeze_ratio {squeeze_ratio} must be >= 0 and "
+                         "at most one of them set (0 and 0: no gate)")
+    shape = replace(RESNEXT_32X4D, squeeze=squeeze, squeeze_ratio=squeeze_ratio)
     return ImageNetResNet(input_shape, num_classes, _IMAGENET_BLOCKS[101], shape)

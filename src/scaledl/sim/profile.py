@@ -31,7 +31,8 @@ __all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "IMAGENET_
 TOKEN_MODELS = frozenset({"bert_base", "bert_large", *GPT2_SIZES})
 """Registry models whose input is a sequence of token ids (``--input-shape`` is its length)."""
 IMAGENET_MODELS = frozenset({"resnet50", "resnet101", "resnext101_32x4d", "se_resnext101_32x4d",
-                             "vgg16", "googlenet", "alexnet", "inception_v3"})
+                             "nvidia_se_resnext101_32x4d", "vgg16", "googlenet", "alexnet",
+                             "inception_v3"})
 BACKWARD_FACTOR = 2.0
 """Backward FLOPs per forward FLOP (gradients of inputs and of weights)."""
 
