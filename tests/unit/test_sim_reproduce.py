@@ -11,7 +11,7 @@ from scaledl.cli.simulate_report import reproduction_table
 from scaledl.sim.cases import CASES, _dgx1
 from scaledl.sim.cases_dle import (
     DLE_PYTORCH_MACHINES,
-    DLE_PYTORCH_MODELS,
+    DLE_MODELS,
     DLE_PYTORCH_RUNS,
     MX_CYCLE_MS,
     _dle,
@@ -158,7 +158,7 @@ def test_the_pytorch_recipes_run_their_own_model_precision_and_layout() -> None:
     not ResNet-50 under another name), NHWC with mixed precision at AMP only, at its batch."""
     by_name = {case.name: case for case in CASES}
     for model, machine, precision, batch, single, every in DLE_PYTORCH_RUNS:
-        label = DLE_PYTORCH_MODELS[model][0]
+        label = DLE_MODELS[model][0]
         case = by_name[f"NVIDIA {label}, {machine}, {precision}"]
         assert case.published == pytest.approx(every / (8 * single))
         one, eight = _dle(*DLE_PYTORCH_MACHINES[machine][:2], batch, single,
@@ -166,6 +166,6 @@ def test_the_pytorch_recipes_run_their_own_model_precision_and_layout() -> None:
         assert one.model == eight.model == model and eight.gpus == 8 and eight.batch == batch
         assert eight.mixed_precision == eight.channels_last == (precision == "mixed precision")
     gradient_bytes = {model: _dle("v100", "nvlink2", 64, 100.0, model=model)(False)[1]
-                      .profile().parameter_bytes for model in DLE_PYTORCH_MODELS}
+                      .profile().parameter_bytes for model in DLE_MODELS}
     assert gradient_bytes["resnet50"] < gradient_bytes["resnext101_32x4d"] \
-        < gradient_bytes["se_resnext101_32x4d"]
+        < gradient_bytes["nvidia_se_resnext101_32x4d"]

@@ -37,10 +37,10 @@ _DLE_RNXT_RATES = {  # model: device, batch per GPU (ConvNets/configs.yml), imag
                          ("a100-80gb", 128, 456.0, "TF32, DGX A100"),
                          ("v100", 128, 587.0, "AMP, DGX-1 16 GB"),
                          ("a100-80gb", 128, 1211.0, "AMP, DGX A100")),
-    "se_resnext101_32x4d": (("v100", 64, 132.0, "FP32, DGX-1 16 GB"),
-                            ("a100-80gb", 128, 395.0, "TF32, DGX A100"),
-                            ("v100", 112, 443.0, "AMP, DGX-1 16 GB"),
-                            ("a100-80gb", 128, 855.0, "AMP, DGX A100")),
+    "nvidia_se_resnext101_32x4d": (("v100", 64, 132.0, "FP32, DGX-1 16 GB"),
+                                   ("a100-80gb", 128, 395.0, "TF32, DGX A100"),
+                                   ("v100", 112, 443.0, "AMP, DGX-1 16 GB"),
+                                   ("a100-80gb", 128, 855.0, "AMP, DGX A100")),
 }
 
 
@@ -93,7 +93,7 @@ RATE_CHECKS = (
     *(RateCheck(device, model, batch, rate, f"{DLE_RNXT.format(directory)}, {how}",
                 mixed_precision=how.startswith("AMP"), channels_last=how.startswith("AMP"))
       for model, directory in (("resnext101_32x4d", "resnext101-32x4d"),
-                               ("se_resnext101_32x4d", "se-resnext101-32x4d"))
+                               ("nvidia_se_resnext101_32x4d", "se-resnext101-32x4d"))
       for device, batch, rate, how in _DLE_RNXT_RATES[model]),
 )
 """The rates, presets' own first."""
