@@ -26,6 +26,8 @@ SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     "googlenet": (3, 32, 32),
     "alexnet": (3, 64, 64),
     "inception_v3": (3, 75, 75),
+    "efficientnet_b0": (3, 32, 32),
+    "efficientnet_b4": (3, 32, 32),
     "bert_base": (16,),
     "bert_large": (8,),
     "gpt2": (16,),
@@ -45,11 +47,14 @@ PUBLISHED_PARAMETERS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "alexnet": ((3, 224, 224), 1000, 61e6),
     "googlenet": ((3, 224, 224), 1000, 7.0e6),
     "inception_v3": ((3, 299, 299), 1000, 23.8e6),
+    "efficientnet_b0": ((3, 224, 224), 1000, 5.3e6),
+    "efficientnet_b4": ((3, 380, 380), 1000, 19e6),
 }
 """Input, classes and parameter count as the papers give them.  GoogLeNet: the paper's table 1
 sums to about 6.8M; with batch norm and true 5x5 convolutions it is 7.0M (torchvision's 6.6M
 uses 3x3 where the paper has 5x5).  Inception v3: 23.8M without the auxiliary classifier.
-ResNeXt-101 32x4d: Xie et al., CVPR 2017 (44.2M, ResNet-101's count within 1%)."""
+ResNeXt-101 32x4d: Xie et al., CVPR 2017 (44.2M, ResNet-101's count within 1%).  EfficientNet:
+Tan and Le, ICML 2019, table 2 (B0 5.3M, B4 19M)."""
 
 
 def _count(model: nn.Module) -> int:
@@ -105,7 +110,7 @@ def test_parameter_counts_match_the_papers(name: str) -> None:
 
 def test_exact_counts_of_well_known_models() -> None:
     expected = {"resnet50": 25_557_032, "vgg16": 138_357_544, "alexnet": 60_965_224,
-                "resnext101_32x4d": 44_177_704}
+                "resnext101_32x4d": 44_177_704, "efficientnet_b0": 5_288_548}
     for name, count in expected.items():
         with torch.device("meta"):
             assert _count(build_model(name, (3, 224, 224), 1000)) == count
@@ -211,3 +216,24 @@ def test_resnext_splits_the_3x3_convolution_into_32_groups() -> None:
     assert len(grouped) == 33
     assert {m.groups for m in grouped} == {32}
     assert [m.in_channels for m in grouped[:1] + grouped[-1:]] == [128, 1024]
+
+
+@pytest.mark.parametrize(("name", "side", "blocks", "exact"), [
+    ("efficientnet_b0", 224, 16, 5_288_548), ("efficientnet_b4", 380, 32, 19_341_616)])
+def test_efficientnet_has_one_depthwise_convolution_per_block(
+        name: str, side: int, blocks: int, exact: int) -> None:
+    # B0's stages have 1, 2, 2, 3, 3, 4, 1 blocks; B4 multiplies each by 1.8, rounded up (2, 4,
+    # 4, 6, 6, 8, 2), and its widths by 1.4 to a multiple of 8.
+    with torch.device("meta"):
+        model = build_model(name, (3, side, side), 1000)
+    depthwise = [m for m in model.modules()
+                 if isinstance(m, nn.Conv2d) and m.groups == m.in_channels > 1]
+    assert len(depthwise) == blocks
+    assert _count(model) == exact
+
+
+def test_efficientnet_refuses_a_variant_it_does_not_have() -> None:
+    from scaledl.models.efficientnet import efficientnet
+
+    with pytest.raises(ValueError, match="variant 'b7' must be one of"):
+        efficientnet("b7", (3, 224, 224), 1000)

@@ -9,6 +9,7 @@ from functools import partial
 from torch import nn
 
 from scaledl.models.alexnet import AlexNet
+from scaledl.models.efficientnet import efficientnet
 from scaledl.models.googlenet import GoogLeNet
 from scaledl.models.gpt import GPT2_SIZES, Gpt2
 from scaledl.models.inception import InceptionV3
@@ -38,6 +39,8 @@ MODELS: dict[str, ModelBuilder] = {
     "googlenet": GoogLeNet,
     "alexnet": AlexNet,
     "inception_v3": InceptionV3,
+    "efficientnet_b0": partial(efficientnet, "b0"),
+    "efficientnet_b4": partial(efficientnet, "b4"),
     "bert_base": partial(Bert, config=BERT_BASE, name="bert_base"),
     "bert_large": partial(Bert, config=BERT_LARGE, name="bert_large"),
     **{name: partial(Gpt2, config=size, name=name) for name, size in GPT2_SIZES.items()},

@@ -32,7 +32,9 @@ TOKEN_MODELS = frozenset({"bert_base", "bert_large", *GPT2_SIZES})
 """Registry models whose input is a sequence of token ids (``--input-shape`` is its length)."""
 IMAGENET_MODELS = frozenset({"resnet50", "resnet101", "resnext101_32x4d", "se_resnext101_32x4d",
                              "nvidia_se_resnext101_32x4d", "vgg16", "googlenet", "alexnet",
-                             "inception_v3"})
+                             "inception_v3", "efficientnet_b0", "efficientnet_b4"})
+IMAGENET_SIDES = {"inception_v3": 299, "efficientnet_b4": 380}
+"""ImageNet models published at another resolution than 224x224."""
 BACKWARD_FACTOR = 2.0
 """Backward FLOPs per forward FLOP (gradients of inputs and of weights)."""
 
@@ -111,18 +113,18 @@ class ModelProfile:
 
 
 def default_input(model: str) -> tuple[tuple[int, ...], int]:
-    """``(input shape, classes)``: ImageNet for the ImageNet models (299x299 for Inception v3,
-    as its paper and the benchmarks that use it), 128 tokens and two classes for BERT (its
-    pre-training's first phase and sentence-pair tasks), 1024 tokens and next-token logits
-    over the vocabulary for GPT-2 (its context and its tied head), CIFAR-10 otherwise."""
+    """``(input shape, classes)``: ImageNet for the ImageNet models (299x299 for Inception v3
+    and 380x380 for EfficientNet-B4, as their papers and the benchmarks that use them), 128
+    tokens and two classes for BERT (its pre-training's first phase and sentence-pair tasks),
+    1024 tokens and next-token logits over the vocabulary for GPT-2 (its context and its tied
+    head), CIFAR-10 otherwise."""
     if model.lower() in GPT2_SIZES:
         return (GPT2_POSITIONS,), GPT2_VOCAB
     if model.lower() in TOKEN_MODELS:
         return (128,), 2
-    if model.lower() == "inception_v3":
-        return (3, 299, 299), 1000
     if model.lower() in IMAGENET_MODELS:
-        return (3, 224, 224), 1000
+        side = IMAGENET_SIDES.get(model.lower(), 224)
+        return (3, side, side), 1000
     if model.lower() in ("lenet", "mlp"):
         return (1, 28, 28), 10
     return (3, 32, 32), 10
