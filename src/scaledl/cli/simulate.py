@@ -249,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
     job.check()
     topology, network = job.topology_value(), job.network_value()
     report.warn_on_one_host_oversubscription(job, topology)
+    report.warn_on_unchecked_compute(job)
     profile = job.profile()
     job.update_seconds(profile)
     job.losses()
