@@ -9,13 +9,8 @@ import pytest
 
 from scaledl.cli.simulate_report import reproduction_table
 from scaledl.sim.cases import CASES, _dgx1
-from scaledl.sim.cases_dle import (
-    DLE_PYTORCH_MACHINES,
-    DLE_MODELS,
-    DLE_PYTORCH_RUNS,
-    MX_CYCLE_MS,
-    _dle,
-)
+from scaledl.sim.cases_dle import DLE_MODELS, MX_CYCLE_MS, _dle
+from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_MACHINES, DLE_PYTORCH_RUNS
 from scaledl.sim.cases_horovod import _horovod
 from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import (
@@ -155,17 +150,27 @@ def test_the_mxnet_recipe_runs_horovod_with_its_own_cycle() -> None:
 
 def test_the_pytorch_recipes_run_their_own_model_precision_and_layout() -> None:
     """Each PyTorch row of NVIDIA's ConvNets tables simulates its own model (the ResNeXts are
-    not ResNet-50 under another name), NHWC with mixed precision at AMP only, at its batch."""
+    not ResNet-50 under another name), NHWC with mixed precision at AMP only, at its batch, on
+    DGX A100 nodes of 8 beyond 8 GPUs."""
     by_name = {case.name: case for case in CASES}
-    for model, machine, precision, batch, single, every in DLE_PYTORCH_RUNS:
+    for model, machine, precision, batch, single, gpus, every in DLE_PYTORCH_RUNS:
         label = DLE_MODELS[model][0]
-        case = by_name[f"NVIDIA {label}, {machine}, {precision}"]
-        assert case.published == pytest.approx(every / (8 * single))
-        one, eight = _dle(*DLE_PYTORCH_MACHINES[machine][:2], batch, single,
-                          mixed=precision == "mixed precision", model=model)(False)
-        assert one.model == eight.model == model and eight.gpus == 8 and eight.batch == batch
-        assert eight.mixed_precision == eight.channels_last == (precision == "mixed precision")
+        nodes = f"{gpus // 8} {machine}" if gpus > 8 else machine
+        case = by_name[f"NVIDIA {label}, {nodes}, {precision}"]
+        assert case.published == pytest.approx(every / (gpus * single))
+        one, many = _dle(*DLE_PYTORCH_MACHINES[machine][:2], batch, single, gpus=gpus,
+                         mixed=precision == "mixed precision", model=model,
+                         nodes=max(1, gpus // 8))(False)
+        assert one.model == many.model == model and many.gpus == gpus and many.batch == batch
+        assert many.mixed_precision == many.channels_last == (precision == "mixed precision")
+        assert many.topology_value().spec == (str(gpus) if gpus <= 8 else f"8x{gpus // 8}")
     gradient_bytes = {model: _dle("v100", "nvlink2", 64, 100.0, model=model)(False)[1]
                       .profile().parameter_bytes for model in DLE_MODELS}
-    assert gradient_bytes["resnet50"] < gradient_bytes["resnext101_32x4d"] \
-        < gradient_bytes["nvidia_se_resnext101_32x4d"]
+    assert gradient_bytes["efficientnet_b0"] < gradient_bytes["efficientnet_b4"] \
+        < gradient_bytes["resnet50"] < gradient_bytes["resnext101_32x4d"] \
+        < gradient_bytes["nvidia_se_resnext101_32x4d"] < gradient_bytes["se_resnext101_32x4d"]
+
+
+def test_the_dgx2_is_one_host_of_16_not_two_nodes() -> None:
+    _, dgx2 = _dle("v100", "nvswitch-v100", 128, 432.0, stack="horovod", gpus=16)(False)
+    assert dgx2.topology_value().spec == "16"

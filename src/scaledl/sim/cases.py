@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from scaledl.sim.cases_bert import BERT_CASES
 from scaledl.sim.cases_dle import DLE_CASES
+from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_CASES
 from scaledl.sim.cases_horovod import HOROVOD_CASES
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, Prediction, against_one_gpu, weak_scaling
@@ -165,6 +166,7 @@ CASES = (
          "GPUs)", weak_scaling(_goyal)),
     *(case for run in TF_DGX1_RUNS for case in _tf_dgx1(*run)),
     *(_ddp_case(*run) for run in DDP_RUNS),
+    *DLE_PYTORCH_CASES,
     *DLE_CASES,
     *BERT_CASES,
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,

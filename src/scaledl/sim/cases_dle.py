@@ -1,10 +1,11 @@
-"""NVIDIA's image classification recipes on one DGX: ResNet-50 v1.5 in PyTorch, TensorFlow and
-MXNet, ResNeXt-101 32x4d and SE-ResNeXt-101 32x4d in PyTorch and TensorFlow; published scaling
-points (docs/simulation.md, "Reproducing published results").
+"""NVIDIA's image classification recipes with Horovod on one DGX: ResNet-50 v1.5 in TensorFlow and
+MXNet, ResNeXt-101 32x4d and SE-ResNeXt-101 32x4d in TensorFlow; published scaling points
+(docs/simulation.md, "Reproducing published results"), and what the PyTorch recipe's points
+(``cases_dle_pytorch``) share with them.
 
 Every GPU of a DGX A100, a DGX-1 and a DGX-2 against one of them, each single-GPU rate of the
-tables as the measured compute (``compute_time``); PyTorch runs torch DDP over NCCL, TensorFlow
-and MXNet Horovod over NCCL (the stack's fusion, and its cycle unless the recipe sets one).
+tables as the measured compute (``compute_time``); TensorFlow and MXNet run Horovod over NCCL
+(the stack's fusion, and its cycle unless the recipe sets one).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, against_one_gpu, weak_scaling
 
-__all__ = ["DLE_CASES", "DLE", "DLE_MX", "DLE_TF"]
+__all__ = ["DLE_CASES", "DLE", "DLE_MODELS", "DLE_MX", "DLE_PYT", "DLE_TF"]
 
 DLE_PYT = "NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/{}/README.md"
 """The PyTorch recipe's README of one model (its directory name)."""
@@ -34,14 +35,17 @@ TF_WITHOUT_XLA = frozenset({("resnext101_32x4d", "DGX-1 V100 16 GB"),
 
 def _dle(device: str, intra: str, batch: int, images_per_s: float, stack: str = "nccl",
          gpus: int = 8, cycle_ms: float | None = None, mixed: bool = False,
-         model: str = "resnet50") -> Callable[[bool], tuple[Job, Job]]:
+         model: str = "resnet50", nodes: int = 1) -> Callable[[bool], tuple[Job, Job]]:
     # NVIDIA's image classification recipes on one DGX, one process per GPU: torch DDP over NCCL
     # (25 MB buckets) or, in TensorFlow and MXNet, Horovod over NCCL (the stack's fusion, and
     # its cycle unless the recipe sets one); mixed precision runs NHWC in every recipe
-    # (configs.yml's memory_format, MXNet's runner's layouts, TensorFlow's NHWC default)
-    job = Job(model=model, gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
-              intra=intra, batch=batch, stack=stack, compute_time=batch / images_per_s,
-              cycle_ms=cycle_ms, mixed_precision=mixed, channels_last=mixed)
+    # (configs.yml's memory_format, MXNet's runner's layouts, TensorFlow's NHWC default); on
+    # several ``nodes`` (DGX A100) each has 8 HDR InfiniBand ports, one per GPU (its datasheet)
+    topology = str(gpus) if nodes == 1 else f"{gpus // nodes}x{nodes}"
+    job = Job(model=model, gpus=gpus, topology=topology, algorithm="ring", device=device,
+              intra=intra, network="ib-hdr-x8", batch=batch, stack=stack,
+              compute_time=batch / images_per_s, cycle_ms=cycle_ms, mixed_precision=mixed,
+              channels_last=mixed)
     return against_one_gpu(job)
 
 
@@ -122,50 +126,8 @@ DLE_MODELS = {  # registry name: the name in the tables, the README's directory
     "resnext101_32x4d": ("ResNeXt-101 32x4d", "resnext101-32x4d"),
     "se_resnext101_32x4d": ("SE-ResNeXt-101 32x4d", "se-resnext101-32x4d"),
     "nvidia_se_resnext101_32x4d": ("SE-ResNeXt-101 32x4d", "se-resnext101-32x4d"),
+    "efficientnet_b0": ("EfficientNet-B0", "efficientnet"),
+    "efficientnet_b4": ("EfficientNet-B4", "efficientnet"),
 }
-DLE_PYTORCH_MACHINES = {  # machine: the device preset, the link preset, how the GPUs are joined
-    "DGX A100": ("a100-80gb", "nvlink3", "8 A100 80 GB on NVSwitch"),
-    "DGX-1 V100 16 GB": ("v100", "nvlink2", "8 V100 16 GB on NVLink"),
-}
-DLE_PYTORCH_RUNS = (  # model, machine, precision, batch per GPU, images/s on one GPU and all 8
-    ("resnet50", "DGX A100", "TF32", 256, 938, 7248),
-    ("resnet50", "DGX A100", "mixed precision", 256, 2470, 16621),
-    ("resnet50", "DGX-1 V100 16 GB", "FP32", 112, 367, 2855),
-    ("resnet50", "DGX-1 V100 16 GB", "mixed precision", 256, 1200, 8322),
-    ("resnext101_32x4d", "DGX A100", "TF32", 128, 456, 3471),
-    ("resnext101_32x4d", "DGX A100", "mixed precision", 128, 1211, 7925),
-    ("resnext101_32x4d", "DGX-1 V100 16 GB", "FP32", 64, 147, 1133),
-    ("resnext101_32x4d", "DGX-1 V100 16 GB", "mixed precision", 128, 587, 4065),
-    ("nvidia_se_resnext101_32x4d", "DGX A100", "TF32", 128, 395, 2991),
-    ("nvidia_se_resnext101_32x4d", "DGX A100", "mixed precision", 128, 855, 5779),
-    ("nvidia_se_resnext101_32x4d", "DGX-1 V100 16 GB", "FP32", 64, 132, 1004),
-    ("nvidia_se_resnext101_32x4d", "DGX-1 V100 16 GB", "mixed precision", 112, 443, 2971),
-)
-"""The PyTorch recipe (pytorch-21.03 NGC container for every table here) with torch DDP over
-NCCL, 25 MB buckets, ImageNet JPEGs decoded by PyTorch's DataLoader (``data_backend: pytorch``),
-batch per GPU and NHWC at mixed precision from ConvNets/configs.yml at commit 7bdfc81 (April
-2021).  The ResNeXt rows were added after every preset was set, as a check of models with
-grouped convolutions and squeeze-and-excitation gates."""
-
-
-def _dle_pytorch(model: str, machine: str, precision: str, batch: int, single: float,
-                 every: float) -> Case:
-    """One row pair of the PyTorch recipe's tables: the DGX's 8 GPUs against one."""
-    label, directory = DLE_MODELS[model]
-    device, intra, joined = DLE_PYTORCH_MACHINES[machine]
-    mixed = precision == "mixed precision"
-    return Case(
-        f"NVIDIA {label}, {machine}, {precision}", "efficiency", every / (8 * single),
-        f"one {machine.split(' V100')[0]} ({joined}), PyTorch DDP over NCCL, 25 MB buckets, "
-        f"{batch} images/GPU, {precision}{' (NHWC, fp32 gradients)' if mixed else ''}, one GPU "
-        f"at the published {single} images/s",
-        f"{DLE_PYT.format(directory)} (pytorch-21.03 NGC container), training performance "
-        f"tables: {single} and {every} images/s",
-        weak_scaling(_dle(device, intra, batch, single, mixed=mixed, model=model)))
-
-
-DLE_CASES = (
-    *(_dle_pytorch(*run) for run in DLE_PYTORCH_RUNS),
-    *(_dle_horovod(*run) for run in DLE_HOROVOD_RUNS),
-)
-"""The recipes' points: PyTorch's, then the Horovod recipes' in table order."""
+DLE_CASES = tuple(_dle_horovod(*run) for run in DLE_HOROVOD_RUNS)
+"""The Horovod recipes' points in table order (the PyTorch recipe's: ``cases_dle_pytorch``)."""

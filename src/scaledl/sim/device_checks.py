@@ -23,16 +23,18 @@ DLE_RN50 = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet5
             "(pytorch-21.03)")
 DLE_MX = ("NVIDIA/DeepLearningExamples MxNet/Classification/RN50v1.5/README.md (commit 1bd98ac), "
           "NCHW without fused kernels at float32 (its runner sets NHWC layouts for float16 only)")
-DLE_RNXT = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/{}/README.md "
+DLE_CONVNETS = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/{}/README.md "
             "(pytorch-21.03)")
-"""The same recipe's README for ResNeXt-101 32x4d (resnext101-32x4d) or SE-ResNeXt-101 32x4d
-(se-resnext101-32x4d): grouped convolutions and squeeze-and-excitation gates, added after every
-preset was set."""
+"""The same recipe's README for ResNeXt-101 32x4d (resnext101-32x4d), SE-ResNeXt-101 32x4d
+(se-resnext101-32x4d) or EfficientNet (efficientnet: B0 at 224x224, B4 at 380x380): grouped and
+depthwise convolutions and squeeze-and-excitation gates, added after every preset was set.  The
+EfficientNet rates are 1.6-2.3x below the presets' estimates: the roofline does not describe
+depthwise convolutions' kernels (docs/simulation.md, "Device efficiency")."""
 DLE_BERT = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (January 2022, "
             "SQuAD, sequence length 384)")
 
 
-_DLE_RNXT_RATES = {  # model: device, batch per GPU (ConvNets/configs.yml), images/s, how
+_DLE_CONVNETS_RATES = {  # model: device, batch per GPU (ConvNets/configs.yml), images/s, how
     "resnext101_32x4d": (("v100", 64, 147.0, "FP32, DGX-1 16 GB"),
                          ("a100-80gb", 128, 456.0, "TF32, DGX A100"),
                          ("v100", 128, 587.0, "AMP, DGX-1 16 GB"),
@@ -41,6 +43,14 @@ _DLE_RNXT_RATES = {  # model: device, batch per GPU (ConvNets/configs.yml), imag
                                    ("a100-80gb", 128, 395.0, "TF32, DGX A100"),
                                    ("v100", 112, 443.0, "AMP, DGX-1 16 GB"),
                                    ("a100-80gb", 128, 855.0, "AMP, DGX A100")),
+    "efficientnet_b0": (("v100", 64, 655.0, "FP32, DGX-1 16 GB"),
+                        ("a100-80gb", 256, 1078.0, "TF32, DGX A100"),
+                        ("v100", 128, 1301.0, "AMP, DGX-1 16 GB"),
+                        ("a100-80gb", 256, 2489.0, "AMP, DGX A100")),
+    "efficientnet_b4": (("v100", 16, 83.0, "FP32, DGX-1 16 GB"),
+                        ("a100-80gb", 64, 157.0, "TF32, DGX A100"),
+                        ("v100", 32, 204.0, "AMP, DGX-1 16 GB"),
+                        ("a100-80gb", 128, 331.0, "AMP, DGX A100")),
 }
 
 
@@ -90,11 +100,13 @@ RATE_CHECKS = (
               mixed_precision=True, channels_last=True),
     RateCheck("a100-80gb", "bert_large", 32, 110.5, f"{DLE_BERT}, AMP, DGX A100", (384,),
               mixed_precision=True),
-    *(RateCheck(device, model, batch, rate, f"{DLE_RNXT.format(directory)}, {how}",
+    *(RateCheck(device, model, batch, rate, f"{DLE_CONVNETS.format(directory)}, {how}",
                 mixed_precision=how.startswith("AMP"), channels_last=how.startswith("AMP"))
       for model, directory in (("resnext101_32x4d", "resnext101-32x4d"),
-                               ("nvidia_se_resnext101_32x4d", "se-resnext101-32x4d"))
-      for device, batch, rate, how in _DLE_RNXT_RATES[model]),
+                               ("nvidia_se_resnext101_32x4d", "se-resnext101-32x4d"),
+                               ("efficientnet_b0", "efficientnet"),
+                               ("efficientnet_b4", "efficientnet"))
+      for device, batch, rate, how in _DLE_CONVNETS_RATES[model]),
 )
 """The rates, presets' own first."""
 
