@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-__all__ = ["image_shape", "init_weights"]
+__all__ = ["SqueezeExcite", "image_shape", "init_weights"]
 
 
 def image_shape(
@@ -42,3 +43,20 @@ def init_weights(model: nn.Module) -> None:
         elif isinstance(module, nn.BatchNorm2d):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+
+
+class SqueezeExcite(nn.Module):
+    """A per-channel gate (Hu et al., CVPR 2018): global average, a 1x1 convolution to ``squeeze``
+    channels, ``activation``, a 1x1 back, sigmoid; the input scaled by it."""
+
+    def __init__(self, channels: int, squeeze: int,
+                 activation: type[nn.Module] = nn.ReLU) -> None:
+        super().__init__()
+        self.gate = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Conv2d(channels, squeeze, 1), activation(),
+            nn.Conv2d(squeeze, channels, 1), nn.Sigmoid(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scaled: torch.Tensor = x * self.gate(x)
+        return scaled

@@ -24,7 +24,7 @@ import math
 import torch
 from torch import nn
 
-from scaledl.models.common import image_shape, init_weights
+from scaledl.models.common import SqueezeExcite, image_shape, init_weights
 
 __all__ = ["EfficientNet", "efficientnet"]
 
@@ -59,17 +59,14 @@ class MBConv(nn.Module):
         super().__init__()
         hidden, squeeze = cin * expansion, max(1, int(cin * SE_RATIO))
         expand = _conv_bn(cin, hidden, 1) if expansion != 1 else []
-        self.body = nn.Sequential(*expand, *_conv_bn(hidden, hidden, kernel, stride, hidden))
-        self.gate = nn.Sequential(
-            nn.AdaptiveAvgPool2d(1), nn.Conv2d(hidden, squeeze, 1), nn.SiLU(inplace=True),
-            nn.Conv2d(squeeze, hidden, 1), nn.Sigmoid(),
+        self.body = nn.Sequential(
+            *expand, *_conv_bn(hidden, hidden, kernel, stride, hidden),
+            SqueezeExcite(hidden, squeeze, nn.SiLU), *_conv_bn(hidden, cout, 1, act=False),
         )
-        self.project = nn.Sequential(*_conv_bn(hidden, cout, 1, act=False))
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.body(x)
-        out: torch.Tensor = self.project(hidden * self.gate(hidden))
+        out: torch.Tensor = self.body(x)
         return out + x if self.residual else out
 
 

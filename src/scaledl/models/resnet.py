@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from scaledl.models.common import image_shape, init_weights
+from scaledl.models.common import SqueezeExcite, image_shape, init_weights
 
 __all__ = ["CifarResNet", "ImageNetResNet", "cifar_resnet", "imagenet_resnet", "resnext101"]
 
@@ -74,21 +74,6 @@ class BasicBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.relu(self.body(x) + self.shortcut(x))
-
-
-class SqueezeExcite(nn.Module):
-    """A per-channel gate: global average, 1x1 to ``squeeze`` channels, ReLU, 1x1 back, sigmoid."""
-
-    def __init__(self, channels: int, squeeze: int) -> None:
-        super().__init__()
-        self.gate = nn.Sequential(
-            nn.AdaptiveAvgPool2d(1), nn.Conv2d(channels, squeeze, 1), nn.ReLU(inplace=True),
-            nn.Conv2d(squeeze, channels, 1), nn.Sigmoid(),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scaled: torch.Tensor = x * self.gate(x)
-        return scaled
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,10 @@ from collections.abc import Callable
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, against_one_gpu, weak_scaling
 
-__all__ = ["DLE_CASES", "DLE", "DLE_MODELS", "DLE_MX", "DLE_PYT", "DLE_TF"]
+__all__ = ["DLE_CASES", "DLE_MODELS", "DLE_MX", "DLE_PYT", "DLE_TF"]
 
 DLE_PYT = "NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/{}/README.md"
 """The PyTorch recipe's README of one model (its directory name)."""
-DLE = (DLE_PYT.format("resnet50v1.5") + " (pytorch-21.03 NGC container), training performance "
-       "tables; batch per GPU from ConvNets/configs.yml")
 DLE_MX = ("NVIDIA/DeepLearningExamples MxNet/Classification/RN50v1.5/README.md (commit "
           "1bd98ac: mxnet-20.12-py3 on the DGX-1 and DGX-2, mxnet-22.10-py3 on the DGX A100 "
           "80 GB), training performance tables")
