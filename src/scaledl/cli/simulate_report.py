@@ -79,10 +79,10 @@ def _depthwise(model: str, input_shape: tuple[int, ...] | None) -> bool:
     from torch import nn
 
     from scaledl.models.registry import MODELS, build_model
-    from scaledl.sim.profile import default_input
+    from scaledl.sim.profile import TOKEN_MODELS, default_input
 
-    if model.lower() not in MODELS:
-        return False
+    if model.lower() not in MODELS or model.lower() in TOKEN_MODELS:
+        return False  # a measured profile's own model, or a Transformer (no convolution)
     shape, classes = default_input(model)
     with torch.device("meta"):
         net = build_model(model, input_shape or shape, classes)
