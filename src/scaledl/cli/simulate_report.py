@@ -73,29 +73,14 @@ def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
               "predicted here is optimistic", file=sys.stderr)
 
 
-def _depthwise(model: str, input_shape: tuple[int, ...] | None) -> bool:
-    """Whether the registry model has depthwise convolutions (one input channel per group)."""
-    import torch
-    from torch import nn
-
-    from scaledl.models.registry import MODELS, build_model
-    from scaledl.sim.profile import TOKEN_MODELS, default_input
-
-    if model.lower() not in MODELS or model.lower() in TOKEN_MODELS:
-        return False  # a measured profile's own model, or a Transformer (no convolution)
-    shape, classes = default_input(model)
-    with torch.device("meta"):
-        net = build_model(model, input_shape or shape, classes)
-    return any(isinstance(m, nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels
-               for m in net.modules())
-
-
 def warn_on_unchecked_compute(job: Job) -> None:
     """Say so when a device preset prices a model with depthwise convolutions: EfficientNet's
     published single-GPU rates are 1.6-2.3x below the presets' estimates (docs/simulation.md,
     "Device efficiency"), so only a measured rate or profile is worth using there."""
+    from scaledl.sim.profile import has_depthwise
+
     if job.compute_time is None and job.profile_path is None \
-            and _depthwise(job.model, job.input_shape):
+            and has_depthwise(job.model, job.input_shape):
         print(f"scaledl: warning: {job.model} has depthwise convolutions, which the device "
               "presets price 1.6-2.3x too fast (EfficientNet against NVIDIA's published rates, "
               "docs/simulation.md); pass the rate you measured (--compute-time) or a profile "

@@ -25,8 +25,8 @@ from scaledl.models.trace import OpCost, TraceError, operation_costs
 from scaledl.models.registry import MODELS, build_model
 from scaledl.sync.bucketing import layer_of, plan_buckets
 
-__all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "IMAGENET_MODELS",
-           "TOKEN_MODELS"]
+__all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "has_depthwise",
+           "IMAGENET_MODELS", "TOKEN_MODELS"]
 
 TOKEN_MODELS = frozenset({"bert_base", "bert_large", *GPT2_SIZES})
 """Registry models whose input is a sequence of token ids (``--input-shape`` is its length)."""
@@ -164,6 +164,19 @@ def _traced(model: str, shape: tuple[int, ...], classes: int
                             _tensor_core_convolution(modules[p.name]),
                             tuple(cost))
                       for p, cost in zip(profiles, ops))
+
+
+def has_depthwise(model: str, input_shape: tuple[int, ...] | None = None) -> bool:
+    """Whether registry model ``model`` has depthwise convolutions (one input channel per
+    group), which the device presets do not price well (docs/simulation.md, "Device
+    efficiency"); the traced model is the one :func:`profile_model` uses (cached)."""
+    name = model.lower()
+    if name not in MODELS or name in TOKEN_MODELS:
+        return False  # not a registry model, or a Transformer (no convolution)
+    shape, classes = default_input(name)
+    net, _ = _traced(name, tuple(input_shape or shape), classes)
+    return any(isinstance(m, torch.nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels
+               for m in net.modules())
 
 
 def profile_model(
