@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scaledl.sim.cases_dle import DLE_MODELS
 from scaledl.sim.job import Job
 
 __all__ = ["RateCheck", "RATE_CHECKS", "predicted_rate", "rate_table"]
@@ -100,13 +101,10 @@ RATE_CHECKS = (
               mixed_precision=True, channels_last=True),
     RateCheck("a100-80gb", "bert_large", 32, 110.5, f"{DLE_BERT}, AMP, DGX A100", (384,),
               mixed_precision=True),
-    *(RateCheck(device, model, batch, rate, f"{DLE_CONVNETS.format(directory)}, {how}",
-                mixed_precision=how.startswith("AMP"), channels_last=how.startswith("AMP"))
-      for model, directory in (("resnext101_32x4d", "resnext101-32x4d"),
-                               ("nvidia_se_resnext101_32x4d", "se-resnext101-32x4d"),
-                               ("efficientnet_b0", "efficientnet"),
-                               ("efficientnet_b4", "efficientnet"))
-      for device, batch, rate, how in _DLE_CONVNETS_RATES[model]),
+    *(RateCheck(device, model, batch, rate, f"{DLE_CONVNETS.format(DLE_MODELS[model][1])}, "
+                f"{how}", mixed_precision=how.startswith("AMP"),
+                channels_last=how.startswith("AMP"))
+      for model, rates in _DLE_CONVNETS_RATES.items() for device, batch, rate, how in rates),
 )
 """The rates, presets' own first."""
 
