@@ -26,7 +26,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
-from scaledl.cli.launch import die_with_launcher
+from scaledl.cli.launch import SHUTDOWN_GRACE_S, die_with_launcher, supported_options
 
 __all__ = ["main", "HEARTBEAT_ATTEMPTS", "LAST_CALL_S"]
 
@@ -36,7 +36,6 @@ LAST_CALL_S = 3
 """Seconds a round waits for more nodes once ``min_nodes`` have joined."""
 JOIN_TIMEOUT_S = 120
 """Seconds a node waits for a round to complete (fewer than ``min_nodes`` left: it gives up)."""
-SHUTDOWN_GRACE_S = 5
 
 
 class _NodeAgent(LocalElasticAgent):
@@ -76,7 +75,7 @@ def main(spec: dict[str, Any]) -> int:
                         local_addr="127.0.0.1")
     logs = DefaultLogsSpecs(log_dir=str(directory / f"logs-{spec['node']}"))
     agent = _NodeAgent(worker, logs, exit_barrier_timeout=0,
-                       shutdown_timeout=SHUTDOWN_GRACE_S)
+                       **supported_options(LocalElasticAgent, shutdown_timeout=SHUTDOWN_GRACE_S))
     result = None
     try:
         result = agent.run()

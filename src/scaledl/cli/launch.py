@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import inspect
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scaledl.bootstrap import detect_launcher
 from scaledl.train.restarts import LAUNCH_ID_ENV
@@ -36,7 +38,7 @@ from scaledl.train.restarts import LAUNCH_ID_ENV
 __all__ = [
     "under_launcher", "launch_local", "run_distributed", "run_agent", "JobOutcome",
     "FaultPolicy", "die_with_launcher", "launch_environment", "LAUNCHER_VARIABLES",
-    "LAUNCH_ID_ENV", "INTERRUPTED",
+    "LAUNCH_ID_ENV", "INTERRUPTED", "SHUTDOWN_GRACE_S", "supported_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,8 @@ LAUNCHER_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"
 was not started by a launcher."""
 INTERRUPTED = 130
 SHUTDOWN_GRACE_S = 5
-"""Seconds a worker gets between SIGTERM and SIGKILL when the agent stops it."""
+"""Seconds a worker gets between SIGTERM and SIGKILL when the agent stops it (torch releases
+without the ``shutdown_timeout`` option give it their own default, 30 s)."""
 _PR_SET_PDEATHSIG = 1
 SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 """Set to 1: every attempt's rank 0 hosts a fresh store for the workers.  torch's agent would
@@ -82,6 +85,19 @@ class JobOutcome:
     dropped: tuple[int, ...] = ()
     """Workers that died and were dropped while the others finished."""
 
+
+
+def supported_options(target: Callable[..., object], **options: Any) -> dict[str, Any]:
+    """The ``options`` that ``target`` (a class or function of torch's elastic API) accepts.
+
+    torch's elastic agent gains keywords between releases (``shutdown_timeout`` is in 2.13 and
+    not in 2.11), and scaledl runs on every torch it declares: an option the installed release
+    lacks is left to that release's default instead of failing every launch.
+    """
+    parameters = inspect.signature(target).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return dict(options)
+    return {name: value for name, value in options.items() if name in parameters}
 
 def under_launcher(environ: Mapping[str, str] | None = None) -> bool:
     """True when a launcher started this process (it is one worker of a job).
@@ -152,7 +168,7 @@ def run_agent(nproc: int, entrypoint: str, args: Sequence[str], max_restarts: in
             min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=launch_id,
             rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=max_restarts,
             monitor_interval=0.1, logs_specs=DefaultLogsSpecs(log_dir=logs),
-            shutdown_timeout=SHUTDOWN_GRACE_S)
+            **supported_options(LaunchConfig, shutdown_timeout=SHUTDOWN_GRACE_S))
         try:
             elastic_launch(config, entrypoint)(*args)
         except ChildFailedError as error:
