@@ -26,7 +26,8 @@ from scaledl.topology import TOPOLOGY_ENV, JobLayout, Topology, forget_job, reco
 
 __all__ = [
     "LaunchEnv", "read_launch_env", "init", "shutdown", "first_slurm_host", "topology_from_hosts",
-    "BACKENDS", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "HOSTNAME_ENV", "host_name",
+    "BACKENDS", "HOST_BACKEND", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
+    "HOSTNAME_ENV", "host_name",
     "detect_launcher", "in_srun_step", "RendezvousError", "resolve_timeout",
 ]
 
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("gloo", "nccl", "mpi")
 """Process-group backends :func:`init` accepts."""
+HOST_BACKEND = "gloo"
+"""The backend of jobs whose tensors live in host memory (``scaledl train``, ``scaledl bench``):
+on a GPU host :func:`init` would default to NCCL, which moves CUDA tensors only."""
 DEFAULT_TIMEOUT_S = 300.0
 """Timeout of every blocking process-group call unless ``SCALEDL_TIMEOUT`` or ``timeout`` says."""
 TIMEOUT_ENV = "SCALEDL_TIMEOUT"

@@ -195,7 +195,8 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
     from scaledl.bench.fit import describe
     from scaledl.collectives.communicator import communicator_for
 
-    topology = bootstrap.init(timeout=args.timeout, topology=config.topology)
+    topology = bootstrap.init(backend=bootstrap.HOST_BACKEND, timeout=args.timeout,
+                              topology=config.topology)
     try:
         rank, world_size = topology.rank, topology.world_size
         console = _console() if rank == 0 else None

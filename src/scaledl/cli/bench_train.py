@@ -71,7 +71,7 @@ def _worker(args: argparse.Namespace, config: TrainBenchConfig) -> int:
     from scaledl import bootstrap
     from scaledl.bench.train import run_train_benchmark
 
-    topology = bootstrap.init()
+    topology = bootstrap.init(backend=bootstrap.HOST_BACKEND)
     try:
         result = run_train_benchmark(config)
     finally:

@@ -243,7 +243,7 @@ def _worker(config: TrainConfig) -> int:
 
     die_with_launcher()
     _check_restartable(os.environ)
-    topology = bootstrap.init(timeout=config.parallel.timeout_s,
+    topology = bootstrap.init(backend=bootstrap.HOST_BACKEND, timeout=config.parallel.timeout_s,
                               topology=config.parallel.topology)
     try:
         result = Trainer(config, topology, RichProgress()).run()
