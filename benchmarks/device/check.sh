@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Checks that need a GPU machine (the `device` tool lends one to some sessions), as one script
+# with a deadline: every phase gets what is left, and results.tgz is rewritten after each.
+#   bash benchmarks/device/check.sh [probe] [smoke] [cli] [rates] [netns] [tests]
+#   (default: all but tests, the whole suite on the machine's torch with a CUDA device present)
+# Needs only the machine's python3 with torch; scaledl runs from src/ (PYTHONPATH).
+# DEADLINE (seconds, default 420) bounds the whole script; OUT is where results go.
+set -uo pipefail
+out=${OUT:-/tmp/scaledl-device}; work=$out/work; mkdir -p "$work"
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m scaledl.cli.main "$@"\n' > /tmp/bin/scaledl
+chmod +x /tmp/bin/scaledl && export PATH=/tmp/bin:$PATH
+end=$(( $(date +%s) + ${DEADLINE:-420} ))
+left() { echo $(( end - $(date +%s) - 10 )); }
+pack() { tar -C "$out" -czf "$out/results.tgz" work; }
+step() {  # step NAME MAXSECONDS COMMAND...: bounded by the deadline, logged
+  local name=$1 max=$2; shift 2
+  local t; t=$(left); [ "$t" -gt "$max" ] && t=$max
+  if [ "$t" -le 5 ]; then echo "== $name: skipped, deadline"; return; fi
+  echo "== $name (up to ${t}s) $(date -u +%T)"
+  timeout -k 5 "$t" "$@" > "$work/$name.txt" 2>&1; echo "== $name: rc $? $(date -u +%T)"
+  tail -n 40 "$work/$name.txt"; pack
+}
+
+probe() {
+  step probe 60 bash -c 'nvidia-smi -L; python3 -c "import sys, torch; print(sys.version);
+print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))";
+nproc; uname -r; python3 -c "import rich, matplotlib, sklearn, scipy, numpy; print(\"deps ok\")";
+ip -V; tc -V; ip netns add sdlprobe && echo "netns ok" && ip netns del sdlprobe'
+}
+smoke() { step cuda-smoke 150 python3 benchmarks/device/cuda_smoke.py; }
+cli() {  # what a user of one GPU host gets from the CLI as it is
+  step cli-train-1 60 scaledl train --workers 1 --model mlp --dataset synthetic:1x28x28:10 \
+    --synthetic-size 512 --epochs 1 --batch-size 64 --no-progress --out "$(mktemp -d)/run"
+  step cli-train-2 60 scaledl train --workers 2 --model mlp --dataset synthetic:1x28x28:10 \
+    --synthetic-size 512 --epochs 1 --batch-size 64 --no-progress --out "$(mktemp -d)/run"
+  step cli-bench 60 scaledl bench collectives --ranks 2 --algorithms ring --max-bytes 1M \
+    --iters 3
+  step cli-profile 90 scaledl simulate profile --model resnet50 --batches 32,64 \
+    -o "$work/profile-resnet50-cli.json"
+}
+rates() { step rates 240 python3 benchmarks/device/rates.py "$work/rates"; }
+netns() {  # the emulated cluster at 10 Gbit/s with a core per rank (sim_validation/run.sh)
+  step netns 200 env OUT="$work/sim_validation" RATES=10gbit RUNS="1 2" ITERS=10 \
+    bash benchmarks/sim_validation/run.sh collectives tcp
+}
+tests() {  # the suite on the machine's own torch (another release than CI's) beside a GPU
+  step tests 600 python3 -m pytest -q -n 14 --timeout 120 -p no:cacheprovider \
+    --junitxml="$work/tests.xml" tests
+}
+for phase in ${*:-probe smoke cli rates netns}; do "$phase"; done
+pack

@@ -1,0 +1,129 @@
+"""scaledl's collectives, DataParallel and DDP hook on CUDA tensors over Gloo (two ranks on one
+GPU), and every algorithm over NCCL with one rank: a correctness check for a machine with a GPU.
+
+    python benchmarks/device/cuda_smoke.py
+
+Prints one JSON line per check (``ok`` true or the first line of the error) and exits 1 if any
+failed.  NCCL refuses two ranks on one GPU, so NCCL's multi-rank paths need two GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+import scaledl
+
+DEVICE = os.environ.get("SMOKE_DEVICE", "cuda")  # cpu: a dry run of the Gloo checks
+ALGORITHMS = ("ring", "multiring", "halving_doubling", "tree", "chain", "hierarchical", "torus",
+              "native", "shm", "auto")
+
+
+def _report(rank: int, check: str, fn) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        fn()
+        ok: object = True
+    except Exception as error:  # noqa: BLE001 - every failure is reported, none hides another
+        lines = str(error).strip().splitlines() or [repr(error)]
+        ok = f"{type(error).__name__}: {lines[0]}"
+        if os.environ.get("SMOKE_TRACE"):
+            traceback.print_exc()
+    if rank == 0:
+        print(json.dumps({"check": check, "ok": ok}), flush=True)
+    return ok is True
+
+
+def _allreduce(algorithm: str, world: int, rank: int) -> None:
+    for n in (1, 1000, 1 << 20):
+        t = torch.full((n,), float(rank + 1), device=DEVICE)
+        scaledl.allreduce(t, algorithm=algorithm)
+        expected = world * (world + 1) / 2
+        assert t.device.type == DEVICE, "result left the GPU"
+        assert torch.all(t == expected).item(), f"{n} elements: got {t[:4].tolist()}"
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
+
+
+def _train(wrap, world: int, rank: int) -> None:  # type: ignore[no-untyped-def]
+    net = wrap(_model().to(DEVICE))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        x = torch.randn(4, 3, 16, 16, generator=gen).to(DEVICE)
+        y = torch.randint(0, 10, (4,), generator=gen).to(DEVICE)
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        if hasattr(net, "finish_gradient_synchronization"):
+            net.finish_gradient_synchronization()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in net.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    assert all(torch.equal(g, gathered[0]) for g in gathered), "replicas differ after 3 steps"
+
+
+def _gloo_worker(rank: int, world: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    if DEVICE == "cuda":
+        torch.cuda.set_device(0)
+    scaledl.init(backend="gloo", timeout=60, topology="1x2")
+    failed = 0
+    for algorithm in ALGORITHMS:
+        failed += not _report(rank, f"gloo-cuda allreduce {algorithm}",
+                              lambda a=algorithm: _allreduce(a, world, rank))
+    failed += not _report(rank, "gloo-cuda DataParallel ring",
+                          lambda: _train(lambda m: scaledl.DataParallel(m, algorithm="ring"),
+                                         world, rank))
+
+    def ddp(m: nn.Module) -> nn.Module:
+        wrapped = nn.parallel.DistributedDataParallel(m)
+        wrapped.register_comm_hook(None, scaledl.ddp_hook("ring"))
+        return wrapped
+    failed += not _report(rank, "gloo-cuda DDP + ddp_hook ring", lambda: _train(ddp, world, rank))
+    scaledl.shutdown()
+    sys.exit(1 if failed else 0)
+
+
+def _nccl_one_rank() -> int:
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    scaledl.init(timeout=60, topology="1x1")
+    failed = not _report(0, "default backend with CUDA is nccl",
+                         lambda: dist.get_backend() == "nccl" or (_ for _ in ()).throw(
+                             AssertionError(dist.get_backend())))
+    for algorithm in ALGORITHMS:
+        failed += not _report(0, f"nccl one rank allreduce {algorithm}",
+                              lambda a=algorithm: _allreduce(a, 1, 0))
+    scaledl.shutdown()
+    return int(failed)
+
+
+def main() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.spawn(_gloo_worker, args=(2, port), nprocs=2, join=False)
+    try:
+        while not context.join(timeout=240):  # False until every worker has ended
+            pass
+        gloo_failed = False
+    except Exception as error:  # noqa: BLE001 - a worker that failed: reported, then go on
+        print(json.dumps({"check": "gloo-cuda workers", "ok": str(error).splitlines()[0]}))
+        gloo_failed = True
+    nccl_failed = _nccl_one_rank() > 0 if DEVICE == "cuda" else False
+    return int(gloo_failed or nccl_failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
