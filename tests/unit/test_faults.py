@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -105,7 +106,8 @@ def test_slow_sleeps_and_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(("kind", "code"), [("crash", -9), ("raise", 1)])
 def test_crash_is_a_sigkill(kind: str, code: int) -> None:
     script = ("from scaledl import faults\nfaults.at_step(1)\nprint('survived')\n")
-    env = {faults.FAULT_ENV: f"rank:0,step:1,kind:{kind}", "PATH": ""}
+    env = {faults.FAULT_ENV: f"rank:0,step:1,kind:{kind}", "PATH": "",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # scaledl from a source tree too
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == code and "survived" not in done.stdout
