@@ -6,8 +6,9 @@ Every reproduction case that states a single-GPU rate uses it as the measured co
 these rates check only the predictions a user gets from a preset alone.  Some of them set the
 presets (``used``: the P100's and K80's compute efficiency and launch cost, the V100's and
 the A100's efficiency, and the V100's on tensor cores); the others were not used for anything.
-Each rate is at the preset's own precision (FP32 on the K80, P100 and V100, TF32 on the A100)
-or, marked ``mixed``, FP16 on tensor cores (``Job.mixed_precision``).
+Each rate is at the preset's own precision (FP32 on the K80, P100 and V100, TF32 on the A100
+and H100) or, marked ``mixed``, FP16 on tensor cores (``Job.mixed_precision``).  The H100's
+rates are not published ones: this project measured them on a lent H100 (``MEASURED_H100``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,22 @@ EfficientNet rates are 1.6-2.3x below the presets' estimates: the roofline does 
 depthwise convolutions' kernels (docs/simulation.md, "Device efficiency")."""
 DLE_BERT = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (January 2022, "
             "SQuAD, sequence length 384)")
+MEASURED_H100 = ("measured: scaledl's model by benchmarks/device/rates.py on a lent H100 80GB HBM3 "
+                 "(benchmarks/device/h100-2026-11-26; torch 2.11, cuDNN autotuning, synthetic "
+                 "data on the GPU, median of 10 steps)")
+"""No published rate checks the H100 preset, whose ``e`` is the A100's, carried over; these rates
+were measured by this project on the one H100 a session was lent, with ``scaledl.sim.measure``
+(the profiler of ``scaledl simulate profile``) under the recipes' settings: TF32 convolutions
+and matrix products, or float16 autocast on NHWC images (``AMP``).  Eager PyTorch without the
+recipes' fused kernels and data loaders, so the rates are a lower bound on what the device does."""
+_H100_RATES = (  # model, batch, samples/s, precision
+    ("resnet50", 64, 1689.6, "TF32"), ("resnet50", 128, 1798.4, "TF32"),
+    ("resnet50", 192, 1821.2, "TF32"), ("resnet50", 256, 1855.3, "TF32"),
+    ("resnet50", 128, 4519.0, "AMP"), ("resnet50", 256, 4860.5, "AMP"),
+    ("resnext101_32x4d", 128, 917.1, "TF32"), ("resnext101_32x4d", 128, 2354.7, "AMP"),
+    ("efficientnet_b0", 256, 1997.8, "TF32"), ("efficientnet_b0", 256, 5633.1, "AMP"),
+    ("bert_large", 32, 183.8, "TF32"), ("bert_large", 32, 268.2, "AMP"),
+)
 
 
 _DLE_CONVNETS_RATES = {  # model: device, batch per GPU (ConvNets/configs.yml), images/s, how
@@ -57,7 +74,7 @@ _DLE_CONVNETS_RATES = {  # model: device, batch per GPU (ConvNets/configs.yml), 
 
 @dataclass(frozen=True)
 class RateCheck:
-    """One published single-GPU training rate."""
+    """One single-GPU training rate, published (or, for the H100, measured here)."""
 
     device: str
     model: str
@@ -105,8 +122,12 @@ RATE_CHECKS = (
                 f"{how}", mixed_precision=how.startswith("AMP"),
                 channels_last=how.startswith("AMP"))
       for model, rates in _DLE_CONVNETS_RATES.items() for device, batch, rate, how in rates),
+    *(RateCheck("h100", model, batch, rate, f"{MEASURED_H100}, {how}",
+                (384,) if model == "bert_large" else None, mixed_precision=how == "AMP",
+                channels_last=how == "AMP" and model != "bert_large")
+      for model, batch, rate, how in _H100_RATES),
 )
-"""The rates, presets' own first."""
+"""The rates, presets' own first, the H100's measured ones last."""
 
 
 def predicted_rate(check: RateCheck) -> float:
@@ -118,8 +139,8 @@ def predicted_rate(check: RateCheck) -> float:
 
 
 def rate_table(checks: tuple[RateCheck, ...] = RATE_CHECKS) -> str:
-    """The published and predicted rates as a markdown table."""
-    lines = ["| device | model | batch | published /s | predicted /s | error | set the preset | "
+    """The published (or measured) and predicted rates as a markdown table."""
+    lines = ["| device | model | batch | rate /s | predicted /s | error | set the preset | "
              "source |", "|---|---|---:|---:|---:|---:|---|---|"]
     for check in checks:
         predicted = predicted_rate(check)

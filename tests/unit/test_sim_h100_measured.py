@@ -1,0 +1,57 @@
+"""What a lent H100 measured (benchmarks/device/h100-2026-11-26) against the simulator.
+
+The profiles there were taken on CUDA by ``scaledl.sim.measure`` (``benchmarks/device/rates.py``):
+a profile predicts a batch it did not measure, the H100 rates in ``device_checks`` are the ones
+in those files, and the H100 preset (whose ``e`` is the A100's, carried over) predicts the
+convolutional networks' measured rates within 15% (-10% to +1%; EfficientNet's depthwise layers
+excepted, docs/simulation.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scaledl.sim.device_checks import RATE_CHECKS, RateCheck, predicted_rate
+from scaledl.sim.job import Job
+from scaledl.sim.profile_file import load_profile
+
+RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "device" / "h100-2026-11-26"
+H100 = [c for c in RATE_CHECKS if c.device == "h100"]
+
+
+def _measured() -> dict[tuple[str, int, bool], float]:
+    rows = [json.loads(line) for line in (RUN / "rates.jsonl").read_text().splitlines()]
+    return {(r["model"], r["batch"], r["precision"] == "amp"): r["samples_per_s"] for r in rows}
+
+
+def test_the_profiles_were_taken_on_the_h100_with_cuda() -> None:
+    for path in RUN.glob("rate-*.json"):
+        device = load_profile(path).device
+        assert device["type"] == "cuda" and device["name"] == "NVIDIA H100 80GB HBM3", path.name
+
+
+def test_a_cuda_profile_predicts_a_batch_it_did_not_measure() -> None:
+    held_out = load_profile(RUN / "rate-resnet50-tf32-b192.json")
+    assert held_out.batches == (192,)
+    measured = held_out.forward_backward_s[0] + held_out.update_s[0]
+    job = Job(model="resnet50", gpus=1, topology="1", device="h100", batch=192,
+              profile_path=str(RUN / "rate-resnet50-tf32.json"))
+    assert load_profile(RUN / "rate-resnet50-tf32.json").batches == (64, 128, 256)
+    assert job.run().iteration_s == pytest.approx(measured, rel=0.15)
+
+
+def test_the_rate_table_carries_the_measured_rates() -> None:
+    measured = _measured()
+    assert len(H100) == len(measured) == 12
+    for check in H100:
+        rate = measured[(check.model, check.batch, check.mixed_precision)]
+        assert check.published == pytest.approx(rate, abs=0.05)
+
+
+@pytest.mark.parametrize("check", [c for c in H100 if c.model in ("resnet50", "resnext101_32x4d")],
+                         ids=lambda c: f"{c.model}-{c.batch}-{c.mixed_precision}")
+def test_the_h100_preset_predicts_the_measured_convnets(check: RateCheck) -> None:
+    assert predicted_rate(check) == pytest.approx(check.published, rel=0.15)
