@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from scaledl.cli.simulate_report import format_profile
 from scaledl.sim.device_checks import RATE_CHECKS, RateCheck, predicted_rate
 from scaledl.sim.job import Job
+from scaledl.sim.presets import device
 from scaledl.sim.profile_file import load_profile
 
 RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "device" / "h100-2026-11-26"
@@ -55,3 +57,15 @@ def test_the_rate_table_carries_the_measured_rates() -> None:
                          ids=lambda c: f"{c.model}-{c.batch}-{c.mixed_precision}")
 def test_the_h100_preset_predicts_the_measured_convnets(check: RateCheck) -> None:
     assert predicted_rate(check) == pytest.approx(check.published, rel=0.15)
+
+
+def test_a_cuda_profile_keeps_the_devices_interference() -> None:
+    cuda_path = RUN / "rate-resnet50-tf32.json"
+    assert load_profile(cuda_path).interference > 0.3  # a whole-GPU kernel beside the model
+    on_gpu = Job(model="resnet50", gpus=8, device="h100", batch=64, profile_path=str(cuda_path))
+    assert on_gpu.losses().interference == device("h100").interference
+    cpu_path = RUN.parents[1] / "sim_validation" / "raw" / "profile-resnet20.json"
+    on_cpu = Job(model="resnet20", gpus=4, device="cpu", batch=32, profile_path=str(cpu_path))
+    assert on_cpu.losses().interference == load_profile(cpu_path).interference
+    assert "an upper bound" in format_profile(load_profile(cuda_path), cuda_path)
+    assert "an upper bound" not in format_profile(load_profile(cpu_path), cpu_path)

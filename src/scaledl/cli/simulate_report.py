@@ -207,7 +207,10 @@ def format_profile(profile: MeasuredProfile, path: Path) -> str:
                      f"{profile.hooked_s[k] * 1e3:10.2f} {profile.coverage[k]:9.1%} "
                      f"{profile.update_s[k] * 1e3:10.2f} "
                      f"{profile.activation_bytes[k] / 2**20:16.1f}")
-    lines.append(f"jitter cv {profile.jitter_cv:.1%}, interference {profile.interference:.1%}, "
+    bound = " (an upper bound: simulate uses the device's)" \
+        if profile.device.get("type") == "cuda" else ""
+    lines.append(f"jitter cv {profile.jitter_cv:.1%}, interference {profile.interference:.1%}"
+                 f"{bound}, "
                  f"TCP {profile.tcp_beta * 1e9:.2f} ns/B per end; "
                  f"parameters {profile.parameter_bytes / 2**20:.1f} MiB")
     low = [b for b, c in zip(profile.batches, profile.coverage) if not 0.85 <= c <= 1.15]
