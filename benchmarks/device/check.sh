@@ -19,7 +19,7 @@ step() {  # step NAME MAXSECONDS COMMAND...: bounded by the deadline, logged
   if [ "$t" -le 5 ]; then echo "== $name: skipped, deadline"; return; fi
   echo "== $name (up to ${t}s) $(date -u +%T)"
   timeout -k 5 "$t" "$@" > "$work/$name.txt" 2>&1; echo "== $name: rc $? $(date -u +%T)"
-  tail -n 40 "$work/$name.txt"; pack
+  grep -E "FAILED|ERROR" "$work/$name.txt" | head -n 40; tail -n 40 "$work/$name.txt"; pack
 }
 
 probe() {
@@ -40,13 +40,15 @@ cli() {  # what a user of one GPU host gets from the CLI as it is
     -o "$work/profile-resnet50-cli.json"
 }
 rates() { step rates 240 python3 benchmarks/device/rates.py "$work/rates"; }
-netns() {  # the emulated cluster at 10 Gbit/s with a core per rank (sim_validation/run.sh)
+netns() {  # the emulated cluster at 10 Gbit/s with a core per rank (sim_validation/run.sh);
+  # iproute2 from .device-carry where the machine has none (iproute2.sh; carry .device-carry)
+  [ -d .device-carry/iproute2 ] && source benchmarks/device/iproute2.sh use
   step netns 200 env OUT="$work/sim_validation" RATES=10gbit RUNS="1 2" ITERS=10 \
     bash benchmarks/sim_validation/run.sh collectives tcp
 }
 tests() {  # the suite on the machine's own torch (another release than CI's) beside a GPU
-  step tests 600 python3 -m pytest -q -n 14 --timeout 120 -p no:cacheprovider \
-    --junitxml="$work/tests.xml" tests
+  # -v: every failure is named as it happens, so a run the deadline stops still says which
+  step tests 600 python3 -m pytest -v -rfE -n 14 --timeout 120 -p no:cacheprovider tests
 }
 for phase in ${*:-probe smoke cli rates netns}; do "$phase"; done
 pack
