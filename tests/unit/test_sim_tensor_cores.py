@@ -241,3 +241,15 @@ def test_a_profile_measured_under_autocast_says_so(
     assert _profile(plain) == 0
     assert "autocast" not in capsys.readouterr().out
     assert load_profile(plain).device["precision"] == "float32"
+
+
+def test_the_hopper_presets_differ_in_memory_only() -> None:
+    h100, h200 = DEVICES["h100"], DEVICES["h200"]
+    assert replace_job(h200, name="h100", memory_gbps=h100.memory_gbps, source=h100.source) == h100
+    assert (h100.memory_gbps, h200.memory_gbps) == (3350.0, 4800.0)
+
+    def rate(device: str) -> float:
+        return 256 / Job(model="resnet50", gpus=1, topology="1", device=device,
+                         batch=256).run().iteration_s
+
+    assert rate("h100") < rate("h200") < rate("h100") * 4800.0 / 3350.0

@@ -138,6 +138,17 @@ def _a100(name: str, memory_gbps: float, part: str, memory: str) -> Device:
                 tensor_cores=True, mixed=(312.0, A100_EFFICIENCY))
 
 
+def _hopper(name: str, memory_gbps: float, datasheet: str, memory: str) -> Device:
+    """A Hopper SXM preset: the H100 and H200 share the GH100's compute and differ in memory;
+    ``e`` is the A100's, carried over (checked by rates measured on an H100:
+    ``scaledl.sim.device_checks``)."""
+    return _gpu(name, 494.5, 0.25, memory_gbps, "nvlink4",
+                f"{datasheet}: 989 TFLOP/s TF32 and 1979 BF16 tensor with sparsity, so 494.5 "
+                f"and 989.5 dense, {memory}; 132 SMs x 2048; e the A100's, carried over",
+                sms=132, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH,
+                tensor_cores=True, mixed=(989.5, A100_EFFICIENCY))
+
+
 DEVICES: dict[str, Device] = {d.name: d for d in (
     _gpu("k80", 4.37, 0.30, 240.0, "pcie3",
          "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s FP32 with boost per board of two GK210 GPUs, "
@@ -154,11 +165,9 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
          mixed=(125.0, V100_TENSOR_EFFICIENCY)),
     _a100("a100", 1555.0, "40GB", "HBM2"),
     _a100("a100-80gb", 2039.0, "80GB", "HBM2e"),
-    _gpu("h100", 494.5, 0.25, 3350.0, "nvlink4",
-         "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s TF32 and 1979 BF16 tensor with sparsity, so "
-         "494.5 and 989.5 dense, 3.35 TB/s HBM3; 132 SMs x 2048; e assumed (the A100's)",
-         sms=132, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH, tensor_cores=True,
-         mixed=(989.5, A100_EFFICIENCY)),
+    _hopper("h100", 3350.0, "NVIDIA H100 SXM5 datasheet", "3.35 TB/s HBM3"),
+    _hopper("h200", 4800.0, "NVIDIA H200 SXM datasheet (the H100's GH100 compute)",
+            "4.8 TB/s HBM3e"),
     Device("knl", 6.09, 0.30, 400.0, "loopback",
            "Intel Xeon Phi 7250: 68 cores x 1.4 GHz x 2 AVX-512 units x 16 FP32 lanes x 2 (FMA) "
            "= 6.09 TFLOP/s; MCDRAM about 400 GB/s; 68 cores x 4 threads x 16 lanes",
