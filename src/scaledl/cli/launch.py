@@ -86,18 +86,18 @@ class JobOutcome:
     """Workers that died and were dropped while the others finished."""
 
 
-
 def supported_options(target: Callable[..., object], **options: Any) -> dict[str, Any]:
     """The ``options`` that ``target`` (a class or function of torch's elastic API) accepts.
 
     torch's elastic agent gains keywords between releases (``shutdown_timeout`` is in 2.13 and
-    not in 2.11), and scaledl runs on every torch it declares: an option the installed release
-    lacks is left to that release's default instead of failing every launch.
+    not in 2.11), and scaledl declares torch >= 2.4: an option the installed release lacks is
+    left to that release's default instead of failing every launch.
     """
     parameters = inspect.signature(target).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return dict(options)
     return {name: value for name, value in options.items() if name in parameters}
+
 
 def under_launcher(environ: Mapping[str, str] | None = None) -> bool:
     """True when a launcher started this process (it is one worker of a job).
