@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -27,7 +28,7 @@ ALGORITHMS = ("ring", "multiring", "halving_doubling", "tree", "chain", "hierarc
               "native", "shm", "auto")
 
 
-def _report(rank: int, check: str, fn) -> bool:  # type: ignore[no-untyped-def]
+def _report(rank: int, check: str, fn: Callable[[], object]) -> bool:
     try:
         fn()
         ok: object = True
@@ -55,7 +56,7 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
 
 
-def _train(wrap, world: int, rank: int) -> None:  # type: ignore[no-untyped-def]
+def _train(wrap: Callable[[nn.Module], nn.Module], world: int, rank: int) -> None:
     net = wrap(_model().to(DEVICE))
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(rank)
@@ -99,9 +100,10 @@ def _gloo_worker(rank: int, world: int, port: int) -> None:
 def _nccl_one_rank() -> int:
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     scaledl.init(timeout=60, topology="1x1")
-    failed = not _report(0, "default backend with CUDA is nccl",
-                         lambda: dist.get_backend() == "nccl" or (_ for _ in ()).throw(
-                             AssertionError(dist.get_backend())))
+    def default_is_nccl() -> None:
+        assert dist.get_backend() == "nccl", f"scaledl.init() chose {dist.get_backend()}"
+
+    failed = not _report(0, "default backend with CUDA is nccl", default_is_nccl)
     for algorithm in ALGORITHMS:
         failed += not _report(0, f"nccl one rank allreduce {algorithm}",
                               lambda a=algorithm: _allreduce(a, 1, 0))
