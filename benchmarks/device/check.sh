@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks that need a GPU machine (the `device` tool lends one to some sessions), as one script
 # with a deadline: every phase gets what is left, and results.tgz is rewritten after each.
-#   bash benchmarks/device/check.sh [probe] [smoke] [cli] [rates] [netns] [tests]
-#   (default: all but tests, the whole suite on the machine's torch with a CUDA device present)
+#   bash benchmarks/device/check.sh [probe] [smoke] [cli] [rates] [ops] [netns] [tests]
+#   (default: probe smoke cli rates netns; ops times every aten operation, tests runs the whole
+#   suite on the machine's torch with a CUDA device present)
 # Needs only the machine's python3 with torch; scaledl runs from src/ (PYTHONPATH).
 # DEADLINE (seconds, default 420) bounds the whole script; OUT is where results go.
 set -uo pipefail
@@ -40,6 +41,7 @@ cli() {  # what a user of one GPU host gets from the CLI as it is
     -o "$work/profile-resnet50-cli.json"
 }
 rates() { step rates 240 python3 benchmarks/device/rates.py "$work/rates"; }
+ops() { step ops 180 python3 benchmarks/device/op_times.py "$work/ops"; }  # per aten operation
 netns() {  # the emulated cluster at 10 Gbit/s with a core per rank (sim_validation/run.sh);
   # iproute2 from .device-carry where the machine has none (iproute2.sh; carry .device-carry)
   [ -d .device-carry/iproute2 ] && source benchmarks/device/iproute2.sh use
