@@ -25,7 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rates import CONFIGS, DEVICE  # noqa: E402  (this folder is not a package)
+from rates import CONFIGS, DEVICE, recipe_settings  # noqa: E402  (this folder is not a package)
 
 from scaledl.models.registry import build_model  # noqa: E402
 from scaledl.sim.profile import default_input  # noqa: E402
@@ -86,12 +86,8 @@ def measure(tag: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    for tag in sys.argv[2:] or [t for t in CONFIGS if not t.endswith("-b192")]:
+    out, tags = recipe_settings(sys.argv)
+    for tag in [t for t in tags if not t.endswith("-b192")]:  # b192: rates.py's held-out batch
         result = measure(tag)
         (out / f"ops-{tag}.json").write_text(json.dumps(result, indent=1))
         total = sum(r["self_device_us"] or r["self_cpu_us"] for r in result["ops"])

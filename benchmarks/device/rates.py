@@ -39,13 +39,20 @@ CONFIGS = {  # tag: model, batches, precision
 }
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
+def recipe_settings(argv: list[str]) -> tuple[Path, list[str]]:
+    """NVIDIA's recipes' settings (cuDNN autotuning, TF32 convolutions and matrix products);
+    the output folder (created) and the tags ``argv`` names, all by default."""
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    for tag in sys.argv[2:] or list(CONFIGS):
+    out = Path(argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    return out, argv[2:] or list(CONFIGS)
+
+
+def main() -> None:
+    out, tags = recipe_settings(sys.argv)
+    for tag in tags:
         model, batches, precision = CONFIGS[tag]
         shape, classes = default_input(model)
         if model == "bert_large":
