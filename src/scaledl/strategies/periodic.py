@@ -139,7 +139,8 @@ class PeriodicStrategy(Strategy):
             self._gathered = (self.steps, [mine])
             return
         everyone: list[Any] | None = [None] * self.num_workers if self.worker_rank == 0 else None
-        dist.gather_object(mine, everyone, group=self.group, group_dst=0)
+        root = 0 if self.group is None else dist.get_global_rank(self.group, 0)
+        dist.gather_object(mine, everyone, dst=root, group=self.group)
         self._gathered = (self.steps, everyone) if everyone is not None else None
 
     def _strategy_state(self) -> dict[str, Any]:
