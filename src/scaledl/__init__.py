@@ -5,6 +5,8 @@ collectives ``allreduce``, ``reduce_scatter``, ``allgather``, ``broadcast``, ``r
 a choice of algorithm (``scaledl.collectives.available("allreduce")``).
 """
 
+# First: raises a one-sentence ImportError on a torch older than scaledl supports.
+from scaledl import torch_version as _torch_version  # noqa: F401
 from scaledl import bootstrap
 from scaledl.bootstrap import init
 from scaledl.collectives import (
