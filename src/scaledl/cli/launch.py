@@ -90,7 +90,7 @@ def supported_options(target: Callable[..., object], **options: Any) -> dict[str
     """The ``options`` that ``target`` (a class or function of torch's elastic API) accepts.
 
     torch's elastic agent gains keywords between releases (``shutdown_timeout`` is in 2.13 and
-    not in 2.11), and scaledl declares torch >= 2.4: an option the installed release lacks is
+    not in 2.11), and scaledl declares torch >= 2.8: an option the installed release lacks is
     left to that release's default instead of failing every launch.
     """
     parameters = inspect.signature(target).parameters
