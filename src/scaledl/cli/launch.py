@@ -24,6 +24,7 @@ import ctypes
 import inspect
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -194,11 +195,41 @@ def launch_local(
     policy = policy or FaultPolicy()
     args = ["-m", "scaledl.cli.main", *module_argv]
     elastic = policy.min_workers is not None and policy.min_workers < nproc
-    if elastic or policy.drop_dead_workers:
-        from scaledl.cli.agents import launch_agents
+    with worker_scratch(env) as worker_env:
+        if elastic or policy.drop_dead_workers:
+            from scaledl.cli.agents import launch_agents
 
-        return launch_agents(nproc, sys.executable, args, policy, env)
-    return run_agent(nproc, sys.executable, args, policy.max_restarts, env)
+            return launch_agents(nproc, sys.executable, args, policy, worker_env)
+        return run_agent(nproc, sys.executable, args, policy.max_restarts, worker_env)
+
+
+@contextlib.contextmanager
+def worker_scratch(env: Mapping[str, str] | None) -> Iterator[dict[str, str]]:
+    """``env`` plus a ``TMPDIR`` of the workers' own, removed with all it holds when the block
+    ends, however the workers ended.
+
+    A worker killed by a signal cannot remove its temporary files, and torch makes some without
+    being asked (torch 2.8 creates a directory when the first optimizer is built). torch's
+    compile cache stays where it would have been (``TORCHINDUCTOR_CACHE_DIR``), so compiled
+    kernels outlive the run as usual.
+    """
+    updates = dict(env or {})
+    base = updates.get("TMPDIR") or tempfile.gettempdir()
+    updates.setdefault("TORCHINDUCTOR_CACHE_DIR", os.environ.get(
+        "TORCHINDUCTOR_CACHE_DIR", os.path.join(base, f"torchinductor_{_user()}")))
+    with tempfile.TemporaryDirectory(prefix="scaledl-workers-", dir=base) as scratch:
+        yield {**updates, "TMPDIR": scratch}
+
+
+def _user() -> str:
+    """The user name torch's compile cache is named after (``getpass.getuser``, sanitised)."""
+    import getpass
+
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = str(os.getuid())
+    return re.sub(r"[\\/:*?\"<>|]", "_", name)
 
 
 def run_distributed(
