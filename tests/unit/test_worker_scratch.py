@@ -53,6 +53,25 @@ def test_a_compile_cache_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -
         assert env["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/cache"
 
 
+def _no_user_name() -> str:
+    raise KeyError("getpwuid(): uid not found")
+
+
+@pytest.mark.parametrize("unnamed", [False, True], ids=["named user", "no user name"])
+def test_the_compile_cache_is_named_as_torch_names_it(
+    monkeypatch: pytest.MonkeyPatch, unnamed: bool
+) -> None:
+    """``_user`` repeats torch's rule (whose module costs a second to import at launch)."""
+    cache_dir_utils = pytest.importorskip("torch._inductor.runtime.cache_dir_utils")
+    if unnamed:
+        monkeypatch.setattr("getpass.getuser", _no_user_name)
+    try:
+        torch_name = Path(cache_dir_utils.default_cache_dir()).name
+    except KeyError:
+        pytest.skip("this torch has no name for a user it cannot look up (torch 2.8 has none)")
+    assert f"torchinductor_{launch._user()}" == torch_name
+
+
 @pytest.mark.parametrize("policy", [FaultPolicy(), FaultPolicy(drop_dead_workers=True)])
 def test_launch_local_hands_the_workers_a_scratch_it_removes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, policy: FaultPolicy

@@ -222,13 +222,17 @@ def worker_scratch(env: Mapping[str, str] | None) -> Iterator[dict[str, str]]:
 
 
 def _user() -> str:
-    """The user name torch's compile cache is named after (``getpass.getuser``, sanitised)."""
+    """The user name torch's compile cache is named after: ``getpass.getuser``, sanitised, or
+    ``uid_N`` where no name can be read, as torch's
+    ``torch._inductor.runtime.cache_dir_utils.default_cache_dir`` names it (importing that
+    module would add about a second to every launch, so its rule is repeated here and a unit
+    test holds the two equal)."""
     import getpass
 
     try:
         name = getpass.getuser()
     except (KeyError, OSError):
-        name = str(os.getuid())
+        name = f"uid_{os.getuid()}"
     return re.sub(r"[\\/:*?\"<>|]", "_", name)
 
 
