@@ -15,6 +15,7 @@ from dataclasses import replace
 from scaledl.sim.cases_bert import BERT_CASES
 from scaledl.sim.cases_dle import DLE_CASES
 from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_CASES
+from scaledl.sim.cases_dlperf import DLPERF_CASES
 from scaledl.sim.cases_horovod import HOROVOD_CASES
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, Prediction, against_one_gpu, weak_scaling
@@ -169,6 +170,7 @@ CASES = (
     *DLE_PYTORCH_CASES,
     *DLE_CASES,
     *BERT_CASES,
+    *DLPERF_CASES,
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
          "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
          "on CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",
