@@ -4,13 +4,16 @@ predicted with the same presets (docs/simulation.md, "Reproducing published resu
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from scaledl.cli.simulate_report import reproduction_table
 from scaledl.sim.cases import CASES, _dgx1
 from scaledl.sim.cases_dle import DLE_MODELS, MX_CYCLE_MS, _dle
+from scaledl.sim.cases_bert import APEX_BUCKET_MB
 from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_MACHINES, DLE_PYTORCH_RUNS
+from scaledl.sim.cases_dlperf import DLPERF_RUNS, MODELS, _job
 from scaledl.sim.cases_horovod import _horovod
 from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import (
@@ -174,3 +177,34 @@ def test_the_pytorch_recipes_run_their_own_model_precision_and_layout() -> None:
 def test_the_dgx2_is_one_host_of_16_not_two_nodes() -> None:
     _, dgx2 = _dle("v100", "nvswitch-v100", 128, 432.0, stack="horovod", gpus=16)(False)
     assert dgx2.topology_value().spec == "16"
+
+
+def test_dlperfs_rows_run_the_recipes_buckets_and_gradient_types() -> None:
+    """DLPerf's ResNet-50 rows reduce float32 gradients (apex amp O1) in apex DDP's 10M-element
+    buckets, NCHW at both precisions; its BERT-base rows one bucket larger than the model, in
+    float16 at mixed precision (amp O2); one EDR port per server of 8, the efficiency read
+    from the tables' throughputs."""
+    by_name = {case.name: case for case in CASES}
+    for model, precision, batch, single, gpus, every in DLPERF_RUNS:
+        case = by_name[f"DLPerf, NVIDIA {MODELS[model][0]}, {gpus} V100, {precision}"]
+        assert case.published == pytest.approx(every / (gpus * single))
+        job = _job(model, precision, batch, single, gpus)
+        mixed = precision == "mixed precision"
+        assert job.model == model and job.batch == batch and job.network == "ib-edr"
+        assert job.topology_value().spec == ("8" if gpus == 8 else f"8x{gpus // 8}")
+        assert job.mixed_precision == mixed and not job.channels_last
+        if model == "bert_base":
+            assert job.allreduce_bytes == (2 if mixed else 4)
+            assert job.bucket_mb * (1 << 20) > job.profile().parameter_bytes  # one bucket
+        else:
+            assert job.allreduce_bytes == 4 and job.bucket_mb == pytest.approx(APEX_BUCKET_MB)
+
+
+def test_the_docs_table_is_the_one_the_cases_print() -> None:
+    """docs/simulation.md reports every point as ``scaledl simulate reproduce`` prints it: a
+    case added, or a prediction changed, without the docs fails here."""
+    docs = (Path(__file__).parents[2] / "docs" / "simulation.md").read_text().splitlines()
+    printed = reproduction_table(evaluate(CASES)).splitlines()
+    stale = [line for line in printed if line and line not in docs]
+    assert not stale, f"{len(stale)} line(s) of the reproduction table differ from the docs: " \
+                      f"{stale[0][:120]}"
