@@ -186,7 +186,8 @@ def test_dlperfs_rows_run_the_recipes_buckets_and_gradient_types() -> None:
     from the tables' throughputs."""
     by_name = {case.name: case for case in CASES}
     for model, precision, batch, single, gpus, every in DLPERF_RUNS:
-        case = by_name[f"DLPerf, NVIDIA {MODELS[model][0]}, {gpus} V100, {precision}"]
+        case = by_name[f"DLPerf, NVIDIA {MODELS[model][0]}, {gpus} V100, {precision}, batch "
+                       f"{batch}"]
         assert case.published == pytest.approx(every / (gpus * single))
         job = _job(model, precision, batch, single, gpus)
         mixed = precision == "mixed precision"

@@ -23,8 +23,8 @@ the median of 5 runs of 100 timed iterations after 20.
   place of LAMB as DLPerf's README says): no accumulation and no
   ``--allreduce_post_accumulation``, so apex's DistributedDataParallel with a message size of
   250 million elements, more than BERT-base's 110 million parameters: one bucket, reduced when
-  backward has ended; ``--fp16`` is apex amp O2, whose model and gradients are float16; 32
-  sequences per GPU at FP32, 64 at FP16 (dynamic loss scale).
+  backward has ended; ``--fp16`` is apex amp O2, whose model and gradients are float16; 32 and
+  48 sequences per GPU at FP32, 64 and 96 at FP16 (dynamic loss scale).
 - Each single-GPU rate of the tables as the measured compute (``compute_time``); apex DDP's
   per-call and per-tensor costs are taken as torch DDP's (the ``nccl`` stack), as for the BERT
   SQuAD rows (:mod:`scaledl.sim.cases_bert`).
@@ -63,10 +63,16 @@ DLPERF_RUNS = (  # model, precision, batch per GPU, samples/s on one GPU, GPUs, 
     ("bert_base", "mixed precision", 64, 444.51, 8, 3251.7),
     ("bert_base", "mixed precision", 64, 444.51, 16, 4936.92),
     ("bert_base", "mixed precision", 64, 444.51, 32, 9331.72),
+    ("bert_base", "FP32", 48, 121.94, 8, 928.01),
+    ("bert_base", "FP32", 48, 121.94, 16, 1584.32),
+    ("bert_base", "FP32", 48, 121.94, 32, 3039.3),
+    ("bert_base", "mixed precision", 96, 462.35, 8, 3287.12),
+    ("bert_base", "mixed precision", 96, 462.35, 16, 5426.07),
+    ("bert_base", "mixed precision", 96, 462.35, 32, 10349.12),
 )
-"""The tables' rows with a batch per GPU at both precisions (ResNet-50 at 128 and 256, BERT-base
-at 32 and 64 with a dynamic loss scale); the larger BERT batches (48, 96) and the static loss
-scale's rows, run for one node only, are left out."""
+"""Every multi-GPU row of the tables: ResNet-50 at 128 (FP32) and 256 (AMP) images per GPU,
+BERT-base at 32 and 48 (FP32) and 64 and 96 (FP16) sequences per GPU, all with a dynamic loss
+scale; the static loss scale's rows, run on one server only, are left out."""
 
 
 def _job(model: str, precision: str, batch: int, single: float, gpus: int) -> Job:
@@ -92,7 +98,7 @@ def _case(model: str, precision: str, batch: int, single: float, gpus: int,
     else:
         how = "apex DDP (10M-element buckets, float32, overlapped), DALI on the CPU, NCHW"
     return Case(
-        f"DLPerf, NVIDIA {label}, {gpus} V100, {precision}", "efficiency",
+        f"DLPerf, NVIDIA {label}, {gpus} V100, {precision}, batch {batch}", "efficiency",
         every / (gpus * single),
         f"{where} (8x{nodes}: NVLink hybrid cube mesh, one EDR InfiniBand port per node), "
         f"{how}, {batch} {unit}/GPU, {precision}, one GPU at the published {single} {unit}/s",

@@ -131,6 +131,11 @@ RATE_CHECKS = (
     RateCheck("v100", "bert_base", 64, 444.51,
               f"{DLPERF.format('BERT')}, FP16 (apex O2), FusedAdam", (128,),
               mixed_precision=True),
+    RateCheck("v100", "bert_base", 48, 121.94, f"{DLPERF.format('BERT')}, FP32, FusedAdam",
+              (128,)),
+    RateCheck("v100", "bert_base", 96, 462.35,
+              f"{DLPERF.format('BERT')}, FP16 (apex O2), FusedAdam", (128,),
+              mixed_precision=True),
     *(RateCheck("h100", model, batch, rate, f"{MEASURED_H100}, {how}",
                 (384,) if model == "bert_large" else None, mixed_precision=how == "AMP",
                 channels_last=how == "AMP" and model != "bert_large")
