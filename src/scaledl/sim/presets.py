@@ -192,6 +192,7 @@ LINKS: dict[str, LinkClass] = {
     "ib-fdr": LinkClass.from_bandwidth("ib-fdr", 1.0e-6, 54.5 / 8),
     "ib-edr": LinkClass.from_bandwidth("ib-edr", 1.0e-6, 100.0 / 8),
     "ib-edr-x4": LinkClass.from_bandwidth("ib-edr-x4", 1.0e-6, 4 * 100.0 / 8),
+    "ib-edr-x8": LinkClass.from_bandwidth("ib-edr-x8", 1.0e-6, 8 * 100.0 / 8),
     "ib-hdr": LinkClass.from_bandwidth("ib-hdr", 1.0e-6, 200.0 / 8),
     "ib-hdr-x8": LinkClass.from_bandwidth("ib-hdr-x8", 1.0e-6, 8 * 200.0 / 8),
     "ib-ndr": LinkClass.from_bandwidth("ib-ndr", 1.0e-6, 400.0 / 8),

@@ -8,7 +8,8 @@ states).  :func:`error` is the difference in points for an efficiency or a share
 relative error for a speedup; the target (:func:`within_target`) is 5 points or 15%.  The
 cases themselves are in :mod:`scaledl.sim.cases` and, by source, :mod:`scaledl.sim.cases_horovod`,
 :mod:`scaledl.sim.cases_dle` (NVIDIA's ResNet-50 recipe), :mod:`scaledl.sim.cases_bert` and
-:mod:`scaledl.sim.cases_dlperf` (the same recipes measured by DLPerf).
+:mod:`scaledl.sim.cases_bert2019` (NVIDIA's BERT recipe) and :mod:`scaledl.sim.cases_dlperf` (the
+same recipes measured by DLPerf).
 """
 
 from __future__ import annotations
