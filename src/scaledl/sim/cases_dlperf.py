@@ -36,7 +36,8 @@ from scaledl.sim.cases_bert import APEX_BUCKET_MB
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, against_one_gpu, weak_scaling
 
-__all__ = ["DLPERF_CASES", "DLPERF", "DLPERF_RUNS", "APEX_ONE_BUCKET_MB"]
+__all__ = ["DLPERF_CASES", "DLPERF", "DLPERF_RUNS", "APEX_ONE_BUCKET_MB", "MODELS",
+           "single_gpu_rates"]
 
 DLPERF = ("Oneflow-Inc/DLPerf NVIDIADeepLearningExamples/PyTorch/{}/README.md and "
           "reports/dlperf_benchmark_test_report_v1.md (commit c89430b; October 2020, "
@@ -73,6 +74,17 @@ DLPERF_RUNS = (  # model, precision, batch per GPU, samples/s on one GPU, GPUs, 
 """Every multi-GPU row of the tables: ResNet-50 at 128 (FP32) and 256 (AMP) images per GPU,
 BERT-base at 32 and 48 (FP32) and 64 and 96 (FP16) sequences per GPU, all with a dynamic loss
 scale; the static loss scale's rows, run on one server only, are left out."""
+
+
+def single_gpu_rates() -> tuple[tuple[str, str, int, float, str], ...]:
+    """Each distinct one-GPU rate of the tables: model, precision, batch per GPU, samples/s and
+    how the recipe trained (for the single-GPU rate checks, ``scaledl.sim.device_checks``)."""
+    how = {("resnet50", "FP32"): "FP32", ("resnet50", "mixed precision"): "AMP (apex O1), NCHW",
+           ("bert_base", "FP32"): "FP32, FusedAdam",
+           ("bert_base", "mixed precision"): "FP16 (apex O2), FusedAdam"}
+    rates = dict.fromkeys((model, precision, batch, single)
+                          for model, precision, batch, single, _, _ in DLPERF_RUNS)
+    return tuple((*rate, how[rate[0], rate[1]]) for rate in rates)
 
 
 def _job(model: str, precision: str, batch: int, single: float, gpus: int) -> Job:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scaledl.sim.cases_dle import DLE_MODELS
-from scaledl.sim.cases_dlperf import DLPERF
+from scaledl.sim.cases_dlperf import DLPERF, MODELS as DLPERF_MODELS, single_gpu_rates
 from scaledl.sim.job import Job
 
 __all__ = ["RateCheck", "RATE_CHECKS", "predicted_rate", "rate_table"]
@@ -123,19 +123,9 @@ RATE_CHECKS = (
                 f"{how}", mixed_precision=how.startswith("AMP"),
                 channels_last=how.startswith("AMP"))
       for model, rates in _DLE_CONVNETS_RATES.items() for device, batch, rate, how in rates),
-    RateCheck("v100", "resnet50", 128, 367.29, f"{DLPERF.format('resnet50v1.5')}, FP32"),
-    RateCheck("v100", "resnet50", 256, 802.9,
-              f"{DLPERF.format('resnet50v1.5')}, AMP (apex O1), NCHW", mixed_precision=True),
-    RateCheck("v100", "bert_base", 32, 119.6, f"{DLPERF.format('BERT')}, FP32, FusedAdam",
-              (128,)),
-    RateCheck("v100", "bert_base", 64, 444.51,
-              f"{DLPERF.format('BERT')}, FP16 (apex O2), FusedAdam", (128,),
-              mixed_precision=True),
-    RateCheck("v100", "bert_base", 48, 121.94, f"{DLPERF.format('BERT')}, FP32, FusedAdam",
-              (128,)),
-    RateCheck("v100", "bert_base", 96, 462.35,
-              f"{DLPERF.format('BERT')}, FP16 (apex O2), FusedAdam", (128,),
-              mixed_precision=True),
+    *(RateCheck("v100", model, batch, rate, f"{DLPERF.format(DLPERF_MODELS[model][1])}, {how}",
+                DLPERF_MODELS[model][2], mixed_precision=precision == "mixed precision")
+      for model, precision, batch, rate, how in single_gpu_rates()),
     *(RateCheck("h100", model, batch, rate, f"{MEASURED_H100}, {how}",
                 (384,) if model == "bert_large" else None, mixed_precision=how == "AMP",
                 channels_last=how == "AMP" and model != "bert_large")
