@@ -11,8 +11,8 @@ import pytest
 from scaledl.cli.simulate_report import reproduction_table
 from scaledl.sim.cases import CASES, _dgx1
 from scaledl.sim.cases_dle import DLE_MODELS, MX_CYCLE_MS, _dle
-from scaledl.sim.cases_bert import APEX_BUCKET_MB
-from scaledl.sim.cases_bert2019 import BERT_2019_RUNS, MACHINES_2019, _jobs as _bert2019
+from scaledl.sim.cases_bert import APEX_BUCKET_MB, MACHINES, _pretrain
+from scaledl.sim.cases_bert2019 import BERT_2019_RUNS
 from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_MACHINES, DLE_PYTORCH_RUNS
 from scaledl.sim.cases_dlperf import DLPERF_RUNS, MODELS, _job
 from scaledl.sim.cases_horovod import _horovod
@@ -218,15 +218,15 @@ def test_the_2019_bert_rows_accumulate_as_their_configurations_say() -> None:
     eight EDR ports and 8 per DGX-1 on four."""
     by_name = {case.name: case for case in CASES}
     for machine, sequence, batch, rate, rows in BERT_2019_RUNS:
-        per_node = MACHINES_2019[machine][0]
+        per_node = MACHINES[machine][3]
         global_batch = {rows[nodes][0] * batch * per_node * nodes for nodes in rows}
         assert global_batch == {65536 if sequence == 128 else 32768}
         for nodes in (n for n in rows if n > 1):
             name = (f"NVIDIA BERT-large pre-training (2019), {nodes} {machine}, mixed precision, "
                     f"sequence {sequence}")
             assert by_name[name].published == pytest.approx(rows[nodes][1] / (nodes * rows[1][1]))
-            one, many = _bert2019(machine, sequence, batch, rate,
-                                  ((1, rows[1][0]), (nodes, rows[nodes][0])))(False)
+            one, many = _pretrain(machine, "mixed precision", sequence, batch, rate,
+                                  (rows[1][0], rows[nodes][0]), (1, nodes))(False)
             assert (one.accumulation, many.accumulation) == (rows[1][0], rows[nodes][0])
             assert many.allreduce_bytes == 2 and many.gpus == per_node * nodes
             assert many.network == ("ib-edr-x8" if machine == "DGX-2H" else "ib-edr-x4")

@@ -51,10 +51,14 @@ def _wire(precision: str) -> int:
     return 2 if precision == "mixed precision" else 4
 
 
-MACHINES = {  # machine: device preset, link inside, link between hosts
-    "DGX A100": ("a100-80gb", "nvlink3", "ib-hdr-x8"),
-    "DGX-1 32 GB": ("v100", "nvlink2", "ib-edr-x4"),
+MACHINES = {  # machine: device preset, link inside, link between hosts, GPUs per host
+    "DGX A100": ("a100-80gb", "nvlink3", "ib-hdr-x8", 8),
+    "DGX-1 32 GB": ("v100", "nvlink2", "ib-edr-x4", 8),
+    "DGX-1 16 GB": ("v100", "nvlink2", "ib-edr-x4", 8),
+    "DGX-2H": ("v100", "nvswitch-v100", "ib-edr-x8", 16),
 }
+"""The machines of this recipe's tables, the 2019 release's (:mod:`scaledl.sim.cases_bert2019`)
+included: a DGX-2H is 16 V100 on NVSwitch with eight EDR InfiniBand adapters."""
 
 
 def _pretrain(machine: str, precision: str, sequence: int, batch: int, single: float,
@@ -62,11 +66,11 @@ def _pretrain(machine: str, precision: str, sequence: int, batch: int, single: f
               ) -> Callable[[bool], tuple[Job, Job]]:
     """``nodes[1]`` DGX (or, with ``nodes`` (0, 1), one DGX) against ``nodes[0]`` (0: one GPU),
     accumulating ``steps`` micro-batches per optimizer step at each size."""
-    device, intra, network = MACHINES[machine]
+    device, intra, network, per_node = MACHINES[machine]
 
     def job(count: int, accumulation: int, ideal: bool) -> Job:
-        gpus, topology = (1, "1") if count == 0 else (8 * count, "8" if count == 1
-                                                      else f"8x{count}")
+        gpus, topology = (1, "1") if count == 0 else (
+            per_node * count, str(per_node) if count == 1 else f"{per_node}x{count}")
         return Job(model="bert_large", input_shape=(sequence,), gpus=gpus, topology=topology,
                    algorithm="ring", device=device, intra=intra, network=network, batch=batch,
                    bucket_mb=PRETRAIN_BUCKET_MB, allreduce_bytes=_wire(precision),
@@ -114,7 +118,7 @@ DGX A100 at TF32, where the table says 32)."""
 
 def _squad(machine: str, precision: str, batch: int, single: float
            ) -> Callable[[bool], tuple[Job, Job]]:
-    device, intra, _ = MACHINES[machine]
+    device, intra, _, _ = MACHINES[machine]
 
     def jobs(ideal: bool) -> tuple[Job, Job]:
         job = Job(model="bert_large", input_shape=(384,), gpus=8, topology="8",

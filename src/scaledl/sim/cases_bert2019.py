@@ -32,23 +32,20 @@ with and are left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from scaledl.sim.cases_bert import PRETRAIN_BUCKET_MB
-from scaledl.sim.job import Job
+from scaledl.sim.cases_bert import MACHINES, _pretrain
 from scaledl.sim.reproduce import Case, weak_scaling
 
-__all__ = ["BERT_2019_CASES", "BERT_DLE_2019", "BERT_2019_RUNS", "MACHINES_2019"]
+__all__ = ["BERT_2019_CASES", "BERT_DLE_2019", "BERT_2019_RUNS"]
 
 BERT_DLE_2019 = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (commit "
                  "78e97e3, October 2019, pytorch:19.07-py3 NGC container), multi-node "
                  "pre-training tables; configurations.yml and run.sub at the same commit")
 """The source."""
 
-MACHINES_2019 = {  # machine: GPUs per node, link inside, link between nodes, how joined
-    "DGX-2H": (16, "nvswitch-v100", "ib-edr-x8", "16 V100 on NVSwitch, 8 EDR InfiniBand ports"),
-    "DGX-1 16 GB": (8, "nvlink2", "ib-edr-x4", "8 V100 on NVLink, 4 EDR InfiniBand ports"),
-}
+JOINED = {"DGX-2H": "16 V100 on NVSwitch, 8 EDR InfiniBand ports",
+          "DGX-1 16 GB": "8 V100 on NVLink, 4 EDR InfiniBand ports"}
+"""How each machine's GPUs and nodes are joined (its presets: ``cases_bert.MACHINES``)."""
+
 BERT_2019_RUNS = (  # machine, sequence, batch/GPU, GPU rate, (micro-batches, seq/s) per node count
     ("DGX-2H", 128, 64, 3379.2 / 16, {1: (64, 3379.2), 4: (16, 12709.88), 16: (4, 51937.28),
                                       64: (1, 188088.32)}),
@@ -63,28 +60,10 @@ DGX-2H's its node's per GPU) and, per node count, the micro-batches per step and
 throughput."""
 
 
-def _jobs(machine: str, sequence: int, batch: int, rate: float, runs: tuple[tuple[int, int],
-          tuple[int, int]]) -> Callable[[bool], tuple[Job, Job]]:
-    """One node against ``runs[1][0]`` nodes, each (nodes, micro-batches per step)."""
-    per_node, intra, network, _ = MACHINES_2019[machine]
-
-    def job(nodes: int, accumulation: int, ideal: bool) -> Job:
-        return Job(model="bert_large", input_shape=(sequence,), gpus=per_node * nodes,
-                   topology=str(per_node) if nodes == 1 else f"{per_node}x{nodes}",
-                   algorithm="ring", device="v100", intra=intra, network=network, batch=batch,
-                   bucket_mb=PRETRAIN_BUCKET_MB, allreduce_bytes=2, accumulation=accumulation,
-                   compute_time=batch / rate, stack="nccl", mixed_precision=not ideal,
-                   ideal=ideal)
-
-    def jobs(ideal: bool) -> tuple[Job, Job]:
-        return job(*runs[0], ideal), job(*runs[1], ideal)
-    return jobs
-
-
 def _case(machine: str, sequence: int, batch: int, rate: float,
           rows: dict[int, tuple[int, float]], nodes: int) -> Case:
     (base_steps, base), (steps, every) = rows[1], rows[nodes]
-    per_node, _, _, joined = MACHINES_2019[machine]
+    per_node, joined = MACHINES[machine][3], JOINED[machine]
     one = (f"each GPU at one node's rate over {per_node}, {rate:.1f}" if machine == "DGX-2H"
            else f"one GPU at the single-node table's {rate:.1f}")
     return Case(
@@ -94,7 +73,8 @@ def _case(machine: str, sequence: int, batch: int, rate: float,
         f"sequences/GPU x {steps} micro-batches (one node: x {base_steps}), one float16 "
         f"allreduce after them, mixed precision, {one} sequences/s",
         f"{BERT_DLE_2019}: {base} and {every} sequences/s",
-        weak_scaling(_jobs(machine, sequence, batch, rate, ((1, base_steps), (nodes, steps)))))
+        weak_scaling(_pretrain(machine, "mixed precision", sequence, batch, rate,
+                               (base_steps, steps), (1, nodes))))
 
 
 BERT_2019_CASES = tuple(_case(machine, sequence, batch, rate, rows, nodes)
