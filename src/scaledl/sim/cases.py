@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from scaledl.sim.cases_bert import BERT_CASES
 from scaledl.sim.cases_bert2019 import BERT_2019_CASES
+from scaledl.sim.cases_bert_tf2 import BERT_TF2_CASES
 from scaledl.sim.cases_dle import DLE_CASES
 from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_CASES
 from scaledl.sim.cases_dlperf import DLPERF_CASES
@@ -172,6 +173,7 @@ CASES = (
     *DLE_CASES,
     *BERT_CASES,
     *BERT_2019_CASES,
+    *BERT_TF2_CASES,
     *DLPERF_CASES,
     Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
          "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
