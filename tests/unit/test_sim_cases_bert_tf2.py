@@ -58,3 +58,15 @@ def test_a_job_reduces_once_after_accumulating_in_horovods_fused_buffers(
     assert result.communication_s > 0
     assert result.exposed_s >= result.communication_s  # nothing hides the reduction
     assert result.compute_s == pytest.approx(4 * 32 / 200.0, rel=1e-6)
+
+
+def test_the_one_gpu_rows_are_single_gpu_rate_checks_that_set_nothing() -> None:
+    from scaledl.sim.device_checks import RATE_CHECKS
+
+    checks = {(check.device, check.input_shape, check.batch, check.mixed_precision):
+              check for check in RATE_CHECKS if "TensorFlow2/LanguageModeling" in check.source}
+    assert len(checks) == len(TF2_SINGLE_NODE)
+    for machine, precision, sequence, rows in TF2_SINGLE_NODE:
+        batch, _, rate = rows[1]
+        check = checks[MACHINES[machine][0], (sequence,), batch, precision == "mixed precision"]
+        assert check.published == rate and check.model == "bert_large" and not check.used

@@ -42,7 +42,8 @@ from scaledl.sim.cases_bert import MACHINES
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, weak_scaling
 
-__all__ = ["BERT_TF2_CASES", "BERT_TF2", "TF2_SINGLE_NODE", "TF2_NODES", "tf2_job"]
+__all__ = ["BERT_TF2_CASES", "BERT_TF2", "TF2_SINGLE_NODE", "TF2_NODES", "tf2_job",
+           "single_gpu_rates"]
 
 BERT_TF2 = ("NVIDIA/DeepLearningExamples TensorFlow2/LanguageModeling/BERT/README.md (commit "
             "afb7dd1, April 2021, tensorflow:21.02-tf2-py3 NGC container), pre-training "
@@ -88,6 +89,13 @@ TF2_NODES: tuple[tuple[str, str, int, dict[int, Row]], ...] = (
 )
 """The multi-node tables: per node count, the row's micro-batch, micro-batches and throughput
 (sequences/s of all nodes)."""
+
+
+def single_gpu_rates() -> tuple[tuple[str, str, int, int, float], ...]:
+    """The single-node tables' one-GPU rates: machine, precision, sequence length, batch per
+    GPU and sequences/s (for the single-GPU rate checks, ``scaledl.sim.device_checks``)."""
+    return tuple((machine, precision, sequence, *rows[1][::2])
+                 for machine, precision, sequence, rows in TF2_SINGLE_NODE)
 
 
 def tf2_job(machine: str, precision: str, sequence: int, batch: int, steps: int, gpus: int,

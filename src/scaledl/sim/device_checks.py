@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scaledl.sim.cases_bert import MACHINES as BERT_MACHINES
+from scaledl.sim.cases_bert_tf2 import BERT_TF2, single_gpu_rates as tf2_bert_rates
 from scaledl.sim.cases_dle import DLE_MODELS
 from scaledl.sim.cases_dlperf import DLPERF, MODELS as DLPERF_MODELS, single_gpu_rates
 from scaledl.sim.job import Job
@@ -126,6 +128,10 @@ RATE_CHECKS = (
     *(RateCheck("v100", model, batch, rate, f"{DLPERF.format(DLPERF_MODELS[model][1])}, {how}",
                 DLPERF_MODELS[model][2], mixed_precision=precision == "mixed precision")
       for model, precision, batch, rate, how in single_gpu_rates()),
+    *(RateCheck(BERT_MACHINES[machine][0], "bert_large", batch, rate,
+                f"{BERT_TF2}, {precision} with XLA, LAMB, one GPU of a {machine}", (sequence,),
+                mixed_precision=precision == "mixed precision")
+      for machine, precision, sequence, batch, rate in tf2_bert_rates()),
     *(RateCheck("h100", model, batch, rate, f"{MEASURED_H100}, {how}",
                 (384,) if model == "bert_large" else None, mixed_precision=how == "AMP",
                 channels_last=how == "AMP" and model != "bert_large")
