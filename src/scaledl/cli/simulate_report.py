@@ -74,17 +74,27 @@ def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
 
 
 def warn_on_unchecked_compute(job: Job) -> None:
-    """Say so when a device preset prices a model with depthwise convolutions: EfficientNet's
-    published single-GPU rates are 1.6-2.3x below the presets' estimates (docs/simulation.md,
-    "Device efficiency"), so only a measured rate or profile is worth using there."""
-    from scaledl.sim.profile import has_depthwise
+    """Say so when a device preset prices a model its published rates do not bear out
+    (docs/simulation.md, "Device efficiency"), so only a measured rate or profile is worth
+    using there: depthwise convolutions (EfficientNet's rates are 1.6-2.3x below the presets'
+    estimates) and, on a GPU, transformers (BERT's rates 41% above to 25% below them: the
+    presets' efficiency comes from convolutional networks)."""
+    from scaledl.sim.presets import device
+    from scaledl.sim.profile import TOKEN_MODELS, has_depthwise
 
-    if job.compute_time is None and job.profile_path is None \
-            and has_depthwise(job.model, job.input_shape):
+    if job.compute_time is not None or job.profile_path is not None:
+        return
+    if has_depthwise(job.model, job.input_shape):
         print(f"scaledl: warning: {job.model} has depthwise convolutions, which the device "
               "presets price 1.6-2.3x too fast (EfficientNet against NVIDIA's published rates, "
               "docs/simulation.md); pass the rate you measured (--compute-time) or a profile "
               "(--profile)", file=sys.stderr)
+    elif job.model in TOKEN_MODELS and device(job.device).backend == "nccl":
+        print(f"scaledl: warning: {job.model} is a transformer, whose published single-GPU "
+              "rates the GPU presets miss by 41% too slow to 25% too fast (BERT-large and "
+              "BERT-base, docs/simulation.md), which moves the share of a step communication "
+              "takes; pass the rate you measured (--compute-time) or a profile (--profile)",
+              file=sys.stderr)
 
 
 def calibration_prior(args: argparse.Namespace, job: Job) -> Network:
