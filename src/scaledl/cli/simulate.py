@@ -249,8 +249,8 @@ def run(args: argparse.Namespace) -> int:
     job.check()
     topology, network = job.topology_value(), job.network_value()
     report.warn_on_one_host_oversubscription(job, topology)
+    profile = job.profile()  # a malformed model or shape is the one line before any warning
     report.warn_on_unchecked_compute(job)
-    profile = job.profile()
     job.update_seconds(profile)
     job.losses()
     model = "ideal model" if job.ideal else f"stack {job.losses().stack.name}"
