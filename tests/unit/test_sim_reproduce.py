@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scaledl.cli.simulate_report import reproduction_table
-from scaledl.sim.cases import CASES, _dgx1
+from scaledl.cli.simulate_report import family_table, reproduction_table
+from scaledl.sim.cases import CASES, FAMILIES, _dgx1
 from scaledl.sim.cases_dle import DLE_MODELS, MX_CYCLE_MS, _dle
 from scaledl.sim.cases_bert import APEX_BUCKET_MB, MACHINES, _pretrain
 from scaledl.sim.cases_bert2019 import BERT_2019_RUNS
@@ -92,6 +92,27 @@ def test_the_mean_absolute_error_counts_efficiencies_only() -> None:
     assert mae[0] == pytest.approx(4.0) and mae[1] == 2
     assert mean_absolute_error(evaluate(cases[2:])) is None
     assert "mean absolute error" not in reproduction_table(evaluate(cases[2:]))
+
+
+def test_each_source_is_summarised_by_its_scored_points() -> None:
+    """Per family: points with a target, how many meet it, and the signed and absolute mean
+    error of its efficiencies; a family of speedups has no mean, one of shares no row."""
+    cases = (
+        Case("a", "efficiency", 0.90, "s", "src", lambda ideal: Prediction(0.93, "d")),
+        Case("b", "efficiency", 0.80, "s", "src", lambda ideal: Prediction(0.70, "d")),
+        Case("c", "speedup", 2.0, "s", "src", lambda ideal: Prediction(2.2, "d")),
+        Case("d", "share", 0.5, "s", "src", lambda ideal: Prediction(0.1, "d")),
+    )
+    table = family_table(evaluate(cases), (("two", cases[:2]), ("speedup", cases[2:3]),
+                                           ("share", cases[3:])))
+    assert table.splitlines()[2:] == ["| two | 2 | 1 | -3.5 pt | 6.5 pt |",
+                                      "| speedup | 1 | 1 | - | - |"]
+
+
+def test_the_families_hold_every_case_once_in_the_tables_order() -> None:
+    assert tuple(case for _, cases in FAMILIES for case in cases) == CASES
+    assert len({id(case) for case in CASES}) == len(CASES)
+    assert len({family for family, _ in FAMILIES}) == len(FAMILIES)
 
 
 def test_horovods_charts_run_with_rdma_and_its_tcp_point_is_below_them() -> None:
@@ -206,7 +227,8 @@ def test_the_docs_table_is_the_one_the_cases_print() -> None:
     """docs/simulation.md reports every point as ``scaledl simulate reproduce`` prints it: a
     case added, or a prediction changed, without the docs fails here."""
     docs = (Path(__file__).parents[2] / "docs" / "simulation.md").read_text().splitlines()
-    printed = reproduction_table(evaluate(CASES)).splitlines()
+    rows = evaluate(CASES)
+    printed = [*reproduction_table(rows).splitlines(), *family_table(rows, FAMILIES).splitlines()]
     stale = [line for line in printed if line and line not in docs]
     assert not stale, f"{len(stale)} line(s) of the reproduction table differ from the docs: " \
                       f"{stale[0][:120]}"

@@ -13,7 +13,7 @@ from scaledl.sim.iteration import IterationResult
 from scaledl.sim.job import Job
 from scaledl.sim.network import Network
 from scaledl.sim.profile_file import MeasuredProfile
-from scaledl.sim.reproduce import Row, mean_absolute_error
+from scaledl.sim.reproduce import Case, Row, mean_absolute_error
 from scaledl.topology import Topology
 
 __all__ = [
@@ -185,14 +185,35 @@ def reproduction_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def family_table(rows: list[Row], families: tuple[tuple[str, tuple[Case, ...]], ...]) -> str:
+    """Each source's points with a target: how many, how many within it, and the mean and mean
+    absolute error of its efficiency points (a speedup's error is relative, so not averaged)."""
+    lines = ["| source | points | within target | mean error | mean absolute error |",
+             "|---|---:|---:|---:|---:|"]
+    by_case = {id(row.case): row for row in rows}
+    for family, cases in families:
+        scored = [by_case[id(case)] for case in cases if by_case[id(case)].within is not None]
+        if not scored:
+            continue
+        points = [row.error for row in scored if row.case.metric == "efficiency"]
+        mean = f"{sum(points) / len(points):+.1f} pt" if points else "-"
+        absolute = f"{sum(map(abs, points)) / len(points):.1f} pt" if points else "-"
+        lines.append(f"| {family} | {len(scored)} | {sum(bool(row.within) for row in scored)} | "
+                     f"{mean} | {absolute} |")
+    return "\n".join(lines)
+
+
 def run_reproduce(ideal: bool) -> int:
     """Print every published point beside its prediction."""
-    from scaledl.sim.cases import CASES
+    from scaledl.sim.cases import CASES, FAMILIES
     from scaledl.sim.reproduce import evaluate
 
     if ideal:
         print("(the ideal model: constant device efficiency, no losses)")
-    print(reproduction_table(evaluate(CASES, ideal)))
+    rows = evaluate(CASES, ideal)
+    print(reproduction_table(rows))
+    print("\nBy source:")
+    print(family_table(rows, FAMILIES))
     if not ideal:
         from scaledl.sim.device_checks import rate_table
 

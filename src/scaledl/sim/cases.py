@@ -22,7 +22,7 @@ from scaledl.sim.cases_horovod import HOROVOD_CASES
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, Prediction, against_one_gpu, weak_scaling
 
-__all__ = ["CASES", "IMAGENET_TRAIN_IMAGES"]
+__all__ = ["CASES", "FAMILIES", "IMAGENET_TRAIN_IMAGES"]
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 """ILSVRC-2012 training set size."""
@@ -150,33 +150,46 @@ def _ddp_case(model: str, label: str, gpus: int, bucket_mb: float, measured: int
         weak_scaling(_ddp(model, single, gpus, bucket_mb)))
 
 
-CASES = (
-    Case("PowerAI DDL, ResNet-50, 256 P100", "efficiency", 0.95,
-         "64 hosts x 4 P100 (4x16x4), torus (DDL's multi-dimensional ring), one EDR InfiniBand "
-         "port per host, NVLink inside, 32 images/GPU; Caffe over MPI",
-         "Cho et al., arXiv 1708.02188 (2017); IBM's announcement (95% with Caffe)", _ddl),
-    Case("S-Caffe, GoogLeNet, 32 -> 160 K80", "speedup", 2.5,
-         "16 K80 GPUs per host (16x2, 16x10), FDR InfiniBand, PCIe inside, per-layer "
-         "hierarchical reduce and broadcast overlapped, global batch 2560 (80 -> 16 per GPU, "
-         "assumed); Caffe over MVAPICH2-GDR",
-         "Awan et al., PPoPP 2017, abstract (seed 000)", _scaffe),
-    *HOROVOD_CASES,
-    Case("Goyal et al., ResNet-50, 8 -> 256 P100", "efficiency", 0.90,
-         "32 Big Basin servers x 8 P100 on NVLink (8x32), one 50 Gbit/s Ethernet port per "
-         "server, 32 images/GPU (8k batch), intra-server reduce, inter-server allreduce, "
-         "broadcast (hierarchical); efficiency against one server of 8",
-         "Goyal et al., arXiv 1706.02677 (2017), abstract and section 5.5 (~90% from 8 to 256 "
-         "GPUs)", weak_scaling(_goyal)),
-    *(case for run in TF_DGX1_RUNS for case in _tf_dgx1(*run)),
-    *(_ddp_case(*run) for run in DDP_RUNS),
-    *DLE_PYTORCH_CASES,
-    *DLE_CASES,
-    *BERT_CASES,
-    *BERT_2019_CASES,
-    *BERT_TF2_CASES,
-    *DLPERF_CASES,
-    Case("You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
-         "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains "
-         "on CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",
-         "You, Buluç, Demmel, SC17 (seed 003; /work/shared/research/seeds.md section 4)", _you),
+_DDL = Case(
+    "PowerAI DDL, ResNet-50, 256 P100", "efficiency", 0.95,
+    "64 hosts x 4 P100 (4x16x4), torus (DDL's multi-dimensional ring), one EDR InfiniBand port "
+    "per host, NVLink inside, 32 images/GPU; Caffe over MPI",
+    "Cho et al., arXiv 1708.02188 (2017); IBM's announcement (95% with Caffe)", _ddl)
+_SCAFFE = Case(
+    "S-Caffe, GoogLeNet, 32 -> 160 K80", "speedup", 2.5,
+    "16 K80 GPUs per host (16x2, 16x10), FDR InfiniBand, PCIe inside, per-layer hierarchical "
+    "reduce and broadcast overlapped, global batch 2560 (80 -> 16 per GPU, assumed); Caffe over "
+    "MVAPICH2-GDR", "Awan et al., PPoPP 2017, abstract (seed 000)", _scaffe)
+_GOYAL = Case(
+    "Goyal et al., ResNet-50, 8 -> 256 P100", "efficiency", 0.90,
+    "32 Big Basin servers x 8 P100 on NVLink (8x32), one 50 Gbit/s Ethernet port per server, 32 "
+    "images/GPU (8k batch), intra-server reduce, inter-server allreduce, broadcast "
+    "(hierarchical); efficiency against one server of 8",
+    "Goyal et al., arXiv 1706.02677 (2017), abstract and section 5.5 (~90% from 8 to 256 GPUs)",
+    weak_scaling(_goyal))
+_YOU = Case(
+    "You et al., original EASGD on 8 K80, AlexNet", "share", 0.87,
+    "one host of 8 K80 on PCIe 3.0, 64 images/GPU, exchange every step; the paper trains on "
+    "CIFAR (32x32), scaledl's AlexNet needs 64x64 (the value compared) or more",
+    "You, Buluç, Demmel, SC17 (seed 003; /work/shared/research/seeds.md section 4)", _you)
+
+FAMILIES: tuple[tuple[str, tuple[Case, ...]], ...] = (
+    ("PowerAI DDL (Cho et al., 2017)", (_DDL,)),
+    ("S-Caffe (Awan et al., PPoPP 2017)", (_SCAFFE,)),
+    ("Horovod's README, charts and announcement (2017-2018)", HOROVOD_CASES),
+    ("Goyal et al. (2017)", (_GOYAL,)),
+    ("TensorFlow's benchmarks on a P100 DGX-1 (May 2017)",
+     tuple(case for run in TF_DGX1_RUNS for case in _tf_dgx1(*run))),
+    ("PyTorch's DDP benchmark (PyTorch 1.4, V100)", tuple(_ddp_case(*run) for run in DDP_RUNS)),
+    ("NVIDIA's image recipes in PyTorch (21.03)", DLE_PYTORCH_CASES),
+    ("NVIDIA's image recipes in TensorFlow and MXNet", DLE_CASES),
+    ("NVIDIA's BERT-large in PyTorch (21.11)", BERT_CASES),
+    ("NVIDIA's BERT-large in PyTorch (19.07)", BERT_2019_CASES),
+    ("NVIDIA's BERT-large in TensorFlow 2 (21.02)", BERT_TF2_CASES),
+    ("DLPerf: NVIDIA's PyTorch recipes on V100 servers (20.03)", DLPERF_CASES),
+    ("You et al. (SC17)", (_YOU,)),
 )
+"""The published points by source, in the table's order (``scaledl simulate reproduce``
+summarises each)."""
+
+CASES = tuple(case for _, cases in FAMILIES for case in cases)
