@@ -45,12 +45,15 @@ def test_the_dgx2h_mixed_precision_rows_keep_their_stated_global_batch() -> None
 @pytest.mark.parametrize("precision, wire", [("mixed precision", 2), ("FP32", 4), ("TF32", 4)])
 def test_a_job_reduces_once_after_accumulating_in_horovods_fused_buffers(
         precision: str, wire: int) -> None:
-    """Horovod (its default cycle and fusion), float16 compression only at mixed precision, the
+    """Horovod (0.21's default cycle and fusion), float16 compression only at mixed precision, the
     micro-batches accumulated locally and the reduction overlapping no compute."""
     machine = "DGX-2H" if precision == "FP32" else "DGX A100"
     per_node = MACHINES[machine][3]
     job = tf2_job(machine, precision, 128, 32, 4, per_node * 4, 200.0)
     assert job.stack == "horovod" and not job.overlap and job.accumulation == 4
+    cycle = job.cycle()
+    assert cycle is not None and cycle.cycle_s == pytest.approx(1e-3)  # Horovod 0.21's defaults
+    assert cycle.fusion_bytes == 128 << 20
     assert job.allreduce_bytes == wire and job.mixed_precision == (precision == "mixed precision")
     assert job.topology_value().spec == f"{per_node}x4"
     assert tf2_job("DGX-2", precision, 128, 32, 4, 8, 200.0).topology_value().spec == "8"

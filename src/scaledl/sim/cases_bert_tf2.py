@@ -11,7 +11,8 @@ the recipe's code at that commit:
 - how gradients are reduced (``official/modeling/model_training_utils.py``): every micro-batch
   adds its gradients to a local accumulator with no communication; after the last, each
   gradient goes through ``hvd.allreduce`` (Horovod fuses them; ``HOROVOD_*`` is set nowhere in
-  the recipe, so its defaults, the ``horovod`` stack), with ``Compression.fp16`` under mixed
+  the recipe, so the defaults of the container's Horovod, ``HOROVOD_DEFAULTS``), with
+  ``Compression.fp16`` under mixed
   precision (float16 on the wire, ``allreduce_bytes=2``) and none at FP32 and TF32; the
   reduction starts when the accumulation loop has ended, so it overlaps no compute
   (``overlap=False``).  The loop also reduces after the first micro-batch of every 100 steps
@@ -42,13 +43,22 @@ from scaledl.sim.cases_bert import MACHINES
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, weak_scaling
 
-__all__ = ["BERT_TF2_CASES", "BERT_TF2", "TF2_SINGLE_NODE", "TF2_NODES", "tf2_job",
-           "single_gpu_rates"]
+__all__ = ["BERT_TF2_CASES", "BERT_TF2", "TF2_SINGLE_NODE", "TF2_NODES", "HOROVOD_DEFAULTS",
+           "tf2_job", "single_gpu_rates"]
 
 BERT_TF2 = ("NVIDIA/DeepLearningExamples TensorFlow2/LanguageModeling/BERT/README.md (commit "
             "afb7dd1, April 2021, tensorflow:21.02-tf2-py3 NGC container), pre-training "
             "performance tables")
 """The source."""
+
+HOROVOD_DEFAULTS = (1.0, 128.0)
+"""Horovod's cycle (ms) and fusion buffer (MiB) from release 0.21.0 (November 2020, horovod/horovod
+#2468: "Changed default cycle time from 5ms to 1ms and fusion threshold from 64MB to 128MB").
+Which release the tensorflow:21.02-tf2-py3 container carried is not stated in the recipe (its
+Dockerfile's ``pip3 install horovod`` keeps the container's); NGC's TensorFlow release notes list
+Horovod 0.20.0 in 20.10 and 0.21.3 in 21.04, so 21.02 is taken to carry a 0.21 release.  With the
+``horovod`` stack's older defaults (5 ms, 64 MiB) the tables' 32-node mixed-precision rows move
+by up to 12 points (docs/simulation.md)."""
 
 Row = tuple[int, int, float]
 """Micro-batch per GPU, micro-batches per step, sequences/s."""
@@ -109,8 +119,8 @@ def tf2_job(machine: str, precision: str, sequence: int, batch: int, steps: int,
     return Job(model="bert_large", input_shape=(sequence,), gpus=gpus, topology=topology,
                algorithm="ring", device=device, intra=intra, network=network, batch=batch,
                allreduce_bytes=2 if mixed else 4, accumulation=steps, overlap=False,
-               compute_time=batch / rate, stack="horovod", mixed_precision=mixed and not ideal,
-               ideal=ideal)
+               compute_time=batch / rate, stack="horovod", cycle_ms=HOROVOD_DEFAULTS[0],
+               fusion_mb=HOROVOD_DEFAULTS[1], mixed_precision=mixed and not ideal, ideal=ideal)
 
 
 def _pair(machine: str, precision: str, sequence: int, rows: dict[int, Row], rate: float,
@@ -123,8 +133,10 @@ def _pair(machine: str, precision: str, sequence: int, rows: dict[int, Row], rat
     return jobs
 
 
-def _wire(precision: str) -> str:
-    return "float16" if precision == "mixed precision" else "float32"
+def _reduction(precision: str) -> str:
+    wire = "float16" if precision == "mixed precision" else "float32"
+    return (f"one {wire} Horovod allreduce after them (Horovod 0.21's defaults: "
+            f"{HOROVOD_DEFAULTS[0]:g} ms cycle, {HOROVOD_DEFAULTS[1]:g} MiB fusion)")
 
 
 def _single(machine: str, precision: str, sequence: int, rows: dict[int, Row], gpus: int
@@ -135,8 +147,8 @@ def _single(machine: str, precision: str, sequence: int, rows: dict[int, Row], g
         f"NVIDIA BERT-large pre-training in TensorFlow 2, {gpus} GPUs of a {machine}, "
         f"{precision}, sequence {sequence}", "efficiency", every / (gpus * single),
         f"{gpus} GPUs of one {machine}, {batch} sequences/GPU x {steps} micro-batches (one GPU: "
-        f"{rows[1][0]} x {rows[1][1]}), one fused {_wire(precision)} Horovod allreduce after "
-        f"them, {precision} with XLA, one GPU at {single} sequences/s",
+        f"{rows[1][0]} x {rows[1][1]}), {_reduction(precision)}, {precision} with XLA, one GPU "
+        f"at {single} sequences/s",
         f"{BERT_TF2}: {single} and {every} sequences/s",
         weak_scaling(_pair(machine, precision, sequence, rows, single, 1, gpus)))
 
@@ -149,9 +161,8 @@ def _nodes(machine: str, precision: str, sequence: int, rows: dict[int, Row], no
         f"NVIDIA BERT-large pre-training in TensorFlow 2, {nodes} {machine}, {precision}, "
         f"sequence {sequence}", "efficiency", every / (nodes * base),
         f"{nodes} {machine} ({per_node}x{nodes}) against one, {batch} sequences/GPU x {steps} "
-        f"micro-batches (one node: x {rows[1][1]}), one fused {_wire(precision)} Horovod "
-        f"allreduce after them, {precision} with XLA, each GPU at one node's rate over "
-        f"{per_node}, {base / per_node:.1f} sequences/s",
+        f"micro-batches (one node: x {rows[1][1]}), {_reduction(precision)}, {precision} with "
+        f"XLA, each GPU at one node's rate over {per_node}, {base / per_node:.1f} sequences/s",
         f"{BERT_TF2}, multi-node: {base} and {every} sequences/s",
         weak_scaling(_pair(machine, precision, sequence, rows, base / per_node, per_node,
                            nodes)))
