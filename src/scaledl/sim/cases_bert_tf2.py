@@ -11,12 +11,11 @@ the recipe's code at that commit:
 - how gradients are reduced (``official/modeling/model_training_utils.py``): every micro-batch
   adds its gradients to a local accumulator with no communication; after the last, each
   gradient goes through ``hvd.allreduce`` (Horovod fuses them; ``HOROVOD_*`` is set nowhere in
-  the recipe, so the defaults of the container's Horovod, ``HOROVOD_DEFAULTS``), with
-  ``Compression.fp16`` under mixed
-  precision (float16 on the wire, ``allreduce_bytes=2``) and none at FP32 and TF32; the
-  reduction starts when the accumulation loop has ended, so it overlaps no compute
-  (``overlap=False``).  The loop also reduces after the first micro-batch of every 100 steps
-  (``steps_per_loop``), one extra reduction per 100: not modelled;
+  the recipe, so the defaults of the container's Horovod hold, ``HOROVOD_DEFAULTS``), with
+  ``Compression.fp16`` under mixed precision (float16 on the wire, ``allreduce_bytes=2``) and
+  none at FP32 and TF32; the reduction starts when the accumulation loop has ended, so it
+  overlaps no compute (``overlap=False``).  The loop also reduces after the first micro-batch
+  of every 100 steps (``steps_per_loop``), one extra reduction per 100: not modelled;
 - the micro-batch and the micro-batches per step of every row, from its table; the DGX-2H table's
   mixed-precision rows at sequence length 512 list 96 and 24 micro-batches on 4 and 16 nodes,
   which contradicts the global batch the same rows state (30720), and the recipe's
@@ -52,9 +51,9 @@ BERT_TF2 = ("NVIDIA/DeepLearningExamples TensorFlow2/LanguageModeling/BERT/READM
 """The source."""
 
 HOROVOD_DEFAULTS = (1.0, 128.0)
-"""Horovod's cycle (ms) and fusion buffer (MiB) from release 0.21.0 (November 2020, horovod/horovod
-#2468: "Changed default cycle time from 5ms to 1ms and fusion threshold from 64MB to 128MB").
-Which release the tensorflow:21.02-tf2-py3 container carried is not stated in the recipe (its
+"""Horovod's default cycle (ms) and fusion buffer (MiB) from release 0.21.0 (November 2020, which
+lowered the cycle from 5 ms and raised the buffer from 64 MiB: horovod/horovod#2468).  Which
+release the tensorflow:21.02-tf2-py3 container carried is not stated in the recipe (its
 Dockerfile's ``pip3 install horovod`` keeps the container's); NGC's TensorFlow release notes list
 Horovod 0.20.0 in 20.10 and 0.21.3 in 21.04, so 21.02 is taken to carry a 0.21 release.  With the
 ``horovod`` stack's older defaults (5 ms, 64 MiB) the tables' 32-node mixed-precision rows move
