@@ -39,11 +39,12 @@ def spread(path: Path) -> str:
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in rows:
         groups[_node(row), row["ts"]].append(float(row["perf"]))
-    deviations, ratios = [], []
+    deviations: list[float] = []
+    ratios: list[float] = []
     for times in (np.array(group) for group in groups.values() if len(group) >= 2):
         scale = math.sqrt(len(times) / (len(times) - 1))
-        deviations.extend((times / times.mean() - 1) * scale)
-        ratios.append(times.max() / times.min())
+        deviations.extend(float(d) for d in (times / times.mean() - 1) * scale)
+        ratios.append(float(times.max() / times.min()))
     dev = np.array(deviations)
     q1, q3 = np.percentile(dev, [25, 75])
     lo, hi = np.percentile(dev, [2.5, 97.5])

@@ -57,6 +57,8 @@ def test_a_job_reduces_once_after_accumulating_in_horovods_fused_buffers(
     assert job.allreduce_bytes == wire and job.mixed_precision == (precision == "mixed precision")
     assert job.topology_value().spec == f"{per_node}x4"
     assert tf2_job("DGX-2", precision, 128, 32, 4, 8, 200.0).topology_value().spec == "8"
+    # one micro-batch per step: DistributedGradientTape reduces during backward
+    assert tf2_job(machine, precision, 128, 32, 1, per_node * 4, 200.0).overlap
     result = job.run()
     assert result.communication_s > 0
     assert result.exposed_s >= result.communication_s  # nothing hides the reduction

@@ -223,7 +223,7 @@ def test_a_depthwise_model_priced_from_a_preset_is_flagged(
     ("a100", [], True), ("v100", ["--compute-time", "0.3"], False), ("cpu", [], False)])
 def test_a_transformer_priced_from_a_gpu_preset_is_flagged(
         device: str, extra: list[str], warned: bool, capsys: pytest.CaptureFixture[str]) -> None:
-    """Published BERT rates sit 41% above to 25% below the GPU presets' estimates: without a
+    """The GPU presets predict published BERT rates 41% too slow to 25% too fast: without a
     measured rate the user is told so; the cpu device, which no published rate checks and a
     profile calibrates, is not flagged, nor is a convolutional network."""
     network = "1gbit" if device == "cpu" else "ib-hdr"

@@ -77,8 +77,8 @@ def warn_on_unchecked_compute(job: Job) -> None:
     """Say so when a device preset prices a model its published rates do not bear out
     (docs/simulation.md, "Device efficiency"), so only a measured rate or profile is worth
     using there: depthwise convolutions (EfficientNet's rates are 1.6-2.3x below the presets'
-    estimates) and, on a GPU, transformers (BERT's rates 41% above to 25% below them: the
-    presets' efficiency comes from convolutional networks)."""
+    estimates) and, on a GPU, transformers (the presets predict BERT's published rates 41% too
+    slow to 25% too fast: their efficiency comes from convolutional networks)."""
     from scaledl.sim.presets import device
     from scaledl.sim.profile import TOKEN_MODELS, has_depthwise
 

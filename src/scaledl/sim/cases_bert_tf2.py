@@ -14,13 +14,18 @@ the recipe's code at that commit:
   the recipe, so the defaults of the container's Horovod hold, ``HOROVOD_DEFAULTS``), with
   ``Compression.fp16`` under mixed precision (float16 on the wire, ``allreduce_bytes=2``) and
   none at FP32 and TF32; the reduction starts when the accumulation loop has ended, so it
-  overlaps no compute (``overlap=False``).  The loop also reduces after the first micro-batch
+  overlaps no compute (``overlap=False``), except with one micro-batch per step (32 DGX A100 at
+  mixed precision and sequence length 128), where ``hvd.DistributedGradientTape`` reduces each
+  gradient as backward produces it.  The loop also reduces after the first micro-batch
   of every 100 steps (``steps_per_loop``), one extra reduction per 100: not modelled;
 - the micro-batch and the micro-batches per step of every row, from its table; the DGX-2H table's
   mixed-precision rows at sequence length 512 list 96 and 24 micro-batches on 4 and 16 nodes,
   which contradicts the global batch the same rows state (30720), and the recipe's
   ``scripts/configs/configurations.yml`` at that commit gives 48 and 12 (``DGX2_n4p2``,
-  ``DGX2_n16p2``): those are taken;
+  ``DGX2_n16p2``): those are taken.  Its FP32 rows at 512 give 256 and 64 micro-batches of 4
+  on 1 and 4 nodes, a global batch of 16384 against the 32768 of its 16- and 32-node rows, and
+  no configuration settles it: the table's values are taken (with hundreds of micro-batches per
+  reduction either count hides it);
 - the machines (``cases_bert.MACHINES``): a DGX-2 and a DGX-2H are 16 V100 on NVSwitch with
   eight EDR InfiniBand adapters; a DGX A100 eight A100 on NVSwitch with eight HDR adapters.  The
   README names no network: the adapters are the machines' datasheets, as for the PyTorch
@@ -38,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scaledl.sim.cases_bert import MACHINES
+from scaledl.sim.cases_bert import MACHINES, _dtype, _wire
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, weak_scaling
 
@@ -109,60 +114,64 @@ def single_gpu_rates() -> tuple[tuple[str, str, int, int, float], ...]:
 
 def tf2_job(machine: str, precision: str, sequence: int, batch: int, steps: int, gpus: int,
             rate: float, ideal: bool = False) -> Job:
-    """``gpus`` GPUs of ``machine`` (whole nodes beyond one) accumulating ``steps``
-    micro-batches of ``batch`` sequences, each GPU at ``rate`` sequences/s; one fused Horovod
-    allreduce after them, float16 at mixed precision."""
+    """``gpus`` GPUs of ``machine`` (whole nodes beyond one), each at ``rate`` sequences/s, taking
+    optimizer steps of ``steps`` micro-batches of ``batch`` sequences: after the last, every
+    gradient goes through Horovod in fused buffers, float16 at mixed precision, with no compute
+    beside it; with one micro-batch per step the recipe's ``hvd.DistributedGradientTape``
+    reduces each gradient as backward produces it, overlapped."""
     device, intra, network, per_node = MACHINES[machine]
-    mixed = precision == "mixed precision"
     topology = str(gpus) if gpus <= per_node else f"{per_node}x{gpus // per_node}"
     return Job(model="bert_large", input_shape=(sequence,), gpus=gpus, topology=topology,
                algorithm="ring", device=device, intra=intra, network=network, batch=batch,
-               allreduce_bytes=2 if mixed else 4, accumulation=steps, overlap=False,
+               allreduce_bytes=_wire(precision), accumulation=steps, overlap=steps == 1,
                compute_time=batch / rate, stack="horovod", cycle_ms=HOROVOD_DEFAULTS[0],
-               fusion_mb=HOROVOD_DEFAULTS[1], mixed_precision=mixed and not ideal, ideal=ideal)
+               fusion_mb=HOROVOD_DEFAULTS[1],
+               mixed_precision=precision == "mixed precision" and not ideal, ideal=ideal)
 
 
 def _pair(machine: str, precision: str, sequence: int, rows: dict[int, Row], rate: float,
-          scale: int, count: int) -> Callable[[bool], tuple[Job, Job]]:
+          unit: int, multiple: int) -> Callable[[bool], tuple[Job, Job]]:
+    """The row of ``unit`` GPUs (one GPU, or one node) against the row of ``multiple`` times
+    as many, each GPU at ``rate``."""
     def jobs(ideal: bool) -> tuple[Job, Job]:
-        (small_batch, small_steps, _), (batch, steps, _) = rows[1], rows[count]
-        return (tf2_job(machine, precision, sequence, small_batch, small_steps, scale, rate,
+        (small_batch, small_steps, _), (batch, steps, _) = rows[1], rows[multiple]
+        return (tf2_job(machine, precision, sequence, small_batch, small_steps, unit, rate,
                         ideal),
-                tf2_job(machine, precision, sequence, batch, steps, scale * count, rate, ideal))
+                tf2_job(machine, precision, sequence, batch, steps, unit * multiple, rate,
+                        ideal))
     return jobs
 
 
 def _reduction(precision: str) -> str:
-    wire = "float16" if precision == "mixed precision" else "float32"
-    return (f"one {wire} Horovod allreduce after them (Horovod 0.21's defaults: "
-            f"{HOROVOD_DEFAULTS[0]:g} ms cycle, {HOROVOD_DEFAULTS[1]:g} MiB fusion)")
+    return (f"every {_dtype(precision)} gradient through Horovod after them (0.21's defaults: "
+            f"{HOROVOD_DEFAULTS[0]:g} ms cycle, {HOROVOD_DEFAULTS[1]:g} MiB fusion buffers)")
 
 
 def _single(machine: str, precision: str, sequence: int, rows: dict[int, Row], gpus: int
             ) -> Case:
-    batch, steps, every = rows[gpus]
+    batch, steps, throughput = rows[gpus]
     single = rows[1][2]
     return Case(
         f"NVIDIA BERT-large pre-training in TensorFlow 2, {gpus} GPUs of a {machine}, "
-        f"{precision}, sequence {sequence}", "efficiency", every / (gpus * single),
+        f"{precision}, sequence {sequence}", "efficiency", throughput / (gpus * single),
         f"{gpus} GPUs of one {machine}, {batch} sequences/GPU x {steps} micro-batches (one GPU: "
         f"{rows[1][0]} x {rows[1][1]}), {_reduction(precision)}, {precision} with XLA, one GPU "
         f"at {single} sequences/s",
-        f"{BERT_TF2}: {single} and {every} sequences/s",
+        f"{BERT_TF2}: {single} and {throughput} sequences/s",
         weak_scaling(_pair(machine, precision, sequence, rows, single, 1, gpus)))
 
 
 def _nodes(machine: str, precision: str, sequence: int, rows: dict[int, Row], nodes: int
            ) -> Case:
-    batch, steps, every = rows[nodes]
+    batch, steps, throughput = rows[nodes]
     base, per_node = rows[1][2], MACHINES[machine][3]
     return Case(
         f"NVIDIA BERT-large pre-training in TensorFlow 2, {nodes} {machine}, {precision}, "
-        f"sequence {sequence}", "efficiency", every / (nodes * base),
+        f"sequence {sequence}", "efficiency", throughput / (nodes * base),
         f"{nodes} {machine} ({per_node}x{nodes}) against one, {batch} sequences/GPU x {steps} "
         f"micro-batches (one node: x {rows[1][1]}), {_reduction(precision)}, {precision} with "
         f"XLA, each GPU at one node's rate over {per_node}, {base / per_node:.1f} sequences/s",
-        f"{BERT_TF2}, multi-node: {base} and {every} sequences/s",
+        f"{BERT_TF2}, multi-node: {base} and {throughput} sequences/s",
         weak_scaling(_pair(machine, precision, sequence, rows, base / per_node, per_node,
                            nodes)))
 
