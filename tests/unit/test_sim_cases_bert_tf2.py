@@ -50,7 +50,7 @@ def test_a_job_reduces_once_after_accumulating_in_horovods_fused_buffers(
     machine = "DGX-2H" if precision == "FP32" else "DGX A100"
     per_node = MACHINES[machine][3]
     job = tf2_job(machine, precision, 128, 32, 4, per_node * 4, 200.0)
-    assert job.stack == "horovod" and not job.overlap and job.accumulation == 4
+    assert job.stack == "horovod-0.21" and not job.overlap and job.accumulation == 4
     cycle = job.cycle()
     assert cycle is not None and cycle.cycle_s == pytest.approx(1e-3)  # Horovod 0.21's defaults
     assert cycle.fusion_bytes == 128 << 20

@@ -70,7 +70,8 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     (["--socket-bandwidth", "inf"], "for RDMA, name an RDMA network such as 25gbe-roce"),
     (["--input-shape", "3x0x0"], "--input-shape '3x0x0'"),
     (["--cycle-ms", "1"], "--cycle-ms 1.0 needs a stack with a negotiation cycle; stack 'nccl' "
-                          "has none (use --stack horovod)"),
+                          "has none (use --stack horovod-0.21, or horovod for releases before "
+                          "0.21)"),
     (["--stack", "horovod", "--cycle-ms", "-1"], "--cycle-ms -1.0 must be a finite number of "
                                                  "ms >= 0"),
     (["--fusion-mb", "8"], "--fusion-mb 8.0 needs a stack with a negotiation cycle"),

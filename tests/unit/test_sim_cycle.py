@@ -3,6 +3,8 @@ set them (``HOROVOD_CYCLE_TIME``, ``HOROVOD_FUSION_THRESHOLD``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scaledl.sim.job import Job
@@ -50,3 +52,14 @@ def test_smaller_fusion_buffers_make_more_calls() -> None:
     paying its call and its latency, than 64 MiB ones, so the ring is busy longer."""
     small, large = _horovod(None, 1.0).run(), _horovod(None, 64.0).run()
     assert small.communication_s > large.communication_s
+
+
+def test_horovod_from_0_21_is_the_older_stack_at_its_new_defaults() -> None:
+    """Horovod 0.21 lowered the default cycle to 1 ms and raised the fusion buffer to 128 MiB
+    (horovod/horovod#2468); nothing else about its stack changed."""
+    newer = replace(_horovod(None), stack="horovod-0.21")
+    assert newer.run() == _horovod(1.0, 128.0).run()
+    assert newer.run() != _horovod(None).run()
+    old, new = stack("horovod"), stack("horovod-0.21")
+    assert (old.call_overhead_s, old.tensor_overhead_s) == (new.call_overhead_s,
+                                                            new.tensor_overhead_s)

@@ -106,10 +106,10 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "(default: scaledl on --device cpu, nccl on GPUs)")
     p.add_argument("--cycle-ms", type=float, default=None,
                    help="Horovod's negotiation cycle, ms (HOROVOD_CYCLE_TIME; default: the "
-                        "horovod stack's 5)")
+                        "stack's, 5 for horovod, 1 for horovod-0.21)")
     p.add_argument("--fusion-mb", type=float, default=None,
                    help="Horovod's fusion buffer, MiB (HOROVOD_FUSION_THRESHOLD; default: the "
-                        "horovod stack's 64)")
+                        "stack's, 64 for horovod, 128 for horovod-0.21)")
     p.add_argument("--cores", type=int, default=None,
                    help="CPU cores every rank shares (one machine emulating the cluster, "
                         "`scaledl cluster`): shared-memory stages slow by ranks / cores, "

@@ -11,20 +11,27 @@ the recipe's code at that commit:
 - how gradients are reduced (``official/modeling/model_training_utils.py``): every micro-batch
   adds its gradients to a local accumulator with no communication; after the last, each
   gradient goes through ``hvd.allreduce`` (Horovod fuses them; ``HOROVOD_*`` is set nowhere in
-  the recipe, so the defaults of the container's Horovod hold, ``HOROVOD_DEFAULTS``), with
-  ``Compression.fp16`` under mixed precision (float16 on the wire, ``allreduce_bytes=2``) and
-  none at FP32 and TF32; the reduction starts when the accumulation loop has ended, so it
-  overlaps no compute (``overlap=False``), except with one micro-batch per step (32 DGX A100 at
-  mixed precision and sequence length 128), where ``hvd.DistributedGradientTape`` reduces each
-  gradient as backward produces it.  The loop also reduces after the first micro-batch
-  of every 100 steps (``steps_per_loop``), one extra reduction per 100: not modelled;
+  the recipe, so the defaults of the container's Horovod hold: the ``horovod-0.21`` stack, see
+  below), with ``Compression.fp16`` under mixed precision (float16 on the wire,
+  ``allreduce_bytes=2``) and none at FP32 and TF32; the reduction starts when the accumulation
+  loop has ended, so it overlaps no compute (``overlap=False``), except with one micro-batch
+  per step (32 DGX A100 at mixed precision and sequence length 128), where
+  ``hvd.DistributedGradientTape`` reduces each gradient as backward produces it.  The loop also
+  reduces after the first micro-batch of every 100 steps (``steps_per_loop``), one extra
+  reduction per 100: not modelled;
+- Horovod's release: the recipe's Dockerfile (``pip3 install horovod``) keeps the container's,
+  which the recipe does not name; NGC's TensorFlow release notes list Horovod 0.20.0 in 20.10
+  and 0.21.3 in 21.04, so 21.02 is taken to carry a 0.21 release, whose defaults are a 1 ms
+  cycle and 128 MiB fusion buffers (the ``horovod-0.21`` stack) where earlier releases had 5 ms
+  and 64 MiB (``horovod``: the 32-node mixed-precision rows move by up to 12 points,
+  docs/simulation.md);
 - the micro-batch and the micro-batches per step of every row, from its table; the DGX-2H table's
   mixed-precision rows at sequence length 512 list 96 and 24 micro-batches on 4 and 16 nodes,
   which contradicts the global batch the same rows state (30720), and the recipe's
   ``scripts/configs/configurations.yml`` at that commit gives 48 and 12 (``DGX2_n4p2``,
   ``DGX2_n16p2``): those are taken.  Its FP32 rows at 512 give 256 and 64 micro-batches of 4
   on 1 and 4 nodes, a global batch of 16384 against the 32768 of its 16- and 32-node rows, and
-  no configuration settles it: the table's values are taken (with hundreds of micro-batches per
+  no configuration settles it: the table's values are taken (with 64 or more micro-batches per
   reduction either count hides it);
 - the machines (``cases_bert.MACHINES``): a DGX-2 and a DGX-2H are 16 V100 on NVSwitch with
   eight EDR InfiniBand adapters; a DGX A100 eight A100 on NVSwitch with eight HDR adapters.  The
@@ -45,9 +52,10 @@ from collections.abc import Callable
 
 from scaledl.sim.cases_bert import MACHINES, _dtype, _wire
 from scaledl.sim.job import Job
+from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import Case, weak_scaling
 
-__all__ = ["BERT_TF2_CASES", "BERT_TF2", "TF2_SINGLE_NODE", "TF2_NODES", "HOROVOD_DEFAULTS",
+__all__ = ["BERT_TF2_CASES", "BERT_TF2", "TF2_SINGLE_NODE", "TF2_NODES", "STACK",
            "tf2_job", "single_gpu_rates"]
 
 BERT_TF2 = ("NVIDIA/DeepLearningExamples TensorFlow2/LanguageModeling/BERT/README.md (commit "
@@ -55,14 +63,8 @@ BERT_TF2 = ("NVIDIA/DeepLearningExamples TensorFlow2/LanguageModeling/BERT/READM
             "performance tables")
 """The source."""
 
-HOROVOD_DEFAULTS = (1.0, 128.0)
-"""Horovod's default cycle (ms) and fusion buffer (MiB) from release 0.21.0 (November 2020, which
-lowered the cycle from 5 ms and raised the buffer from 64 MiB: horovod/horovod#2468).  Which
-release the tensorflow:21.02-tf2-py3 container carried is not stated in the recipe (its
-Dockerfile's ``pip3 install horovod`` keeps the container's); NGC's TensorFlow release notes list
-Horovod 0.20.0 in 20.10 and 0.21.3 in 21.04, so 21.02 is taken to carry a 0.21 release.  With the
-``horovod`` stack's older defaults (5 ms, 64 MiB) the tables' 32-node mixed-precision rows move
-by up to 12 points (docs/simulation.md)."""
+STACK = "horovod-0.21"
+"""The container's Horovod (see above)."""
 
 Row = tuple[int, int, float]
 """Micro-batch per GPU, micro-batches per step, sequences/s."""
@@ -124,8 +126,7 @@ def tf2_job(machine: str, precision: str, sequence: int, batch: int, steps: int,
     return Job(model="bert_large", input_shape=(sequence,), gpus=gpus, topology=topology,
                algorithm="ring", device=device, intra=intra, network=network, batch=batch,
                allreduce_bytes=_wire(precision), accumulation=steps, overlap=steps == 1,
-               compute_time=batch / rate, stack="horovod", cycle_ms=HOROVOD_DEFAULTS[0],
-               fusion_mb=HOROVOD_DEFAULTS[1],
+               compute_time=batch / rate, stack=STACK,
                mixed_precision=precision == "mixed precision" and not ideal, ideal=ideal)
 
 
@@ -143,8 +144,10 @@ def _pair(machine: str, precision: str, sequence: int, rows: dict[int, Row], rat
 
 
 def _reduction(precision: str) -> str:
+    cycle = stack(STACK).cycle
+    assert cycle is not None
     return (f"every {_dtype(precision)} gradient through Horovod after them (0.21's defaults: "
-            f"{HOROVOD_DEFAULTS[0]:g} ms cycle, {HOROVOD_DEFAULTS[1]:g} MiB fusion buffers)")
+            f"{cycle.cycle_s * 1e3:g} ms cycle, {cycle.fusion_bytes >> 20} MiB fusion buffers)")
 
 
 def _single(machine: str, precision: str, sequence: int, rows: dict[int, Row], gpus: int

@@ -107,7 +107,8 @@ def _check_cycle_option(job: Job, option: str, value: float, unit: str, zero: bo
     name = job.stack_name()
     if stack(name).cycle is None:
         raise ValueError(f"{option} {value} needs a stack with a negotiation cycle; "
-                         f"stack {name!r} has none (use --stack horovod)")
+                         f"stack {name!r} has none (use --stack horovod-0.21, or horovod "
+                         "for releases before 0.21)")
     if not ((value >= 0 if zero else value > 0) and value < math.inf):
         raise ValueError(f"{option} {value} must be a finite number of {unit} "
                          f"{'>= 0' if zero else '> 0'}")

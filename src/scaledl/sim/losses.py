@@ -108,10 +108,13 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
           "(NVIDIA/nccl#1984), plus the framework's dispatch of the op (assumed 6.5 us); "
           "per gradient tensor: TENSOR_OVERHEAD"),
     Stack("horovod", 10e-6, TENSOR_OVERHEAD, Cycle(5e-3, 64 << 20),
-          "Horovod 0.9-0.15 over NCCL (2017-2018, the version of its 512-GPU benchmark): "
+          "Horovod 0.9-0.20 over NCCL (2017 to November 2020; its 512-GPU benchmark ran 0.9): "
           "HOROVOD_CYCLE_TIME default 5 ms and HOROVOD_FUSION_THRESHOLD default 64 MiB "
           "(horovod/common/operations.cc of those releases); per call as nccl, per tensor "
           "assumed as DDP's"),
+    Stack("horovod-0.21", 10e-6, TENSOR_OVERHEAD, Cycle(1e-3, 128 << 20),
+          "Horovod 0.21 and later (from November 2020): the defaults lowered to a 1 ms cycle "
+          "and raised to a 128 MiB fusion buffer (horovod/horovod#2468); costs as horovod's"),
     Stack("tf-replicated", 0.290 / 161, TENSOR_OVERHEAD, None,
           "TensorFlow 1.x tf_cnn_benchmarks, variable_update=replicated, one NCCL allreduce "
           "per gradient tensor: its own all-reduce benchmark measured 0.290 s per step for "
