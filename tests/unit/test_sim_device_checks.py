@@ -39,10 +39,11 @@ def test_reproduce_prints_the_rates_after_the_scaling_points(
 
     one = Case("near", "efficiency", 0.9, "s", "src", lambda ideal: Prediction(0.91, "d"))
     monkeypatch.setattr(scaledl.sim.cases, "CASES", (one,))
+    monkeypatch.setattr(scaledl.sim.cases, "FAMILIES", (("a source", (one,)),))
     monkeypatch.setattr(scaledl.sim.device_checks, "rate_table", lambda: "RATES")
     assert main(["simulate", "reproduce"]) == 0
     out = capsys.readouterr().out
-    assert out.index("| near | 90.0% | 91.0%") < out.index("device presets alone") < \
-        out.index("RATES")
+    assert out.index("| near | 90.0% | 91.0%") < out.index("| a source | 1 | 1 | +1.0 pt |") \
+        < out.index("device presets alone") < out.index("RATES")
     assert main(["simulate", "--ideal", "reproduce"]) == 0
     assert "RATES" not in capsys.readouterr().out
