@@ -38,18 +38,19 @@ def _ddl(ideal: bool) -> Prediction:
     minutes = 90 * IMAGENET_TRAIN_IMAGES / result.samples_per_s / 60
     return Prediction(result.efficiency,
                       f"90 epochs in {minutes:.0f} min ({result.samples_per_s / 256:.0f} "
-                      f"images/s/GPU, comm share {result.communication_share:.1%})")
+                      f"images/s/GPU, comm share {result.communication_share:.1%})", job)
 
 
 def _scaffe(ideal: bool) -> Prediction:
     base = Job(model="googlenet", device="k80", network="ib-fdr", intra="pcie3",
                strategy="reduce-broadcast", algorithm="hierarchical", stack="mpi", ideal=ideal)
     small = replace(base, gpus=32, topology="16x2", batch=80).run()
-    large = replace(base, gpus=160, topology="16x10", batch=16).run()
+    big = replace(base, gpus=160, topology="16x10", batch=16)
+    large = big.run()
     speedup = small.iteration_s / large.iteration_s
     return Prediction(speedup, f"{speedup / 5:.0%} of linear; comm share "
                                f"{small.communication_share:.0%} -> "
-                               f"{large.communication_share:.0%}")
+                               f"{large.communication_share:.0%}", big)
 
 
 def _you(ideal: bool) -> Prediction:

@@ -14,7 +14,7 @@ from scaledl.sim.device_model import Device
 from scaledl.sim.network import LinkClass, Network
 
 __all__ = ["Device", "DEVICES", "LINKS", "TCP_LINKS", "device", "link", "build_network",
-           "burst_bytes", "DEFAULT_INTRA"]
+           "burst_bytes", "DEFAULT_INTRA", "INSIDE_HOST_LINKS"]
 
 CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
@@ -223,6 +223,11 @@ LINKS: dict[str, LinkClass] = {
                                                  0.1 / 8 * TCP_PAYLOAD),
 }
 """Link presets (latency s, one-way GB/s).  ``nvlink`` is also accepted for ``nvlink1``."""
+
+INSIDE_HOST_LINKS = frozenset({"pcie3", "nvlink1", "nvlink1-dgx1", "dgx1-p100-staged", "nvlink2",
+                               "nvswitch-v100", "nvlink3", "nvlink4", "loopback"})
+"""Link presets that join GPUs of one host only: a job whose ``--network`` is one of them (as
+the P100 DGX-1's staged hops) runs on one host whatever its topology's axes."""
 
 ALIASES = {"nvlink": "nvlink1", "1gbit": "emulated-1gbit", "10gbit": "emulated-10gbit",
            "100mbit": "emulated-100mbit"}

@@ -32,10 +32,13 @@ TARGET_RELATIVE = 0.15
 
 @dataclass(frozen=True)
 class Prediction:
-    """A predicted value and the line that explains it."""
+    """A predicted value, the line that explains it and the job it prices."""
 
     value: float
     detail: str
+    job: Job | None = None
+    """The larger job of the comparison (None where the value is not one job's, as a share
+    compared between strategies): what :mod:`scaledl.sim.trust` classifies the point by."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def weak_scaling(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
         return Prediction(value, f"{large.iteration_s * 1e3:.0f} ms per step at {big.gpus} GPUs "
                                  f"vs {small.iteration_s * 1e3:.0f} ms at {base.gpus} "
                                  f"(comm busy {large.communication_s * 1e3:.0f} ms, exposed "
-                                 f"{large.communication_share:.0%})")
+                                 f"{large.communication_share:.0%})", big)
     return predict
 
 
