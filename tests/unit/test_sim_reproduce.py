@@ -17,9 +17,11 @@ from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_MACHINES, DLE_PYTORCH_RUNS
 from scaledl.sim.cases_dlperf import DLPERF_RUNS, MODELS, _job
 from scaledl.sim.cases_horovod import _horovod
 from scaledl.sim.losses import stack
+from scaledl.sim.trust import load_errors, published_errors
 from scaledl.sim.reproduce import (
     Case,
     Prediction,
+    Row,
     error,
     evaluate,
     mean_absolute_error,
@@ -223,15 +225,30 @@ def test_dlperfs_rows_run_the_recipes_buckets_and_gradient_types() -> None:
             assert job.allreduce_bytes == 4 and job.bucket_mb == pytest.approx(APEX_BUCKET_MB)
 
 
-def test_the_docs_table_is_the_one_the_cases_print() -> None:
+@pytest.fixture(scope="module")
+def rows() -> list[Row]:
+    """Every case predicted once (about 45 s of CPU) for the tests that read the whole table."""
+    return evaluate(CASES)
+
+
+def test_the_docs_table_is_the_one_the_cases_print(rows: list[Row]) -> None:
     """docs/simulation.md reports every point as ``scaledl simulate reproduce`` prints it: a
     case added, or a prediction changed, without the docs fails here."""
     docs = (Path(__file__).parents[2] / "docs" / "simulation.md").read_text().splitlines()
-    rows = evaluate(CASES)
     printed = [*reproduction_table(rows).splitlines(), *family_table(rows, FAMILIES).splitlines()]
     stale = [line for line in printed if line and line not in docs]
     assert not stale, f"{len(stale)} line(s) of the reproduction table differ from the docs: " \
                       f"{stale[0][:120]}"
+
+
+def test_the_shipped_errors_are_the_tables(rows: list[Row]) -> None:
+    """``scaledl simulate`` says how the model did on published points like a prediction from
+    the errors the package ships: every efficiency point, with its error as the table prints
+    it now (a prediction changed without ``python -m scaledl.sim.trust`` fails here)."""
+    efficiency = [row for row in rows if row.case.metric == "efficiency"]
+    assert all(row.prediction.job is not None for row in efficiency)
+    assert load_errors() == published_errors(rows)
+    assert len(load_errors()) == len(efficiency)
 
 
 def test_the_2019_bert_rows_accumulate_as_their_configurations_say() -> None:

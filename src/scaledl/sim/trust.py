@@ -1,0 +1,183 @@
+"""How far to trust a prediction: the model's errors on the published points most like it.
+
+``scaledl simulate`` prints one predicted scaling efficiency.  What a user about to pay for a
+cluster also needs is how wrong such a number has been where it could be checked.  The
+reproduction table (:mod:`scaledl.sim.cases`, docs/simulation.md) holds the answer: every
+published efficiency beside the same model's prediction.  This module keeps those errors, each
+with four traits of the job it priced, and picks the points most like a new job:
+
+1. the same GPU generation (``a100`` and ``a100-80gb`` are one), the same kind of model
+   (transformer or convolutional), the same precision (mixed or full) and the same reach (one
+   host or several);
+2. if fewer than :data:`MINIMUM` points match, the GPU is dropped, then the precision, then the
+   reach, then the kind, so that the band always rests on enough points and says which traits
+   it kept.
+
+The errors are data (``published_errors.json`` beside this module), written from the table by
+``python -m scaledl.sim.trust`` and checked against a fresh evaluation by the test suite, so a
+change to the model that moves any prediction must rewrite them.  Nothing here changes a
+prediction: the band describes the model's record, it does not correct it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from scaledl.sim.job import Job
+from scaledl.sim.presets import INSIDE_HOST_LINKS, device, link
+from scaledl.sim.profile import TOKEN_MODELS
+from scaledl.sim.reproduce import TARGET_POINTS, Row
+
+__all__ = ["Traits", "PublishedError", "Band", "traits", "published_errors", "load_errors",
+           "write_errors", "band", "MINIMUM", "ERRORS_FILE"]
+
+MINIMUM = 8
+"""Fewest published points a band rests on before a trait is dropped."""
+ERRORS_FILE = "published_errors.json"
+"""The data file in this package (``python -m scaledl.sim.trust`` rewrites it)."""
+RELAX = (("gpu",), ("gpu", "precision"), ("gpu", "precision", "reach"),
+         ("gpu", "precision", "reach", "kind"))
+"""The traits dropped, in turn, while fewer than :data:`MINIMUM` points match."""
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What the band matches a job on."""
+
+    gpu: str
+    """The device preset's generation (``v100``; ``a100-80gb`` is ``a100``)."""
+    kind: str
+    """``transformer`` or ``convolutional``."""
+    precision: str
+    """``mixed`` or ``full``."""
+    reach: str
+    """``one host`` or ``several hosts``."""
+
+    def describe(self, kept: tuple[str, ...]) -> str:
+        """The kept traits in words (``any GPU`` when none is)."""
+        words = [getattr(self, name) for name in ("gpu", "kind", "reach", "precision")
+                 if name in kept]
+        words = [f"{word} precision" if word in ("mixed", "full") else word for word in words]
+        return ", ".join(words) if words else "any GPU"
+
+
+@dataclass(frozen=True)
+class PublishedError:
+    """One published efficiency: its name and value, the prediction's error in points, and the
+    traits of the job it priced."""
+
+    name: str
+    published: float
+    """The published efficiency (a fraction)."""
+    error: float
+    traits: Traits
+
+
+@dataclass(frozen=True)
+class Band:
+    """The model's record on the published points like a job."""
+
+    kept: tuple[str, ...]
+    """The traits the points share with the job (the others were dropped to reach enough)."""
+    traits: Traits
+    errors: tuple[float, ...]
+    """Predicted minus published efficiency, points, sorted."""
+    published: tuple[float, float]
+    """The lowest and highest published efficiency of the points (fractions)."""
+
+    def covers(self, efficiency: float) -> bool:
+        """Whether ``efficiency`` is within the target of the points' published range: outside
+        it the record speaks of other regimes (a prediction of 40% against points of 70-99%)."""
+        margin = TARGET_POINTS / 100.0
+        return self.published[0] - margin <= efficiency <= self.published[1] + margin
+
+    @property
+    def within(self) -> int:
+        """How many of the points are within the target (5 points)."""
+        return sum(abs(e) <= TARGET_POINTS + 1e-12 for e in self.errors)
+
+    @property
+    def median(self) -> float:
+        """The median error, points (positive: the model was optimistic)."""
+        return statistics.median(self.errors)
+
+    def to_dict(self) -> dict[str, object]:
+        """The band as JSON-ready data."""
+        return {"matched": self.traits.describe(self.kept), "points": len(self.errors),
+                "within_target": self.within, "median_error_points": self.median,
+                "lowest_error_points": self.errors[0], "highest_error_points": self.errors[-1],
+                "published_range": list(self.published)}
+
+
+def traits(job: Job) -> Traits:
+    """The four traits of ``job`` (its GPUs: ``job.gpus`` on its topology and network)."""
+    hosts = 1 if link(job.network).name in INSIDE_HOST_LINKS else \
+        job.gpus // job.topology_value().axes[0]
+    return Traits(gpu=job.device.lower().split("-")[0],
+                  kind="transformer" if job.model.lower() in TOKEN_MODELS else "convolutional",
+                  precision="mixed" if job.mixed_precision else "full",
+                  reach="several hosts" if hosts > 1 else "one host")
+
+
+def published_errors(rows: list[Row]) -> list[PublishedError]:
+    """The efficiency points of the reproduction table with their errors and traits (a point
+    whose prediction names no job, or that is not an efficiency, has no band to join)."""
+    errors = []
+    for row in rows:
+        job = row.prediction.job
+        if row.case.metric == "efficiency" and job is not None:
+            errors.append(PublishedError(row.case.name, round(row.case.published, 5),
+                                         round(row.error, 3), traits(job)))
+    return errors
+
+
+def load_errors(path: Path | None = None) -> list[PublishedError]:
+    """The errors this package ships (or those in ``path``)."""
+    text = (path.read_text() if path is not None
+            else resources.files("scaledl.sim").joinpath(ERRORS_FILE).read_text())
+    return [PublishedError(item["name"], item["published"], item["error"],
+                           Traits(**item["traits"]))
+            for item in json.loads(text)["points"]]
+
+
+def write_errors(errors: list[PublishedError], path: Path) -> None:
+    """Write ``errors`` as the data file :func:`load_errors` reads."""
+    data = {"about": "scaledl simulate's error on each published efficiency of docs/"
+                     "simulation.md (predicted minus published, points); rewrite with "
+                     "`python -m scaledl.sim.trust`",
+            "points": [asdict(e) for e in errors]}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def band(job: Job, errors: list[PublishedError] | None = None) -> Band | None:
+    """The errors of the published points most like ``job``; None for a job not on GPUs
+    (every published point is, and the checks on CPUs are the emulated cluster's)."""
+    if device(job.device).backend != "nccl":
+        return None
+    errors = load_errors() if errors is None else errors
+    want = traits(job)
+    names = ("gpu", "kind", "precision", "reach")
+    for dropped in ((), *RELAX):
+        kept = tuple(name for name in names if name not in dropped)
+        like = [e for e in errors
+                if all(getattr(e.traits, name) == getattr(want, name) for name in kept)]
+        if len(like) >= MINIMUM or not kept:
+            if not like:
+                return None
+            values = [e.published for e in like]
+            return Band(kept, want, tuple(sorted(e.error for e in like)),
+                        (min(values), max(values)))
+    return None
+
+
+if __name__ == "__main__":  # pragma: no cover - the maintainers' regeneration step
+    from scaledl.sim.cases import CASES
+    from scaledl.sim.reproduce import evaluate
+
+    target = Path(__file__).with_name(ERRORS_FILE)
+    write_errors(published_errors(evaluate(CASES)), target)
+    print(f"wrote {target}")
