@@ -263,15 +263,21 @@ def run(args: argparse.Namespace) -> int:
             f"{', channels last' if job.channels_last else ''}"
             f"{', mixed precision' if job.mixed_precision else ''}, {model}{source}")
     if not args.sweep:
+        from scaledl.sim.trust import band
+
         result = job.run(topology, profile, network)
+        record = None if job.ideal else band(job)
         print(head)
         print(report.format_result(result))
+        if not job.ideal:
+            print(report.format_band(record, result.efficiency))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             import json
 
-            args.json.write_text(json.dumps({"job": _jsonable(job), "result": result.to_dict()},
-                                            indent=2) + "\n")
+            data = {"job": _jsonable(job), "result": result.to_dict(),
+                    "published_check": record.to_dict() if record is not None else None}
+            args.json.write_text(json.dumps(data, indent=2) + "\n")
         return 0
     from scaledl.sim.sweep import run_sweep, scaled_topology, write_sweep_json, write_sweep_plot
 

@@ -13,12 +13,13 @@ from scaledl.sim.iteration import IterationResult
 from scaledl.sim.job import Job
 from scaledl.sim.network import Network
 from scaledl.sim.profile_file import MeasuredProfile
-from scaledl.sim.reproduce import Case, Row, mean_absolute_error
+from scaledl.sim.reproduce import TARGET_POINTS, Case, Row, mean_absolute_error
+from scaledl.sim.trust import Band
 from scaledl.topology import Topology
 
 __all__ = [
-    "format_result", "format_sweep", "calibration_prior", "run_calibrate", "run_validate",
-    "validation_table", "run_reproduce", "reproduction_table", "format_profile",
+    "format_result", "format_band", "format_sweep", "calibration_prior", "run_calibrate",
+    "run_validate", "validation_table", "run_reproduce", "reproduction_table", "format_profile",
 ]
 
 
@@ -38,6 +39,25 @@ def format_result(r: IterationResult) -> str:
             lines.append(f"    {label:<19}{seconds * 1e3:9.2f} ms of it")
     lines += [f"communication share  {r.communication_share:10.1%}",
               f"scaling efficiency   {r.efficiency:10.1%}"]
+    return "\n".join(lines)
+
+
+def format_band(found: Band | None, efficiency: float) -> str:
+    """The lines that say how the model did on the published points like a prediction of
+    ``efficiency`` (:func:`scaledl.sim.trust.band`)."""
+    if found is None:
+        return ("published check      none on CPUs (every published point is on GPUs): see "
+                "docs/simulation.md, \"Validation here\"")
+    n = len(found.errors)
+    lines = [f"published check      {n} published points like this one "
+             f"({found.traits.describe(found.kept)})",
+             f"  error              median {found.median:+.1f} pt, from {found.errors[0]:+.1f} "
+             f"to {found.errors[-1]:+.1f} pt; {found.within} of {n} within {TARGET_POINTS:g} pt "
+             "(docs/simulation.md)"]
+    if not found.covers(efficiency):
+        low, high = found.published
+        lines.append(f"  beyond them        they were published at {low:.1%}-{high:.1%} of linear, "
+                     f"so they say little of {efficiency:.1%}")
     return "\n".join(lines)
 
 

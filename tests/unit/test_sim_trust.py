@@ -1,0 +1,126 @@
+"""How ``scaledl simulate`` says how far to trust a prediction: the model's errors on the
+published points most like it (:mod:`scaledl.sim.trust`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from scaledl.cli.main import main
+from scaledl.cli.simulate_report import format_band
+from scaledl.sim.job import Job
+from scaledl.sim.trust import (
+    MINIMUM,
+    Band,
+    PublishedError,
+    Traits,
+    band,
+    load_errors,
+    traits,
+    write_errors,
+)
+
+V100_BERT = Traits("v100", "transformer", "mixed", "several hosts")
+
+
+def _points(n: int, like: Traits, error: float = 1.0, published: float = 0.9
+            ) -> list[PublishedError]:
+    return [PublishedError(f"{like} {i}", published, error + i, like) for i in range(n)]
+
+
+def test_traits_read_the_gpu_generation_model_precision_and_hosts() -> None:
+    job = Job(model="bert_large", device="a100-80gb", gpus=16, topology="8x2",
+              network="ib-hdr-x8", mixed_precision=True)
+    assert traits(job) == Traits("a100", "transformer", "mixed", "several hosts")
+    one = Job(model="resnet50", device="v100", gpus=8, topology="8", network="ib-edr")
+    assert traits(one) == Traits("v100", "convolutional", "full", "one host")
+
+
+def test_a_network_that_joins_gpus_of_one_host_keeps_the_job_on_one_host() -> None:
+    """The P100 DGX-1's staged hops are a second axis of one machine, not a second host."""
+    job = Job(model="vgg16", device="p100", gpus=8, topology="4x2",
+              network="dgx1-p100-staged", intra="nvlink1-dgx1")
+    assert traits(job).reach == "one host"
+
+
+def test_all_four_traits_are_kept_when_enough_points_share_them() -> None:
+    job = Job(model="bert_large", device="v100", gpus=32, topology="16x2", mixed_precision=True)
+    points = _points(MINIMUM, V100_BERT) + _points(20, replace(V100_BERT, gpu="a100"),
+                                                   error=50.0)
+    found = band(job, points)
+    assert found is not None and found.kept == ("gpu", "kind", "precision", "reach")
+    assert found.errors == tuple(1.0 + i for i in range(MINIMUM))
+    assert found.median == pytest.approx(1.0 + (MINIMUM - 1) / 2)
+
+
+def test_the_gpu_then_the_precision_are_dropped_until_enough_points_match() -> None:
+    job = Job(model="bert_large", device="h100", gpus=32, topology="16x2", mixed_precision=True)
+    a100 = Traits("a100", "transformer", "mixed", "several hosts")
+    full = Traits("a100", "transformer", "full", "several hosts")
+    found = band(job, _points(MINIMUM - 1, a100) + _points(1, full, error=9.0))
+    assert found is not None and found.kept == ("kind", "reach")
+    assert len(found.errors) == MINIMUM
+    assert found.traits.describe(found.kept) == "transformer, several hosts"
+    only_gpu = band(job, _points(MINIMUM, a100))
+    assert only_gpu is not None and only_gpu.kept == ("kind", "precision", "reach")
+
+
+def test_with_too_few_points_of_any_kind_the_band_rests_on_them_all() -> None:
+    job = Job(model="resnet50", device="v100", gpus=8, topology="8")
+    points = _points(3, V100_BERT)
+    found = band(job, points)
+    assert found is not None and found.kept == () and len(found.errors) == 3
+    assert found.traits.describe(()) == "any GPU"
+    assert band(job, []) is None
+
+
+def test_jobs_on_cpus_have_no_published_band() -> None:
+    job = Job(model="resnet20", device="cpu", gpus=4, topology="2x2", network="1gbit")
+    assert band(job, _points(MINIMUM, V100_BERT)) is None
+    assert "none on CPUs" in format_band(None, 0.5)
+
+
+def test_within_counts_the_points_inside_the_target_and_covers_the_published_range() -> None:
+    found = Band(("gpu",), V100_BERT, (-6.0, -5.0, 0.0, 4.9, 5.1), (0.70, 0.95))
+    assert found.within == 3
+    assert found.covers(0.66) and found.covers(0.99) and not found.covers(0.60)
+    lines = format_band(found, 0.60).splitlines()
+    assert lines[1].split() == ["error", "median", "+0.0", "pt,", "from", "-6.0", "to", "+5.1",
+                                "pt;", "3", "of", "5", "within", "5", "pt", "(docs/simulation.md)"]
+    assert "70.0%-95.0% of linear, so they say little of 60.0%" in lines[2]
+    assert len(format_band(found, 0.80).splitlines()) == 2
+
+
+def test_the_errors_round_trip_through_their_file(tmp_path: Path) -> None:
+    points = _points(3, V100_BERT, error=-2.5, published=0.875)
+    write_errors(points, tmp_path / "errors.json")
+    assert load_errors(tmp_path / "errors.json") == points
+
+
+def test_the_shipped_errors_load_and_every_trait_is_one_the_matcher_knows() -> None:
+    shipped = load_errors()
+    assert len(shipped) >= 170
+    assert {e.traits.kind for e in shipped} == {"transformer", "convolutional"}
+    assert {e.traits.precision for e in shipped} == {"mixed", "full"}
+    assert {e.traits.reach for e in shipped} == {"one host", "several hosts"}
+    assert {e.traits.gpu for e in shipped} <= {"k80", "p100", "v100", "a100"}
+    assert all(0 < e.published <= 1 for e in shipped)
+
+
+def test_simulate_prints_the_band_and_writes_it_to_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "result.json"
+    assert main(["simulate", "--model", "resnet50", "--device", "v100", "--gpus", "16",
+                 "--topology", "8x2", "--network", "ib-edr-x4", "--intra", "nvlink2",
+                 "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "published points like this one (" in printed
+    assert "convolutional, several hosts, full precision)" in printed
+    check = json.loads(out.read_text())["published_check"]
+    assert check["points"] >= MINIMUM and check["within_target"] <= check["points"]
+    assert check["lowest_error_points"] <= check["median_error_points"]
+    assert main(["simulate", "--model", "resnet50", "--ideal"]) == 0
+    assert "published check" not in capsys.readouterr().out
