@@ -17,7 +17,7 @@ from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_MACHINES, DLE_PYTORCH_RUNS
 from scaledl.sim.cases_dlperf import DLPERF_RUNS, MODELS, _job
 from scaledl.sim.cases_horovod import _horovod
 from scaledl.sim.losses import stack
-from scaledl.sim.trust import load_errors, published_errors
+from scaledl.sim.trust import load_errors, published_errors, trait_table
 from scaledl.sim.reproduce import (
     Case,
     Prediction,
@@ -235,7 +235,8 @@ def test_the_docs_table_is_the_one_the_cases_print(rows: list[Row]) -> None:
     """docs/simulation.md reports every point as ``scaledl simulate reproduce`` prints it: a
     case added, or a prediction changed, without the docs fails here."""
     docs = (Path(__file__).parents[2] / "docs" / "simulation.md").read_text().splitlines()
-    printed = [*reproduction_table(rows).splitlines(), *family_table(rows, FAMILIES).splitlines()]
+    printed = [*reproduction_table(rows).splitlines(), *family_table(rows, FAMILIES).splitlines(),
+               *trait_table(published_errors(rows)).splitlines()]
     stale = [line for line in printed if line and line not in docs]
     assert not stale, f"{len(stale)} line(s) of the reproduction table differ from the docs: " \
                       f"{stale[0][:120]}"

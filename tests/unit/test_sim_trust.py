@@ -19,6 +19,7 @@ from scaledl.sim.trust import (
     Traits,
     band,
     load_errors,
+    trait_table,
     traits,
     write_errors,
 )
@@ -124,3 +125,13 @@ def test_simulate_prints_the_band_and_writes_it_to_json(
     assert check["lowest_error_points"] <= check["median_error_points"]
     assert main(["simulate", "--model", "resnet50", "--ideal"]) == 0
     assert "published check" not in capsys.readouterr().out
+
+
+def test_the_trait_table_groups_by_all_four_traits_oldest_gpu_first() -> None:
+    a100 = replace(V100_BERT, gpu="a100")
+    points = _points(2, a100, error=-1.0, published=0.8) + _points(3, V100_BERT, error=4.0)
+    lines = trait_table(points).splitlines()
+    assert len(lines) == 4
+    assert lines[2] == ("| v100 | transformer | several hosts | mixed | 3 | 2 | +5.0 pt | "
+                        "+4.0 to +6.0 pt | 90.0%-90.0% |")
+    assert lines[3].startswith("| a100 | transformer | several hosts | mixed | 2 | 2 | -0.5 pt")

@@ -227,6 +227,7 @@ def run_reproduce(ideal: bool) -> int:
     """Print every published point beside its prediction."""
     from scaledl.sim.cases import CASES, FAMILIES
     from scaledl.sim.reproduce import evaluate
+    from scaledl.sim.trust import published_errors, trait_table
 
     if ideal:
         print("(the ideal model: constant device efficiency, no losses)")
@@ -234,6 +235,8 @@ def run_reproduce(ideal: bool) -> int:
     print(reproduction_table(rows))
     print("\nBy source:")
     print(family_table(rows, FAMILIES))
+    print("\nBy kind of job (what a prediction's published check draws from):")
+    print(trait_table(published_errors(rows)))
     if not ideal:
         from scaledl.sim.device_checks import rate_table
 

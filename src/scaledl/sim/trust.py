@@ -33,12 +33,14 @@ from scaledl.sim.profile import TOKEN_MODELS
 from scaledl.sim.reproduce import TARGET_POINTS, Row
 
 __all__ = ["Traits", "PublishedError", "Band", "traits", "published_errors", "load_errors",
-           "write_errors", "band", "MINIMUM", "ERRORS_FILE"]
+           "write_errors", "band", "trait_table", "MINIMUM", "ERRORS_FILE", "GENERATIONS"]
 
 MINIMUM = 8
 """Fewest published points a band rests on before a trait is dropped."""
 ERRORS_FILE = "published_errors.json"
 """The data file in this package (``python -m scaledl.sim.trust`` rewrites it)."""
+GENERATIONS = ("k80", "p100", "v100", "a100", "h100", "h200")
+"""The GPU generations of the device presets, oldest first (the order of tables)."""
 RELAX = (("gpu",), ("gpu", "precision"), ("gpu", "precision", "reach"),
          ("gpu", "precision", "reach", "kind"))
 """The traits dropped, in turn, while fewer than :data:`MINIMUM` points match."""
@@ -172,6 +174,27 @@ def band(job: Job, errors: list[PublishedError] | None = None) -> Band | None:
             return Band(kept, want, tuple(sorted(e.error for e in like)),
                         (min(values), max(values)))
     return None
+
+
+def trait_table(errors: list[PublishedError]) -> str:
+    """The errors grouped by all four traits, as ``scaledl simulate reproduce`` prints them: the
+    groups a prediction's published check draws from before any trait is dropped."""
+    groups: dict[Traits, list[PublishedError]] = {}
+    for e in errors:
+        groups.setdefault(e.traits, []).append(e)
+    lines = ["| GPU | model | hosts | precision | points | within target | median error | "
+             "errors | published |", "|---|---|---|---|---:|---:|---:|---|---|"]
+    for key in sorted(groups, key=lambda t: (GENERATIONS.index(t.gpu), t.kind, t.reach,
+                                             t.precision)):
+        found = Band(("gpu", "kind", "precision", "reach"), key,
+                     tuple(sorted(e.error for e in groups[key])),
+                     (min(e.published for e in groups[key]),
+                      max(e.published for e in groups[key])))
+        lines.append(f"| {key.gpu} | {key.kind} | {key.reach} | {key.precision} | "
+                     f"{len(found.errors)} | {found.within} | {found.median:+.1f} pt | "
+                     f"{found.errors[0]:+.1f} to {found.errors[-1]:+.1f} pt | "
+                     f"{found.published[0]:.1%}-{found.published[1]:.1%} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":  # pragma: no cover - the maintainers' regeneration step
