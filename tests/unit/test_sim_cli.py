@@ -42,6 +42,10 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     assert rows[0]["efficiency"] == pytest.approx(1.0)
     assert all(r["efficiency"] <= 1.0 for r in rows)
     assert target.with_suffix(".png").stat().st_size > 1000
+    check = json.loads(target.read_text())["published_check"]
+    assert check["matched"] == "convolutional, several hosts, full precision"  # 6 V100 points
+    assert check["points"] >= 8
+    assert "published points like the 16-GPU job (" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("extra,message", [

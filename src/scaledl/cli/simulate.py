@@ -262,11 +262,12 @@ def run(args: argparse.Namespace) -> int:
             f"batch {job.batch}/GPU{_micro(job.accumulation)}"
             f"{', channels last' if job.channels_last else ''}"
             f"{', mixed precision' if job.mixed_precision else ''}, {model}{source}")
-    if not args.sweep:
-        from scaledl.sim.trust import band
+    from scaledl.sim.trust import band
 
+    record = None if job.ideal else band(job)
+    check = record.to_dict() if record is not None else None
+    if not args.sweep:
         result = job.run(topology, profile, network)
-        record = None if job.ideal else band(job)
         print(head)
         print(report.format_result(result))
         if not job.ideal:
@@ -275,8 +276,7 @@ def run(args: argparse.Namespace) -> int:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             import json
 
-            data = {"job": _jsonable(job), "result": result.to_dict(),
-                    "published_check": record.to_dict() if record is not None else None}
+            data = {"job": _jsonable(job), "result": result.to_dict(), "published_check": check}
             args.json.write_text(json.dumps(data, indent=2) + "\n")
         return 0
     from scaledl.sim.sweep import run_sweep, scaled_topology, write_sweep_json, write_sweep_plot
@@ -285,10 +285,12 @@ def run(args: argparse.Namespace) -> int:
     print(head)
     print(report.format_sweep(results, [scaled_topology(topology, r.world_size).spec
                                         for r in results]))
+    if not job.ideal:
+        print(report.format_band(record, results[-1].efficiency, f"the {job.gpus}-GPU job"))
     stem = f"simulate-{profile.name}-{job.algorithm}-{job.gpus}"
     json_path = args.json or Path(f"{stem}.json")
     plot_path = args.plot or json_path.with_suffix(".png")
-    write_sweep_json(results, _jsonable(job), json_path)
+    write_sweep_json(results, _jsonable(job), json_path, check)
     write_sweep_plot(results, head, plot_path)
     print(f"wrote {json_path} and {plot_path}", file=sys.stderr)
     return 0

@@ -42,14 +42,14 @@ def format_result(r: IterationResult) -> str:
     return "\n".join(lines)
 
 
-def format_band(found: Band | None, efficiency: float) -> str:
+def format_band(found: Band | None, efficiency: float, like: str = "this one") -> str:
     """The lines that say how the model did on the published points like a prediction of
-    ``efficiency`` (:func:`scaledl.sim.trust.band`)."""
+    ``efficiency`` (:func:`scaledl.sim.trust.band`); ``like`` names the job they are like."""
     if found is None:
         return ("published check      none on CPUs (every published point is on GPUs): see "
                 "docs/simulation.md, \"Validation here\"")
     n = len(found.errors)
-    lines = [f"published check      {n} published points like this one "
+    lines = [f"published check      {n} published points like {like} "
              f"({found.traits.describe(found.kept)})",
              f"  error              median {found.median:+.1f} pt, from {found.errors[0]:+.1f} "
              f"to {found.errors[-1]:+.1f} pt; {found.within} of {n} within {TARGET_POINTS:g} pt "

@@ -44,11 +44,13 @@ def run_sweep(
     return [simulate(scaled_topology(target, g)) for g in sweep_sizes(target.world_size)]
 
 
-def write_sweep_json(results: list[IterationResult], setup: dict[str, Any], path: Path) -> None:
-    """The sweep's setup and one row per GPU count."""
+def write_sweep_json(results: list[IterationResult], setup: dict[str, Any], path: Path,
+                     published_check: dict[str, Any] | None = None) -> None:
+    """The sweep's setup, one row per GPU count and the published check of its largest job
+    (:meth:`scaledl.sim.trust.Band.to_dict`; None on CPUs and with the ideal model)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"schema": "scaledl.simulate.sweep/1", "setup": setup,
-            "results": [r.to_dict() for r in results]}
+            "results": [r.to_dict() for r in results], "published_check": published_check}
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
