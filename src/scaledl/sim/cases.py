@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from scaledl.sim.cases_bert import BERT_CASES
 from scaledl.sim.cases_bert2019 import BERT_2019_CASES
+from scaledl.sim.cases_bert2020 import BERT_2020_CASES
 from scaledl.sim.cases_bert_tf2 import BERT_TF2_CASES
 from scaledl.sim.cases_dle import DLE_CASES
 from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_CASES
@@ -186,6 +187,7 @@ FAMILIES: tuple[tuple[str, tuple[Case, ...]], ...] = (
     ("NVIDIA's image recipes in TensorFlow and MXNet", DLE_CASES),
     ("NVIDIA's BERT-large in PyTorch (21.11)", BERT_CASES),
     ("NVIDIA's BERT-large in PyTorch (19.07)", BERT_2019_CASES),
+    ("NVIDIA's BERT-large in PyTorch (20.06)", BERT_2020_CASES),
     ("NVIDIA's BERT-large in TensorFlow 2 (21.02)", BERT_TF2_CASES),
     ("DLPerf: NVIDIA's PyTorch recipes on V100 servers (20.03)", DLPERF_CASES),
     ("You et al. (SC17)", (_YOU,)),

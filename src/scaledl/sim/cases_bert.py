@@ -53,15 +53,17 @@ def _wire(precision: str) -> int:
 
 MACHINES = {  # machine: device preset, link inside, link between hosts, GPUs per host
     "DGX A100": ("a100-80gb", "nvlink3", "ib-hdr-x8", 8),
+    "DGX A100 40 GB": ("a100", "nvlink3", "ib-hdr-x8", 8),
     "DGX-1 32 GB": ("v100", "nvlink2", "ib-edr-x4", 8),
     "DGX-1 16 GB": ("v100", "nvlink2", "ib-edr-x4", 8),
     "DGX-2H": ("v100", "nvswitch-v100", "ib-edr-x8", 16),
     "DGX-2": ("v100", "nvswitch-v100", "ib-edr-x8", 16),
 }
-"""The machines of this recipe's tables, the 2019 release's (:mod:`scaledl.sim.cases_bert2019`)
-and the TensorFlow 2 recipe's (:mod:`scaledl.sim.cases_bert_tf2`) included: a DGX-2 is 16 V100
-on NVSwitch with eight EDR InfiniBand adapters, and so is a DGX-2H (its GPUs at a higher power
-limit: each table's measured rate carries the difference)."""
+"""The machines of this recipe's tables, its 2019 and 2020 releases'
+(:mod:`scaledl.sim.cases_bert2019`, :mod:`scaledl.sim.cases_bert2020`; the 2020 DGX A100 has
+40 GB GPUs) and the TensorFlow 2 recipe's (:mod:`scaledl.sim.cases_bert_tf2`) included: a
+DGX-2 is 16 V100 on NVSwitch with eight EDR InfiniBand adapters, and so is a DGX-2H (its GPUs
+at a higher power limit: each table's measured rate carries the difference)."""
 
 
 def _pretrain(machine: str, precision: str, sequence: int, batch: int, single: float,
