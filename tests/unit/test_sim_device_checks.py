@@ -4,6 +4,8 @@ points."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from scaledl.sim.device_checks import RATE_CHECKS, RateCheck, predicted_rate, rate_table
@@ -46,4 +48,34 @@ def test_reproduce_prints_the_rates_after_the_scaling_points(
     assert out.index("| near | 90.0% | 91.0%") < out.index("| a source | 1 | 1 | +1.0 pt |") \
         < out.index("device presets alone") < out.index("RATES")
     assert main(["simulate", "--ideal", "reproduce"]) == 0
-    assert "RATES" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "RATES" not in out and "By kind of job" not in out  # the check is the full model's
+
+
+def test_reproduce_writes_the_errors_a_published_check_reads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    import scaledl.sim.cases
+    import scaledl.sim.device_checks
+    from scaledl.cli.main import main
+    from scaledl.sim.job import Job
+    from scaledl.sim.reproduce import Case, Prediction
+    from scaledl.sim.trust import Traits, load_errors
+
+    job = Job(model="bert_large", device="a100-80gb", gpus=16, topology="8x2",
+              network="ib-hdr-x8", mixed_precision=True)
+    one = Case("near", "efficiency", 0.9, "s", "src", lambda ideal: Prediction(0.91, "d", job))
+    monkeypatch.setattr(scaledl.sim.cases, "CASES", (one,))
+    monkeypatch.setattr(scaledl.sim.cases, "FAMILIES", (("a source", (one,)),))
+    monkeypatch.setattr(scaledl.sim.device_checks, "rate_table", lambda: "RATES")
+    target = tmp_path / "errors.json"
+    assert main(["simulate", "reproduce", "--write-errors", str(target)]) == 0
+    [point] = load_errors(target)
+    assert point.name == "near" and point.published == 0.9
+    assert point.error == pytest.approx(1.0)
+    assert point.traits == Traits("a100", "transformer", "mixed", "several hosts")
+    assert "| a100 | transformer | several hosts | mixed | 1 | 1 | +1.0 pt |" in \
+        capsys.readouterr().out
+    assert main(["simulate", "--ideal", "reproduce", "--write-errors", str(target)]) == 2
+    assert main(["simulate", "reproduce", "--write-errors", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err

@@ -17,7 +17,6 @@ from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_MACHINES, DLE_PYTORCH_RUNS
 from scaledl.sim.cases_dlperf import DLPERF_RUNS, MODELS, _job
 from scaledl.sim.cases_horovod import _horovod
 from scaledl.sim.losses import stack
-from scaledl.sim.trust import load_errors, published_errors, trait_table
 from scaledl.sim.reproduce import (
     Case,
     Prediction,
@@ -27,6 +26,7 @@ from scaledl.sim.reproduce import (
     mean_absolute_error,
     within_target,
 )
+from scaledl.sim.trust import load_errors, published_errors, trait_table
 
 LINEAR_SPEEDUP = {"S-Caffe, GoogLeNet, 32 -> 160 K80": 160 / 32}
 """The largest speedup each speedup case can have (GPUs after / before)."""
@@ -245,7 +245,8 @@ def test_the_docs_table_is_the_one_the_cases_print(rows: list[Row]) -> None:
 def test_the_shipped_errors_are_the_tables(rows: list[Row]) -> None:
     """``scaledl simulate`` says how the model did on published points like a prediction from
     the errors the package ships: every efficiency point, with its error as the table prints
-    it now (a prediction changed without ``python -m scaledl.sim.trust`` fails here)."""
+    it now (a prediction changed without ``scaledl simulate reproduce --write-errors`` fails
+    here)."""
     efficiency = [row for row in rows if row.case.metric == "efficiency"]
     assert all(row.prediction.job is not None for row in efficiency)
     assert load_errors() == published_errors(rows)

@@ -11,6 +11,7 @@ import pytest
 
 from scaledl.cli.main import main
 from scaledl.cli.simulate_report import format_band
+from scaledl.sim.cases import CASES
 from scaledl.sim.job import Job
 from scaledl.sim.trust import (
     MINIMUM,
@@ -57,16 +58,38 @@ def test_all_four_traits_are_kept_when_enough_points_share_them() -> None:
     assert found.median == pytest.approx(1.0 + (MINIMUM - 1) / 2)
 
 
-def test_the_gpu_then_the_precision_are_dropped_until_enough_points_match() -> None:
+def test_the_gpu_then_the_reach_then_the_precision_are_dropped_until_enough_points_match(
+        ) -> None:
     job = Job(model="bert_large", device="h100", gpus=32, topology="16x2", mixed_precision=True)
     a100 = Traits("a100", "transformer", "mixed", "several hosts")
-    full = Traits("a100", "transformer", "full", "several hosts")
-    found = band(job, _points(MINIMUM - 1, a100) + _points(1, full, error=9.0))
-    assert found is not None and found.kept == ("kind", "reach")
-    assert len(found.errors) == MINIMUM
-    assert found.traits.describe(found.kept) == "transformer, several hosts"
+    one_host = replace(a100, reach="one host")
+    full = replace(a100, precision="full")
+    found = band(job, _points(MINIMUM - 1, a100) + _points(1, one_host, error=9.0))
+    assert found is not None and found.kept == ("kind", "precision")
+    assert len(found.errors) == MINIMUM and found.exact == ()  # no h100 point at all
+    assert found.traits.describe(found.kept) == "transformer, mixed precision"
+    wider = band(job, _points(MINIMUM - 1, a100) + _points(1, full, error=9.0))
+    assert wider is not None and wider.kept == ("kind",)
     only_gpu = band(job, _points(MINIMUM, a100))
     assert only_gpu is not None and only_gpu.kept == ("kind", "precision", "reach")
+
+
+def test_a_widened_band_keeps_the_few_exact_matches_beside_it() -> None:
+    """Four points share every trait and all missed: the band widens to enough points but must
+    not hide them (and the CLI prints them on their own line)."""
+    job = Job(model="resnet50", device="a100", gpus=32, topology="8x4", network="ib-hdr-x8",
+              mixed_precision=True)
+    exact = _points(4, Traits("a100", "convolutional", "mixed", "several hosts"), error=6.0)
+    other = _points(MINIMUM, Traits("p100", "convolutional", "mixed", "several hosts"),
+                    error=0.0)
+    found = band(job, exact + other)
+    assert found is not None and found.kept == ("kind", "precision", "reach")
+    assert found.exact == (6.0, 7.0, 8.0, 9.0) and len(found.errors) == MINIMUM + 4
+    lines = format_band(found, 0.9, "a100").splitlines()
+    assert lines[2].split(":")[0].split() == ["exact", "matches", "a100,", "convolutional,",
+                                              "several", "hosts,", "mixed", "precision"]
+    assert lines[2].endswith("0 of 4 within 5 pt")
+    assert found.to_dict()["exact_match_errors_points"] == [6.0, 7.0, 8.0, 9.0]
 
 
 def test_with_too_few_points_of_any_kind_the_band_rests_on_them_all() -> None:
@@ -75,24 +98,36 @@ def test_with_too_few_points_of_any_kind_the_band_rests_on_them_all() -> None:
     found = band(job, points)
     assert found is not None and found.kept == () and len(found.errors) == 3
     assert found.traits.describe(()) == "any GPU"
-    assert band(job, []) is None
+    with pytest.raises(ValueError, match="no published errors"):
+        band(job, [])
 
 
-def test_jobs_on_cpus_have_no_published_band() -> None:
+def test_a_multilayer_perceptron_is_its_own_kind() -> None:
+    """No published point is an MLP: its band rests on every point, not on the CNNs'."""
+    job = Job(model="mlp", device="v100", gpus=8, topology="8")
+    assert traits(job).kind == "multilayer perceptron"
+    conv = _points(MINIMUM, Traits("v100", "convolutional", "full", "one host"))
+    found = band(job, conv)
+    assert found is not None and found.kept == ()
+
+
+def test_jobs_off_gpus_have_no_published_band() -> None:
     job = Job(model="resnet20", device="cpu", gpus=4, topology="2x2", network="1gbit")
     assert band(job, _points(MINIMUM, V100_BERT)) is None
-    assert "none on CPUs" in format_band(None, 0.5)
+    assert band(replace(job, device="knl"), _points(MINIMUM, V100_BERT)) is None
+    assert "none on cpu (every published point is on GPUs): see" in format_band(None, 0.5, "cpu")
+    assert format_band(None, 0.5, "knl").endswith("none on knl (every published point is on GPUs)")
 
 
 def test_within_counts_the_points_inside_the_target_and_covers_the_published_range() -> None:
     found = Band(("gpu",), V100_BERT, (-6.0, -5.0, 0.0, 4.9, 5.1), (0.70, 0.95))
     assert found.within == 3
     assert found.covers(0.66) and found.covers(0.99) and not found.covers(0.60)
-    lines = format_band(found, 0.60).splitlines()
-    assert lines[1].split() == ["error", "median", "+0.0", "pt,", "from", "-6.0", "to", "+5.1",
-                                "pt;", "3", "of", "5", "within", "5", "pt", "(docs/simulation.md)"]
+    lines = format_band(found, 0.60, "v100").splitlines()
+    assert lines[1].split() == ["error", "median", "+0.0", "pt", "(-6.0", "to", "+5.1),", "3",
+                                "of", "5", "within", "5", "pt;", "docs/simulation.md"]
     assert "70.0%-95.0% of linear, so they say little of 60.0%" in lines[2]
-    assert len(format_band(found, 0.80).splitlines()) == 2
+    assert len(format_band(found, 0.80, "v100").splitlines()) == 2
 
 
 def test_the_errors_round_trip_through_their_file(tmp_path: Path) -> None:
@@ -103,7 +138,7 @@ def test_the_errors_round_trip_through_their_file(tmp_path: Path) -> None:
 
 def test_the_shipped_errors_load_and_every_trait_is_one_the_matcher_knows() -> None:
     shipped = load_errors()
-    assert len(shipped) >= 170
+    assert len(shipped) == sum(case.metric == "efficiency" for case in CASES)
     assert {e.traits.kind for e in shipped} == {"transformer", "convolutional"}
     assert {e.traits.precision for e in shipped} == {"mixed", "full"}
     assert {e.traits.reach for e in shipped} == {"one host", "several hosts"}
@@ -121,8 +156,10 @@ def test_simulate_prints_the_band_and_writes_it_to_json(
     assert "published points like this one (" in printed
     assert "convolutional, several hosts, full precision)" in printed
     check = json.loads(out.read_text())["published_check"]
-    assert check["points"] >= MINIMUM and check["within_target"] <= check["points"]
-    assert check["lowest_error_points"] <= check["median_error_points"]
+    expected = band(Job(model="resnet50", device="v100", gpus=16, topology="8x2",
+                        network="ib-edr-x4", intra="nvlink2"))
+    assert expected is not None and check == json.loads(json.dumps(expected.to_dict()))
+    assert check["points"] >= MINIMUM
     assert main(["simulate", "--model", "resnet50", "--ideal"]) == 0
     assert "published check" not in capsys.readouterr().out
 

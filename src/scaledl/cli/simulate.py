@@ -148,7 +148,11 @@ def add_parser(subparsers: Any) -> None:
     val.add_argument("--markdown", action="store_true", help="print a markdown table")
     val.add_argument("--tolerance", type=float, default=0.15,
                      help="relative error counted as a match (default 0.15)")
-    actions.add_parser("reproduce", help="published results beside predictions, with errors")
+    rep = actions.add_parser("reproduce", help="published results beside predictions, with errors")
+    rep.add_argument("--write-errors", type=Path, default=None, metavar="FILE",
+                     help="also write each efficiency point's error and traits, the data behind "
+                          "a prediction's published check (maintainers: the package's "
+                          "src/scaledl/sim/published_errors.json)")
     add_profile_parser(actions)
     p.set_defaults(handler=run)
 
@@ -239,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_profile(args, _input_shape)
     if args.action == "reproduce":
-        return report.run_reproduce(args.ideal)
+        return report.run_reproduce(args.ideal, args.write_errors)
     if args.action == "calibrate":
         return report.run_calibrate(args, job_from_args(args), bench_native_fit)
     if args.action == "validate":
@@ -271,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
         print(head)
         print(report.format_result(result))
         if not job.ideal:
-            print(report.format_band(record, result.efficiency))
+            print(report.format_band(record, result.efficiency, job.device))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             import json
@@ -286,7 +290,8 @@ def run(args: argparse.Namespace) -> int:
     print(report.format_sweep(results, [scaled_topology(topology, r.world_size).spec
                                         for r in results]))
     if not job.ideal:
-        print(report.format_band(record, results[-1].efficiency, f"the {job.gpus}-GPU job"))
+        print(report.format_band(record, results[-1].efficiency, job.device,
+                                 f"the {job.gpus}-GPU job"))
     stem = f"simulate-{profile.name}-{job.algorithm}-{job.gpus}"
     json_path = args.json or Path(f"{stem}.json")
     plot_path = args.plot or json_path.with_suffix(".png")

@@ -4,6 +4,7 @@ reproduction table and measured profiles (the console side of :mod:`scaledl.sim`
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from scaledl.sim.job import Job
 from scaledl.sim.network import Network
 from scaledl.sim.profile_file import MeasuredProfile
 from scaledl.sim.reproduce import TARGET_POINTS, Case, Row, mean_absolute_error
-from scaledl.sim.trust import Band
+from scaledl.sim.trust import TRAITS, Band
 from scaledl.topology import Topology
 
 __all__ = [
@@ -42,23 +43,33 @@ def format_result(r: IterationResult) -> str:
     return "\n".join(lines)
 
 
-def format_band(found: Band | None, efficiency: float, like: str = "this one") -> str:
+def format_band(found: Band | None, efficiency: float, device: str, like: str = "this one"
+                ) -> str:
     """The lines that say how the model did on the published points like a prediction of
-    ``efficiency`` (:func:`scaledl.sim.trust.band`); ``like`` names the job they are like."""
+    ``efficiency`` on ``device`` (:func:`scaledl.sim.trust.band`); ``like`` names the job."""
     if found is None:
-        return ("published check      none on CPUs (every published point is on GPUs): see "
-                "docs/simulation.md, \"Validation here\"")
+        where = (': see docs/simulation.md, "Validation here" (the emulated cluster)'
+                 if device == "cpu" else "")
+        return f"published check      none on {device} (every published point is on GPUs){where}"
     n = len(found.errors)
     lines = [f"published check      {n} published points like {like} "
              f"({found.traits.describe(found.kept)})",
-             f"  error              median {found.median:+.1f} pt, from {found.errors[0]:+.1f} "
-             f"to {found.errors[-1]:+.1f} pt; {found.within} of {n} within {TARGET_POINTS:g} pt "
-             "(docs/simulation.md)"]
+             f"  error              {_spread(found.errors)}; docs/simulation.md"]
+    if found.exact:
+        lines.append(f"  exact matches      {found.traits.describe(TRAITS)}: "
+                     f"{_spread(found.exact)}")
     if not found.covers(efficiency):
         low, high = found.published
         lines.append(f"  beyond them        they were published at {low:.1%}-{high:.1%} of linear, "
                      f"so they say little of {efficiency:.1%}")
     return "\n".join(lines)
+
+
+def _spread(errors: tuple[float, ...]) -> str:
+    """Median, range and count within target of sorted errors (points)."""
+    within = sum(abs(e) <= TARGET_POINTS + 1e-12 for e in errors)
+    return (f"median {statistics.median(errors):+.1f} pt ({errors[0]:+.1f} to {errors[-1]:+.1f}),"
+            f" {within} of {len(errors)} within {TARGET_POINTS:g} pt")
 
 
 def format_sweep(results: list[IterationResult], specs: list[str]) -> str:
@@ -223,21 +234,30 @@ def family_table(rows: list[Row], families: tuple[tuple[str, tuple[Case, ...]], 
     return "\n".join(lines)
 
 
-def run_reproduce(ideal: bool) -> int:
-    """Print every published point beside its prediction."""
+def run_reproduce(ideal: bool, write_errors: Path | None = None) -> int:
+    """Print every published point beside its prediction (and, to ``write_errors``, the errors
+    a prediction's published check reads: :func:`scaledl.sim.trust.write_errors`)."""
     from scaledl.sim.cases import CASES, FAMILIES
     from scaledl.sim.reproduce import evaluate
     from scaledl.sim.trust import published_errors, trait_table
+    from scaledl.sim.trust import write_errors as write
 
+    if ideal and write_errors is not None:
+        raise ValueError("--write-errors records the full model's errors; drop --ideal")
+    if write_errors is not None and write_errors.is_dir():
+        raise ValueError(f"--write-errors {write_errors} is a directory; name a file")
     if ideal:
         print("(the ideal model: constant device efficiency, no losses)")
     rows = evaluate(CASES, ideal)
+    if write_errors is not None:
+        write(published_errors(rows), write_errors)
+        print(f"wrote {write_errors}", file=sys.stderr)
     print(reproduction_table(rows))
     print("\nBy source:")
     print(family_table(rows, FAMILIES))
-    print("\nBy kind of job (what a prediction's published check draws from):")
-    print(trait_table(published_errors(rows)))
-    if not ideal:
+    if not ideal:  # the ideal model drops precision, and a prediction's check is the full model's
+        print("\nBy kind of job (what a prediction's published check draws from):")
+        print(trait_table(published_errors(rows)))
         from scaledl.sim.device_checks import rate_table
 
         print("\nSingle-GPU rates from the device presets alone (no measured rate or profile):")

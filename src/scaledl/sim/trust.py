@@ -7,16 +7,18 @@ published efficiency beside the same model's prediction.  This module keeps thos
 with four traits of the job it priced, and picks the points most like a new job:
 
 1. the same GPU generation (``a100`` and ``a100-80gb`` are one), the same kind of model
-   (transformer or convolutional), the same precision (mixed or full) and the same reach (one
-   host or several);
-2. if fewer than :data:`MINIMUM` points match, the GPU is dropped, then the precision, then the
-   reach, then the kind, so that the band always rests on enough points and says which traits
-   it kept.
+   (transformer, convolutional or a multilayer perceptron), the same precision (mixed or full)
+   and the same reach (one host or several);
+2. if fewer than :data:`MINIMUM` points match, the GPU is dropped, then the reach, then the
+   precision, then the kind, so that the band always rests on enough points and says which
+   traits it kept; the points that share all four, if any, are kept beside it (a widened band
+   must not hide that the few exact matches did worse).
 
 The errors are data (``published_errors.json`` beside this module), written from the table by
-``python -m scaledl.sim.trust`` and checked against a fresh evaluation by the test suite, so a
-change to the model that moves any prediction must rewrite them.  Nothing here changes a
-prediction: the band describes the model's record, it does not correct it.
+``scaledl simulate reproduce --write-errors src/scaledl/sim/published_errors.json`` and
+checked against a fresh evaluation by the test suite, so a change to the model that moves any
+prediction must rewrite them.  Nothing here changes a prediction: the band describes the
+model's record, it does not correct it.
 """
 
 from __future__ import annotations
@@ -33,17 +35,21 @@ from scaledl.sim.profile import TOKEN_MODELS
 from scaledl.sim.reproduce import TARGET_POINTS, Row
 
 __all__ = ["Traits", "PublishedError", "Band", "traits", "published_errors", "load_errors",
-           "write_errors", "band", "trait_table", "MINIMUM", "ERRORS_FILE", "GENERATIONS"]
+           "write_errors", "band", "trait_table", "MINIMUM", "ERRORS_FILE", "GENERATIONS",
+           "TRAITS", "RELAX"]
 
 MINIMUM = 8
 """Fewest published points a band rests on before a trait is dropped."""
 ERRORS_FILE = "published_errors.json"
-"""The data file in this package (``python -m scaledl.sim.trust`` rewrites it)."""
+"""The data file in this package (``scaledl simulate reproduce --write-errors`` rewrites it)."""
 GENERATIONS = ("k80", "p100", "v100", "a100", "h100", "h200")
 """The GPU generations of the device presets, oldest first (the order of tables)."""
-RELAX = (("gpu",), ("gpu", "precision"), ("gpu", "precision", "reach"),
-         ("gpu", "precision", "reach", "kind"))
-"""The traits dropped, in turn, while fewer than :data:`MINIMUM` points match."""
+TRAITS = ("gpu", "kind", "precision", "reach")
+"""What a band matches on (:class:`Traits`' fields)."""
+RELAX = (("gpu",), ("gpu", "reach"), ("gpu", "reach", "precision"), TRAITS)
+"""The traits dropped, in turn, while fewer than :data:`MINIMUM` points match: the GPU
+generation first (the same recipes scale alike on V100 and A100 in the table), the precision
+late (mixed precision is where the model misses most)."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,7 @@ class Traits:
     gpu: str
     """The device preset's generation (``v100``; ``a100-80gb`` is ``a100``)."""
     kind: str
-    """``transformer`` or ``convolutional``."""
+    """``transformer``, ``convolutional`` or ``multilayer perceptron`` (no published point)."""
     precision: str
     """``mixed`` or ``full``."""
     reach: str
@@ -90,6 +96,8 @@ class Band:
     """Predicted minus published efficiency, points, sorted."""
     published: tuple[float, float]
     """The lowest and highest published efficiency of the points (fractions)."""
+    exact: tuple[float, ...] = ()
+    """When traits were dropped: the errors, sorted, of the points that share all four."""
 
     def covers(self, efficiency: float) -> bool:
         """Whether ``efficiency`` is within the target of the points' published range: outside
@@ -112,15 +120,17 @@ class Band:
         return {"matched": self.traits.describe(self.kept), "points": len(self.errors),
                 "within_target": self.within, "median_error_points": self.median,
                 "lowest_error_points": self.errors[0], "highest_error_points": self.errors[-1],
-                "published_range": list(self.published)}
+                "published_range": list(self.published),
+                "exact_match_errors_points": list(self.exact)}
 
 
 def traits(job: Job) -> Traits:
     """The four traits of ``job`` (its GPUs: ``job.gpus`` on its topology and network)."""
-    hosts = 1 if link(job.network).name in INSIDE_HOST_LINKS else \
-        job.gpus // job.topology_value().axes[0]
-    return Traits(gpu=job.device.lower().split("-")[0],
-                  kind="transformer" if job.model.lower() in TOKEN_MODELS else "convolutional",
+    hosts = 1 if link(job.network).name in INSIDE_HOST_LINKS else job.topology_value().num_nodes
+    model = job.model.lower()
+    kind = ("transformer" if model in TOKEN_MODELS
+            else "multilayer perceptron" if model == "mlp" else "convolutional")
+    return Traits(gpu=job.device.lower().split("-")[0], kind=kind,
                   precision="mixed" if job.mixed_precision else "full",
                   reach="several hosts" if hosts > 1 else "one host")
 
@@ -150,30 +160,46 @@ def write_errors(errors: list[PublishedError], path: Path) -> None:
     """Write ``errors`` as the data file :func:`load_errors` reads."""
     data = {"about": "scaledl simulate's error on each published efficiency of docs/"
                      "simulation.md (predicted minus published, points); rewrite with "
-                     "`python -m scaledl.sim.trust`",
+                     "`scaledl simulate reproduce --write-errors src/scaledl/sim/"
+                     "published_errors.json`",
             "points": [asdict(e) for e in errors]}
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def band(job: Job, errors: list[PublishedError] | None = None) -> Band | None:
-    """The errors of the published points most like ``job``; None for a job not on GPUs
-    (every published point is, and the checks on CPUs are the emulated cluster's)."""
+    """The errors of the published points most like ``job``; None for a job not on GPUs (every
+    published point is)."""
     if device(job.device).backend != "nccl":
         return None
     errors = load_errors() if errors is None else errors
+    if not errors:
+        raise ValueError("no published errors to compare a job with (the package's "
+                         f"{ERRORS_FILE} is empty): rewrite it with scaledl simulate reproduce "
+                         "--write-errors")
     want = traits(job)
-    names = ("gpu", "kind", "precision", "reach")
-    for dropped in ((), *RELAX):
-        kept = tuple(name for name in names if name not in dropped)
-        like = [e for e in errors
-                if all(getattr(e.traits, name) == getattr(want, name) for name in kept)]
-        if len(like) >= MINIMUM or not kept:
-            if not like:
-                return None
-            values = [e.published for e in like]
-            return Band(kept, want, tuple(sorted(e.error for e in like)),
-                        (min(values), max(values)))
-    return None
+    exact = _errors(_like(errors, want, TRAITS))
+    for dropped in ((), *RELAX[:-1]):
+        kept = tuple(name for name in TRAITS if name not in dropped)
+        like = _like(errors, want, kept)
+        if len(like) >= MINIMUM:
+            return _band(kept, want, like, () if kept == TRAITS else exact)
+    return _band((), want, errors, exact)
+
+
+def _like(errors: list[PublishedError], want: Traits, kept: tuple[str, ...]
+          ) -> list[PublishedError]:
+    """The points that share ``want``'s traits named in ``kept``."""
+    return [e for e in errors if all(getattr(e.traits, n) == getattr(want, n) for n in kept)]
+
+
+def _errors(points: list[PublishedError]) -> tuple[float, ...]:
+    return tuple(sorted(e.error for e in points))
+
+
+def _band(kept: tuple[str, ...], want: Traits, like: list[PublishedError],
+          exact: tuple[float, ...] = ()) -> Band:
+    values = [e.published for e in like]
+    return Band(kept, want, _errors(like), (min(values), max(values)), exact)
 
 
 def trait_table(errors: list[PublishedError]) -> str:
@@ -184,23 +210,14 @@ def trait_table(errors: list[PublishedError]) -> str:
         groups.setdefault(e.traits, []).append(e)
     lines = ["| GPU | model | hosts | precision | points | within target | median error | "
              "errors | published |", "|---|---|---|---|---:|---:|---:|---|---|"]
-    for key in sorted(groups, key=lambda t: (GENERATIONS.index(t.gpu), t.kind, t.reach,
-                                             t.precision)):
-        found = Band(("gpu", "kind", "precision", "reach"), key,
-                     tuple(sorted(e.error for e in groups[key])),
-                     (min(e.published for e in groups[key]),
-                      max(e.published for e in groups[key])))
+    def order(t: Traits) -> tuple[int, str, str, str]:
+        age = GENERATIONS.index(t.gpu) if t.gpu in GENERATIONS else len(GENERATIONS)
+        return age, t.kind, t.reach, t.precision
+
+    for key in sorted(groups, key=order):
+        found = _band(TRAITS, key, groups[key])
         lines.append(f"| {key.gpu} | {key.kind} | {key.reach} | {key.precision} | "
                      f"{len(found.errors)} | {found.within} | {found.median:+.1f} pt | "
                      f"{found.errors[0]:+.1f} to {found.errors[-1]:+.1f} pt | "
                      f"{found.published[0]:.1%}-{found.published[1]:.1%} |")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":  # pragma: no cover - the maintainers' regeneration step
-    from scaledl.sim.cases import CASES
-    from scaledl.sim.reproduce import evaluate
-
-    target = Path(__file__).with_name(ERRORS_FILE)
-    write_errors(published_errors(evaluate(CASES)), target)
-    print(f"wrote {target}")
