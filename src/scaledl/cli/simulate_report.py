@@ -15,7 +15,7 @@ from scaledl.sim.job import Job
 from scaledl.sim.network import Network
 from scaledl.sim.profile_file import MeasuredProfile
 from scaledl.sim.reproduce import TARGET_POINTS, Case, Row, mean_absolute_error
-from scaledl.sim.trust import TRAITS, Band
+from scaledl.sim.trust import TRAITS, Band, count_within
 from scaledl.topology import Topology
 
 __all__ = [
@@ -67,9 +67,8 @@ def format_band(found: Band | None, efficiency: float, device: str, like: str = 
 
 def _spread(errors: tuple[float, ...]) -> str:
     """Median, range and count within target of sorted errors (points)."""
-    within = sum(abs(e) <= TARGET_POINTS + 1e-12 for e in errors)
     return (f"median {statistics.median(errors):+.1f} pt ({errors[0]:+.1f} to {errors[-1]:+.1f}),"
-            f" {within} of {len(errors)} within {TARGET_POINTS:g} pt")
+            f" {count_within(errors)} of {len(errors)} within {TARGET_POINTS:g} pt")
 
 
 def format_sweep(results: list[IterationResult], specs: list[str]) -> str:

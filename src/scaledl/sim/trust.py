@@ -32,11 +32,11 @@ from pathlib import Path
 from scaledl.sim.job import Job
 from scaledl.sim.presets import INSIDE_HOST_LINKS, device, link
 from scaledl.sim.profile import TOKEN_MODELS
-from scaledl.sim.reproduce import TARGET_POINTS, Row
+from scaledl.sim.reproduce import TARGET_POINTS, Row, within_target
 
 __all__ = ["Traits", "PublishedError", "Band", "traits", "published_errors", "load_errors",
            "write_errors", "band", "trait_table", "MINIMUM", "ERRORS_FILE", "GENERATIONS",
-           "TRAITS", "RELAX"]
+           "TRAITS", "RELAX", "count_within"]
 
 MINIMUM = 8
 """Fewest published points a band rests on before a trait is dropped."""
@@ -108,7 +108,7 @@ class Band:
     @property
     def within(self) -> int:
         """How many of the points are within the target (5 points)."""
-        return sum(abs(e) <= TARGET_POINTS + 1e-12 for e in self.errors)
+        return count_within(self.errors)
 
     @property
     def median(self) -> float:
@@ -202,6 +202,17 @@ def _band(kept: tuple[str, ...], want: Traits, like: list[PublishedError],
     return Band(kept, want, _errors(like), (min(values), max(values)), exact)
 
 
+def count_within(errors: tuple[float, ...]) -> int:
+    """How many efficiency errors (points) meet the target."""
+    return sum(bool(within_target("efficiency", e)) for e in errors)
+
+
+def _table_order(t: Traits) -> tuple[int, str, str, str]:
+    """Oldest GPU first (a generation without a preset last), then kind, reach, precision."""
+    age = GENERATIONS.index(t.gpu) if t.gpu in GENERATIONS else len(GENERATIONS)
+    return age, t.kind, t.reach, t.precision
+
+
 def trait_table(errors: list[PublishedError]) -> str:
     """The errors grouped by all four traits, as ``scaledl simulate reproduce`` prints them: the
     groups a prediction's published check draws from before any trait is dropped."""
@@ -210,11 +221,7 @@ def trait_table(errors: list[PublishedError]) -> str:
         groups.setdefault(e.traits, []).append(e)
     lines = ["| GPU | model | hosts | precision | points | within target | median error | "
              "errors | published |", "|---|---|---|---|---:|---:|---:|---|---|"]
-    def order(t: Traits) -> tuple[int, str, str, str]:
-        age = GENERATIONS.index(t.gpu) if t.gpu in GENERATIONS else len(GENERATIONS)
-        return age, t.kind, t.reach, t.precision
-
-    for key in sorted(groups, key=order):
+    for key in sorted(groups, key=_table_order):
         found = _band(TRAITS, key, groups[key])
         lines.append(f"| {key.gpu} | {key.kind} | {key.reach} | {key.precision} | "
                      f"{len(found.errors)} | {found.within} | {found.median:+.1f} pt | "
