@@ -248,7 +248,11 @@ def test_the_shipped_errors_are_the_tables(rows: list[Row]) -> None:
     it now (a prediction changed without ``scaledl simulate reproduce --write-errors`` fails
     here)."""
     efficiency = [row for row in rows if row.case.metric == "efficiency"]
-    assert all(row.prediction.job is not None for row in efficiency)
+    jobs = [row.prediction.job for row in efficiency]
+    assert all(job is not None for job in jobs)
+    # the check says "theirs was each run's measured one-GPU rate" beside a preset's estimate
+    preset = [job for job in jobs if job is not None and job.compute_time is None]
+    assert len(preset) <= 0.02 * len(jobs)
     assert load_errors() == published_errors(rows)
     assert len(load_errors()) == len(efficiency)
 

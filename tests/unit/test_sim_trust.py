@@ -155,11 +155,16 @@ def test_simulate_prints_the_band_and_writes_it_to_json(
     printed = capsys.readouterr().out
     assert "published points like this one (" in printed
     assert "convolutional, several hosts, full precision)" in printed
+    assert "this one the v100 preset's estimate (--compute-time, --profile)" in printed
     check = json.loads(out.read_text())["published_check"]
     expected = band(Job(model="resnet50", device="v100", gpus=16, topology="8x2",
                         network="ib-edr-x4", intra="nvlink2"))
     assert expected is not None and check == json.loads(json.dumps(expected.to_dict()))
     assert check["points"] >= MINIMUM
+    assert main(["simulate", "--model", "resnet50", "--device", "v100", "--compute-time",
+                 "0.1"]) == 0
+    printed = capsys.readouterr().out
+    assert "published check" in printed and "preset's estimate" not in printed
     assert main(["simulate", "--model", "resnet50", "--ideal"]) == 0
     assert "published check" not in capsys.readouterr().out
 

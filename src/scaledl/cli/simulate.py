@@ -266,16 +266,13 @@ def run(args: argparse.Namespace) -> int:
             f"batch {job.batch}/GPU{_micro(job.accumulation)}"
             f"{', channels last' if job.channels_last else ''}"
             f"{', mixed precision' if job.mixed_precision else ''}, {model}{source}")
-    from scaledl.sim.trust import band
-
-    record = None if job.ideal else band(job)
-    check = record.to_dict() if record is not None else None
     if not args.sweep:
         result = job.run(topology, profile, network)
+        lines, check = report.published_check(job, result.efficiency)
         print(head)
         print(report.format_result(result))
-        if not job.ideal:
-            print(report.format_band(record, result.efficiency, job.device))
+        if lines:
+            print(lines)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             import json
@@ -286,12 +283,12 @@ def run(args: argparse.Namespace) -> int:
     from scaledl.sim.sweep import run_sweep, scaled_topology, write_sweep_json, write_sweep_plot
 
     results = run_sweep(topology, lambda topo: job.run(topo, profile, network))
+    lines, check = report.published_check(job, results[-1].efficiency, f"the {job.gpus}-GPU job")
     print(head)
     print(report.format_sweep(results, [scaled_topology(topology, r.world_size).spec
                                         for r in results]))
-    if not job.ideal:
-        print(report.format_band(record, results[-1].efficiency, job.device,
-                                 f"the {job.gpus}-GPU job"))
+    if lines:
+        print(lines)
     stem = f"simulate-{profile.name}-{job.algorithm}-{job.gpus}"
     json_path = args.json or Path(f"{stem}.json")
     plot_path = args.plot or json_path.with_suffix(".png")

@@ -15,12 +15,13 @@ from scaledl.sim.job import Job
 from scaledl.sim.network import Network
 from scaledl.sim.profile_file import MeasuredProfile
 from scaledl.sim.reproduce import TARGET_POINTS, Case, Row, mean_absolute_error
-from scaledl.sim.trust import TRAITS, Band, count_within
+from scaledl.sim.trust import TRAITS, Band, band, count_within
 from scaledl.topology import Topology
 
 __all__ = [
-    "format_result", "format_band", "format_sweep", "calibration_prior", "run_calibrate",
-    "run_validate", "validation_table", "run_reproduce", "reproduction_table", "format_profile",
+    "format_result", "published_check", "format_band", "format_sweep", "calibration_prior",
+    "run_calibrate", "run_validate", "validation_table", "run_reproduce", "reproduction_table",
+    "format_profile",
 ]
 
 
@@ -43,10 +44,24 @@ def format_result(r: IterationResult) -> str:
     return "\n".join(lines)
 
 
-def format_band(found: Band | None, efficiency: float, device: str, like: str = "this one"
-                ) -> str:
+def published_check(job: Job, efficiency: float, like: str = "this one"
+                    ) -> tuple[str, dict[str, object] | None]:
+    """What a prediction of ``efficiency`` for ``job`` prints of its published check, and what
+    its JSON holds (nothing with the ideal model: the errors are the full model's)."""
+    if job.ideal:
+        return "", None
+    found = band(job)
+    measured = job.compute_time is not None or job.profile_path is not None
+    return (format_band(found, efficiency, job.device, like, measured),
+            found.to_dict() if found is not None else None)
+
+
+def format_band(found: Band | None, efficiency: float, device: str, like: str = "this one",
+                measured: bool = True) -> str:
     """The lines that say how the model did on the published points like a prediction of
-    ``efficiency`` on ``device`` (:func:`scaledl.sim.trust.band`); ``like`` names the job."""
+    ``efficiency`` on ``device`` (:func:`scaledl.sim.trust.band`); ``like`` names the job, and
+    ``measured`` is False when its compute is the device preset's estimate (the points' was
+    nearly always their run's measured one-GPU rate, so their errors leave that one out)."""
     if found is None:
         where = (': see docs/simulation.md, "Validation here" (the emulated cluster)'
                  if device == "cpu" else "")
@@ -58,6 +73,9 @@ def format_band(found: Band | None, efficiency: float, device: str, like: str = 
     if found.exact:
         lines.append(f"  exact matches      {found.traits.describe(TRAITS)}: "
                      f"{_spread(found.exact)}")
+    if not measured:
+        lines.append(f"  compute            theirs was each run's measured one-GPU rate, this "
+                     f"one the {device} preset's estimate (--compute-time, --profile)")
     if not found.covers(efficiency):
         low, high = found.published
         lines.append(f"  beyond them        they were published at {low:.1%}-{high:.1%} of linear, "
