@@ -34,6 +34,7 @@ SMALL_INPUTS: dict[str, tuple[int, ...]] = {
     "gpt2_medium": (8,),
     "gpt2_large": (8,),
     "gpt2_xl": (8,),
+    "megatron_gpt_1536x16": (8,),
 }
 """The smallest input each model is run on (ImageNet models at reduced resolution)."""
 
@@ -67,7 +68,7 @@ def test_registry_names() -> None:
         build_model("resnet18", (3, 32, 32), 10)
 
 
-SHAPES_ONLY = frozenset({"gpt2_medium", "gpt2_large", "gpt2_xl"})
+SHAPES_ONLY = frozenset({"gpt2_medium", "gpt2_large", "gpt2_xl", "megatron_gpt_1536x16"})
 """Too large to run on this machine's CPU in a unit test: run on the meta device (shapes)."""
 
 

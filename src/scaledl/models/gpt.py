@@ -1,7 +1,7 @@
 """GPT-2 (Radford et al., "Language Models are Unsupervised Multitask Learners", 2019).
 
 A decoder-only Transformer over token ids: word and learned position embeddings (up to 1024
-positions), ``layers`` pre-norm blocks (layer norm, causal multi-head self-attention, residual
+positions for GPT-2), ``layers`` pre-norm blocks (layer norm, causal multi-head self-attention, residual
 add; layer norm, a GELU feed-forward of ``4 x hidden``, residual add), a final layer norm and a
 language-model head over the 50,257-token byte-pair vocabulary whose weights are the word
 embeddings' (tied: no gradient of its own).  The four published sizes:
@@ -13,9 +13,15 @@ embeddings' (tied: no gradient of its own).  The four published sizes:
 | ``gpt2_large`` | 36 | 1280 | 20 | 774.0M |
 | ``gpt2_xl`` | 48 | 1600 | 25 | 1557.6M |
 
-(the counts Hugging Face's ``GPT2LMHeadModel`` has).  The output is ``(batch, sequence,
-classes)``, next-token logits at every position (``token_outputs``): with ``num_classes`` the
-vocabulary the head is the tied one; with any other number, a per-token classifier of its own.
+(the counts Hugging Face's ``GPT2LMHeadModel`` has).  Megatron-LM trains the same decoder with its
+vocabulary padded to a multiple of 128 (50,304 tokens, ``--make-vocab-size-divisible-by``) and,
+in the configurations DLPerf measured, a 2048-token context: ``megatron_gpt_1536x16`` is DLPerf's
+data-parallel case (16 layers of 1536, 16 heads; 533.7M parameters), named as DLPerf names it
+(hidden width x layers).
+
+The output is ``(batch, sequence, classes)``, next-token logits at every position
+(``token_outputs``): with ``num_classes`` the vocabulary the head is the tied one; with any other
+number, a per-token classifier of its own.
 ``input_shape`` is ``(sequence,)``; dropout is left out, as in :mod:`scaledl.models.transformer`.
 The head's products are counted by :meth:`TiedHead.forward_flops`, since the head owns no
 parameter that the embedding does not own first.
@@ -30,12 +36,17 @@ from torch import nn
 
 from scaledl.models.transformer import SelfAttention, check_sequence, init_normal
 
-__all__ = ["Gpt2", "Gpt2Config", "GPT2_SIZES", "TiedHead", "GPT2_VOCAB", "GPT2_POSITIONS"]
+__all__ = ["Gpt2", "Gpt2Config", "GPT2_SIZES", "GPT_SIZES", "MEGATRON_VOCAB", "TiedHead",
+           "GPT2_VOCAB", "GPT2_POSITIONS"]
 
 GPT2_VOCAB = 50_257
 """GPT-2's byte-pair vocabulary."""
 GPT2_POSITIONS = 1024
 """Longest sequence GPT-2's learned position embeddings cover."""
+
+
+MEGATRON_VOCAB = 50_304
+"""GPT-2's vocabulary padded to a multiple of 128, as Megatron-LM pads it on one GPU per model."""
 
 
 class Gpt2Config(NamedTuple):
@@ -44,6 +55,10 @@ class Gpt2Config(NamedTuple):
     layers: int
     hidden: int
     heads: int
+    vocab: int = GPT2_VOCAB
+    """Rows of the word embeddings (and logits of the tied head)."""
+    positions: int = GPT2_POSITIONS
+    """Longest sequence the learned position embeddings cover."""
 
 
 GPT2_SIZES = {
@@ -53,6 +68,13 @@ GPT2_SIZES = {
     "gpt2_xl": Gpt2Config(48, 1600, 25),
 }
 """Layers, hidden width and heads of the published sizes."""
+
+GPT_SIZES = {
+    **GPT2_SIZES,
+    "megatron_gpt_1536x16": Gpt2Config(16, 1536, 16, vocab=MEGATRON_VOCAB, positions=2048),
+}
+"""Every GPT decoder the registry builds: GPT-2's sizes and the Megatron-LM configuration DLPerf
+measured (Oneflow-Inc/DLPerf ``Megatron-LM/README.md``)."""
 
 
 class TiedHead(nn.Module):
@@ -97,13 +119,14 @@ class Gpt2(nn.Module):
     def __init__(self, input_shape: tuple[int, ...], num_classes: int,
                  config: Gpt2Config = GPT2_SIZES["gpt2"], name: str = "gpt2") -> None:
         super().__init__()
-        check_sequence(name, input_shape, GPT2_POSITIONS, example=1024)
+        check_sequence(name, input_shape, config.positions, example=config.positions)
         hidden = config.hidden
-        self.words = nn.Embedding(GPT2_VOCAB, hidden)
-        self.positions = nn.Embedding(GPT2_POSITIONS, hidden)
+        self.vocab_size = config.vocab
+        self.words = nn.Embedding(config.vocab, hidden)
+        self.positions = nn.Embedding(config.positions, hidden)
         self.blocks = nn.Sequential(*[_Block(hidden, config.heads) for _ in range(config.layers)])
         self.final_norm = nn.LayerNorm(hidden)
-        self.head: nn.Module = (TiedHead(self.words) if num_classes == GPT2_VOCAB
+        self.head: nn.Module = (TiedHead(self.words) if num_classes == config.vocab
                                 else nn.Linear(hidden, num_classes))
         init_normal(self)
 

@@ -11,7 +11,7 @@ from torch import nn
 from scaledl.models.alexnet import AlexNet
 from scaledl.models.efficientnet import efficientnet
 from scaledl.models.googlenet import GoogLeNet
-from scaledl.models.gpt import GPT2_SIZES, Gpt2
+from scaledl.models.gpt import GPT_SIZES, Gpt2
 from scaledl.models.inception import InceptionV3
 from scaledl.models.lenet import LeNet5
 from scaledl.models.mlp import MLP
@@ -43,7 +43,7 @@ MODELS: dict[str, ModelBuilder] = {
     "efficientnet_b4": partial(efficientnet, "b4"),
     "bert_base": partial(Bert, config=BERT_BASE, name="bert_base"),
     "bert_large": partial(Bert, config=BERT_LARGE, name="bert_large"),
-    **{name: partial(Gpt2, config=size, name=name) for name, size in GPT2_SIZES.items()},
+    **{name: partial(Gpt2, config=size, name=name) for name, size in GPT_SIZES.items()},
 }
 """Builders ``(input_shape, num_classes) -> nn.Module`` by name."""
 

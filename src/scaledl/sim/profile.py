@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from scaledl.models.gpt import GPT2_POSITIONS, GPT2_SIZES, GPT2_VOCAB
+from scaledl.models.gpt import GPT_SIZES
 from scaledl.models.profile import layer_profile
 from scaledl.models.trace import OpCost, TraceError, operation_costs
 from scaledl.models.registry import MODELS, build_model
@@ -28,7 +28,7 @@ from scaledl.sync.bucketing import layer_of, plan_buckets
 __all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "has_depthwise",
            "IMAGENET_MODELS", "TOKEN_MODELS"]
 
-TOKEN_MODELS = frozenset({"bert_base", "bert_large", *GPT2_SIZES})
+TOKEN_MODELS = frozenset({"bert_base", "bert_large", *GPT_SIZES})
 """Registry models whose input is a sequence of token ids (``--input-shape`` is its length)."""
 IMAGENET_MODELS = frozenset({"resnet50", "resnet101", "resnext101_32x4d", "se_resnext101_32x4d",
                              "nvidia_se_resnext101_32x4d", "vgg16", "googlenet", "alexnet",
@@ -116,10 +116,11 @@ def default_input(model: str) -> tuple[tuple[int, ...], int]:
     """``(input shape, classes)``: ImageNet for the ImageNet models (299x299 for Inception v3
     and 380x380 for EfficientNet-B4, as their papers and the benchmarks that use them), 128
     tokens and two classes for BERT (its pre-training's first phase and sentence-pair tasks),
-    1024 tokens and next-token logits over the vocabulary for GPT-2 (its context and its tied
-    head), CIFAR-10 otherwise."""
-    if model.lower() in GPT2_SIZES:
-        return (GPT2_POSITIONS,), GPT2_VOCAB
+    a full context and next-token logits over the vocabulary for a GPT decoder (1024 tokens for
+    GPT-2; its tied head), CIFAR-10 otherwise."""
+    if model.lower() in GPT_SIZES:
+        size = GPT_SIZES[model.lower()]
+        return (size.positions,), size.vocab
     if model.lower() in TOKEN_MODELS:
         return (128,), 2
     if model.lower() in IMAGENET_MODELS:
