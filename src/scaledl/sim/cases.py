@@ -20,6 +20,7 @@ from scaledl.sim.cases_dle import DLE_CASES
 from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_CASES
 from scaledl.sim.cases_dlperf import DLPERF_CASES
 from scaledl.sim.cases_horovod import HOROVOD_CASES
+from scaledl.sim.cases_megatron import MEGATRON_CASES
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, Prediction, against_one_gpu, weak_scaling
 
@@ -190,6 +191,7 @@ FAMILIES: tuple[tuple[str, tuple[Case, ...]], ...] = (
     ("NVIDIA's BERT-large in PyTorch (20.06)", BERT_2020_CASES),
     ("NVIDIA's BERT-large in TensorFlow 2 (21.02)", BERT_TF2_CASES),
     ("DLPerf: NVIDIA's PyTorch recipes on V100 servers (20.03)", DLPERF_CASES),
+    ("DLPerf: Megatron-LM's GPT on V100 servers (20.12)", MEGATRON_CASES),
     ("You et al. (SC17)", (_YOU,)),
 )
 """The published points by source, in the table's order (``scaledl simulate reproduce``
