@@ -1,10 +1,10 @@
 """GPT-2 (Radford et al., "Language Models are Unsupervised Multitask Learners", 2019).
 
 A decoder-only Transformer over token ids: word and learned position embeddings (up to 1024
-positions for GPT-2), ``layers`` pre-norm blocks (layer norm, causal multi-head self-attention, residual
-add; layer norm, a GELU feed-forward of ``4 x hidden``, residual add), a final layer norm and a
-language-model head over the 50,257-token byte-pair vocabulary whose weights are the word
-embeddings' (tied: no gradient of its own).  The four published sizes:
+positions for GPT-2), ``layers`` pre-norm blocks (layer norm, causal multi-head self-attention,
+residual add; layer norm, a GELU feed-forward of ``4 x hidden``, residual add), a final layer
+norm and a language-model head over the 50,257-token byte-pair vocabulary whose weights are the
+word embeddings' (tied: no gradient of its own).  The four published sizes:
 
 | name | layers | hidden | heads | parameters |
 |---|---:|---:|---:|---:|
