@@ -16,6 +16,7 @@ from scaledl.sim.cases_bert import BERT_CASES
 from scaledl.sim.cases_bert2019 import BERT_2019_CASES
 from scaledl.sim.cases_bert2020 import BERT_2020_CASES
 from scaledl.sim.cases_bert_tf2 import BERT_TF2_CASES
+from scaledl.sim.cases_convnets2020 import CONVNETS_2020_CASES
 from scaledl.sim.cases_dle import DLE_CASES
 from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_CASES
 from scaledl.sim.cases_dlperf import DLPERF_CASES
@@ -185,6 +186,7 @@ FAMILIES: tuple[tuple[str, tuple[Case, ...]], ...] = (
      tuple(case for run in TF_DGX1_RUNS for case in _tf_dgx1(*run))),
     ("PyTorch's DDP benchmark (PyTorch 1.4, V100)", tuple(_ddp_case(*run) for run in DDP_RUNS)),
     ("NVIDIA's image recipes in PyTorch (21.03)", DLE_PYTORCH_CASES),
+    ("NVIDIA's image recipes in PyTorch (20.06)", CONVNETS_2020_CASES),
     ("NVIDIA's image recipes in TensorFlow and MXNet", DLE_CASES),
     ("NVIDIA's BERT-large in PyTorch (21.11)", BERT_CASES),
     ("NVIDIA's BERT-large in PyTorch (19.07)", BERT_2019_CASES),
