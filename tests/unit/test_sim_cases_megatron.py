@@ -19,7 +19,7 @@ from scaledl.sim.cases_megatron import (
     MODEL,
     ONE_GPU_MS,
     SEQUENCE,
-    _job,
+    megatron_job,
 )
 from scaledl.sim.profile import TOKEN_MODELS, default_input
 from scaledl.sim.reproduce import idealised
@@ -69,11 +69,13 @@ def test_the_cases_are_the_data_parallel_rows_against_one_gpu() -> None:
 
 @pytest.mark.parametrize("gpus", [gpus for gpus, _ in MEGATRON_RUNS])
 def test_every_gradient_is_reduced_once_in_float16_after_backward(gpus: int) -> None:
-    job = _job(gpus)
+    job = megatron_job(gpus)
     assert job.topology_value().spec == ("8" if gpus == 8 else f"8x{gpus // 8}")
     assert job.network == "ib-edr" and job.intra == "nvlink2" and job.device == "v100"
     assert job.allreduce_bytes == 2 and job.mixed_precision and job.accumulation == 1
-    assert job.bucket_mb * (1 << 20) > job.profile().parameter_bytes  # one bucket, even float32
+    profile = job.profile()
+    assert profile.parameter_bytes == 533_720_064 * 4  # the tied head reduces nothing of its own
+    assert job.bucket_mb * (1 << 20) > profile.parameter_bytes and len(profile.buckets) == 1
     assert job.compute_time == pytest.approx(0.46412) and job.batch == BATCH
 
 
@@ -81,7 +83,7 @@ def test_one_server_adds_one_ring_allreduce_of_the_float16_gradients_to_the_step
     """Nothing overlaps the one bucket, so with the ideal model 8 GPUs take one GPU's step plus
     a ring allreduce of 2 x 533.7M bytes at nvlink2's 50 GB/s a hop: ``2 (7/8) B / 50 GB/s``,
     37.4 ms (the rounds' latencies add 0.1 ms)."""
-    eight = idealised(_job(8), True)
+    eight = idealised(megatron_job(8), True)
     one = replace(eight, gpus=1, topology="1")
     ring = 2 * 7 / 8 * 533_720_064 * 2 / 50e9
     assert eight.run().iteration_s - one.run().iteration_s == pytest.approx(ring, rel=0.02)

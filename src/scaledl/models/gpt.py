@@ -113,7 +113,6 @@ class Gpt2(nn.Module):
     """A GPT-2 decoder with a next-token head (see the module docstring)."""
 
     input_dtype = torch.long
-    vocab_size = GPT2_VOCAB
     token_outputs = True
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int,

@@ -16,14 +16,16 @@ stack, not the machine, decides a one-node efficiency:
   runs torch DDP;
 - ``--amp`` is apex amp at opt level O1 (``main.py``), whose weights and gradients stay float32,
   with a static loss scale of 256 in the benchmark commands;
-- DALI decoding on the CPU (``--data-backend`` defaults to ``dali-cpu``) and NCHW tensors
-  (``--memory-format`` defaults to ``nchw``; the benchmark commands set neither);
+- DALI decoding on the CPU (``--data-backend`` defaults to ``dali-cpu``; the benchmark commands
+  do not set it);
 - the batch per GPU of each README's benchmark table: ResNet-50 256 (128 at FP32 on a DGX-1),
   the ResNeXt models 128 (64 at FP32 on a DGX-1).
 
-This is the code DLPerf measured on its own V100 servers (:mod:`scaledl.sim.cases_dlperf`), so
-both the one-node rows here and DLPerf's are the same recipe on the same GPUs.  Each single-GPU
-rate is the measured compute.
+NCHW tensors everywhere except the ResNeXt models at mixed precision, whose READMEs say they
+train NHWC under AMP and whose AMP benchmark commands pass ``--memory-format nhwc`` (ResNet-50's
+README calls NHWC work in progress).  For ResNet-50 this is the code DLPerf measured on its own
+V100 servers in pytorch:20.03 (:mod:`scaledl.sim.cases_dlperf`; DLPerf names commit 5cc03ca,
+whose ``ConvNets`` tree is this one).  Each single-GPU rate is the measured compute.
 """
 
 from __future__ import annotations
@@ -65,25 +67,27 @@ def convnets_2020_job(model: str, machine: str, precision: str, batch: int, sing
                       ) -> Job:
     """The recipe on all 8 GPUs of ``machine`` at ``single`` images/s per GPU alone."""
     device, intra, network, gpus = MACHINES[machine]
+    mixed = precision == "mixed precision"
     return Job(model=model, gpus=gpus, topology=str(gpus), algorithm="ring", device=device,
                intra=intra, network=network, batch=batch, bucket_mb=APEX_BUCKET_MB,
-               compute_time=batch / single, stack="nccl",
-               mixed_precision=precision == "mixed precision")
+               compute_time=batch / single, stack="nccl", mixed_precision=mixed,
+               channels_last=mixed and model != "resnet50")
 
 
 def _case(model: str, machine: str, precision: str, batch: int, single: float,
           every: float) -> Case:
     label, directory = DLE_MODELS[model]
+    job = convnets_2020_job(model, machine, precision, batch, single)
     return Case(
         f"NVIDIA {label} (2020), {machine}, {precision}", "efficiency", every / (8 * single),
         f"one {machine} (8 GPUs), apex DDP (10M-element buckets, float32 gradients, "
-        f"overlapped), DALI on the CPU, NCHW, {batch} images/GPU, {precision}"
+        f"overlapped), DALI on the CPU, {'NHWC' if job.channels_last else 'NCHW'}, {batch} "
+        f"images/GPU, {precision}"
         f"{' (apex amp O1)' if precision == 'mixed precision' else ''}, one GPU at the "
         f"published {single} images/s",
         f"{CONVNETS_2020.format(directory)}, training performance tables: {single} and {every} "
         "images/s",
-        weak_scaling(against_one_gpu(convnets_2020_job(model, machine, precision, batch,
-                                                       single))))
+        weak_scaling(against_one_gpu(job)))
 
 
 CONVNETS_2020_CASES = tuple(_case(*run) for run in CONVNETS_2020_RUNS)

@@ -12,7 +12,8 @@ the median of 5 runs of 100 timed iterations after 20.
   mesh (the report's ``nvidia-smi topo -m``: pairs joined by one or two NVLinks), one Mellanox
   MT27700 (ConnectX-4) port of 100 Gb/s EDR InfiniBand per node (``ib-edr``), two Xeon Gold
   5118; the pytorch:20.03-py3 container (NCCL 2.5.6, DALI 0.19).
-- ResNet-50 v1.5 (DeepLearningExamples ``PyTorch/Classification/ConvNets`` at commit 46ff370,
+- ResNet-50 v1.5 (DeepLearningExamples ``PyTorch/Classification/ConvNets`` at commit 5cc03ca as
+  DLPerf names it, whose ``ConvNets`` tree is 46ff370's,
   ``main.py`` and ``image_classification/training.py``): apex's DistributedDataParallel with its
   defaults (buckets of 10 million elements, overlapped with backward); ImageNet JPEGs decoded by
   DALI on the CPU (``--data-backend dali-cpu``); NCHW at both precisions (the scripts set no
@@ -32,12 +33,14 @@ the median of 5 runs of 100 timed iterations after 20.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scaledl.sim.cases_bert import APEX_BUCKET_MB
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, against_one_gpu, weak_scaling
 
 __all__ = ["DLPERF_CASES", "DLPERF", "DLPERF_RUNS", "APEX_ONE_BUCKET_MB", "MODELS",
-           "single_gpu_rates"]
+           "single_gpu_rates", "servers"]
 
 DLPERF = ("Oneflow-Inc/DLPerf NVIDIADeepLearningExamples/PyTorch/{}/README.md and "
           "reports/dlperf_benchmark_test_report_v1.md (commit c89430b; October 2020, "
@@ -87,23 +90,29 @@ def single_gpu_rates() -> tuple[tuple[str, str, int, float, str], ...]:
     return tuple((*rate, how[rate[0], rate[1]]) for rate in rates)
 
 
+def servers(gpus: int) -> tuple[Job, str]:
+    """``gpus`` GPUs (8 per server) of DLPerf's servers as a job to fill in (model, batch,
+    buckets, compute), and as the reproduction table's setup column names them."""
+    nodes = gpus // 8
+    where = "one server of 8 V100 16 GB" if nodes == 1 else f"{nodes} servers of 8 V100 16 GB"
+    return (Job(gpus=gpus, topology="8" if gpus == 8 else f"8x{nodes}", algorithm="ring",
+                device="v100", intra="nvlink2", network="ib-edr", stack="nccl"),
+            f"{where} (8x{nodes}: NVLink hybrid cube mesh, one EDR InfiniBand port per node)")
+
+
 def _job(model: str, precision: str, batch: int, single: float, gpus: int) -> Job:
     _, _, shape, _ = MODELS[model]
     mixed = precision == "mixed precision"
     bert = model == "bert_base"
-    return Job(model=model, input_shape=shape, gpus=gpus,
-               topology="8" if gpus == 8 else f"8x{gpus // 8}", algorithm="ring",
-               device="v100", intra="nvlink2", network="ib-edr", batch=batch,
-               bucket_mb=APEX_ONE_BUCKET_MB if bert else APEX_BUCKET_MB,
-               allreduce_bytes=2 if mixed and bert else 4, compute_time=batch / single,
-               stack="nccl", mixed_precision=mixed)
+    return replace(servers(gpus)[0], model=model, input_shape=shape, batch=batch,
+                   bucket_mb=APEX_ONE_BUCKET_MB if bert else APEX_BUCKET_MB,
+                   allreduce_bytes=2 if mixed and bert else 4, compute_time=batch / single,
+                   mixed_precision=mixed)
 
 
 def _case(model: str, precision: str, batch: int, single: float, gpus: int,
           every: float) -> Case:
     label, directory, _, unit = MODELS[model]
-    nodes = gpus // 8
-    where = "one server of 8 V100 16 GB" if nodes == 1 else f"{nodes} servers of 8 V100 16 GB"
     if model == "bert_base":
         how = (f"apex DDP, one {'float16' if precision != 'FP32' else 'float32'} allreduce "
                f"after backward")
@@ -112,8 +121,8 @@ def _case(model: str, precision: str, batch: int, single: float, gpus: int,
     return Case(
         f"DLPerf, NVIDIA {label}, {gpus} V100, {precision}, batch {batch}", "efficiency",
         every / (gpus * single),
-        f"{where} (8x{nodes}: NVLink hybrid cube mesh, one EDR InfiniBand port per node), "
-        f"{how}, {batch} {unit}/GPU, {precision}, one GPU at the published {single} {unit}/s",
+        f"{servers(gpus)[1]}, {how}, {batch} {unit}/GPU, {precision}, one GPU at the published "
+        f"{single} {unit}/s",
         f"{DLPERF.format(directory)}: {single} and {every} {unit}/s",
         weak_scaling(against_one_gpu(_job(model, precision, batch, single, gpus))))
 

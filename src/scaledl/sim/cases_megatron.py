@@ -9,8 +9,9 @@ machines and each case's time per iteration) and ``reports/GPT/dlperf_gpt_test_r
 
 - The machines are DLPerf's (:mod:`scaledl.sim.cases_dlperf`): 8 Tesla V100-SXM2-16GB per node
   in the DGX-1's NVLink mesh, one 100 Gb/s EDR InfiniBand port per node (``ib-edr``; the README
-  installs the InfiniBand driver in the container and checks it with ``ibstat``, so NCCL runs on
-  verbs, not sockets); NGC's pytorch:20.12-py3 (NCCL 2.8.3).
+  installs the InfiniBand driver in the container, checked with ``ibstat``, so that NCCL can use
+  verbs rather than sockets; the script names ``ib0`` for NCCL's own bootstrap sockets); NGC's
+  pytorch:20.12-py3 (NCCL 2.8.3).
 - The runs: NVIDIA/Megatron-LM at commit 8aa4619 (March 2021), DLPerf's
   ``Megatron-LM/scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh`` with tensor and pipeline
   parallelism of 1: 16 layers of 1536 with 16 heads, 2048-token sequences, 2 sequences per GPU,
@@ -21,6 +22,10 @@ machines and each case's time per iteration) and ``reports/GPT/dlperf_gpt_test_r
   ``forward_backward_no_pipelining``), then synchronises; under ``--fp16`` the model and its
   gradients are float16 and ``--fp32-allreduce`` is not set, so one float16 allreduce of all
   533.7M gradients per step, nothing overlapped.
+- The vocabulary: Megatron pads GPT-2's 50,257 tokens to a multiple of 128 times the tensor-
+  parallel size (``--make-vocab-size-divisible-by``, default 128; the script sets neither), so
+  50,304 here; DLPerf's report says 51,200 for every case (the padding of its 8-way
+  tensor-parallel cases) and counts FLOPs with it.  The difference is 1.4M parameters, 0.26%.
 - Each case's one-GPU time per iteration as the measured compute (``compute_time``), activation
   recomputation included; the stack's per-call costs are torch DDP's (``nccl``), as for the
   other recipes that reduce once per step.
@@ -31,11 +36,14 @@ machines and each case's time per iteration) and ``reports/GPT/dlperf_gpt_test_r
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from scaledl.sim.cases_dlperf import servers
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, against_one_gpu, weak_scaling
 
 __all__ = ["MEGATRON_CASES", "DLPERF_MEGATRON", "MEGATRON_RUNS", "ONE_BUCKET_MB", "MODEL",
-           "SEQUENCE", "BATCH"]
+           "SEQUENCE", "BATCH", "ONE_GPU_MS", "megatron_job"]
 
 DLPERF_MEGATRON = ("Oneflow-Inc/DLPerf Megatron-LM/README.md and "
                    "reports/GPT/dlperf_gpt_test_report_210512.md (commit c89430b; NVIDIA/"
@@ -60,26 +68,22 @@ MEGATRON_RUNS = (  # GPUs, milliseconds per iteration (the report's sequences/s)
 """The data-parallel cases on 1, 2 and 4 nodes against one GPU."""
 
 
-def _job(gpus: int) -> Job:
-    return Job(model=MODEL, input_shape=(SEQUENCE,), gpus=gpus,
-               topology="8" if gpus == 8 else f"8x{gpus // 8}", algorithm="ring",
-               device="v100", intra="nvlink2", network="ib-edr", batch=BATCH,
-               bucket_mb=ONE_BUCKET_MB, allreduce_bytes=2, compute_time=ONE_GPU_MS / 1e3,
-               stack="nccl", mixed_precision=True)
+def megatron_job(gpus: int) -> Job:
+    """The data-parallel run on ``gpus`` GPUs of DLPerf's servers."""
+    return replace(servers(gpus)[0], model=MODEL, input_shape=(SEQUENCE,), batch=BATCH,
+                   bucket_mb=ONE_BUCKET_MB, allreduce_bytes=2, compute_time=ONE_GPU_MS / 1e3,
+                   mixed_precision=True)
 
 
 def _case(gpus: int, milliseconds: float) -> Case:
-    nodes = gpus // 8
-    where = "one server of 8 V100 16 GB" if nodes == 1 else f"{nodes} servers of 8 V100 16 GB"
     return Case(
         f"DLPerf, Megatron-LM GPT 1536x16, {gpus} V100, FP16, batch {BATCH}", "efficiency",
         ONE_GPU_MS / milliseconds,
-        f"{where} (8x{nodes}: NVLink hybrid cube mesh, one EDR InfiniBand port per node), "
-        f"Megatron's local DDP: one float16 allreduce of all 533.7M gradients after backward, "
-        f"{BATCH} sequences of {SEQUENCE} tokens/GPU, FP16 with activation recomputation, "
-        f"one GPU at the published {ONE_GPU_MS} ms per iteration",
+        f"{servers(gpus)[1]}, Megatron's local DDP: one float16 allreduce of all 533.7M "
+        f"gradients after backward, {BATCH} sequences of {SEQUENCE} tokens/GPU, FP16 with "
+        f"activation recomputation, one GPU at the published {ONE_GPU_MS} ms per iteration",
         f"{DLPERF_MEGATRON}: {ONE_GPU_MS} and {milliseconds} ms per iteration",
-        weak_scaling(against_one_gpu(_job(gpus))))
+        weak_scaling(against_one_gpu(megatron_job(gpus))))
 
 
 MEGATRON_CASES = tuple(_case(*run) for run in MEGATRON_RUNS)

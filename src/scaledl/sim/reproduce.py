@@ -7,10 +7,12 @@ Each :class:`Case` is one published number with its hardware, batch, network and
 states).  :func:`error` is the difference in points for an efficiency or a share, and the
 relative error for a speedup; the target (:func:`within_target`) is 5 points or 15%.  The
 cases themselves are in :mod:`scaledl.sim.cases` and, by source, :mod:`scaledl.sim.cases_horovod`,
-:mod:`scaledl.sim.cases_dle` and :mod:`scaledl.sim.cases_dle_pytorch` (NVIDIA's image recipes),
-:mod:`scaledl.sim.cases_bert`, :mod:`scaledl.sim.cases_bert2019`,
-:mod:`scaledl.sim.cases_bert2020` and :mod:`scaledl.sim.cases_bert_tf2` (NVIDIA's BERT recipes)
-and :mod:`scaledl.sim.cases_dlperf` (the same recipes measured by DLPerf).
+:mod:`scaledl.sim.cases_dle`, :mod:`scaledl.sim.cases_dle_pytorch` and
+:mod:`scaledl.sim.cases_convnets2020` (NVIDIA's image recipes), :mod:`scaledl.sim.cases_bert`,
+:mod:`scaledl.sim.cases_bert2019`, :mod:`scaledl.sim.cases_bert2020` and
+:mod:`scaledl.sim.cases_bert_tf2` (NVIDIA's BERT recipes), :mod:`scaledl.sim.cases_dlperf` (the
+same recipes measured by DLPerf) and :mod:`scaledl.sim.cases_megatron` (Megatron-LM's GPT, also
+measured by DLPerf).
 """
 
 from __future__ import annotations
