@@ -1,6 +1,7 @@
 """NVIDIA's BERT-large recipe in PyTorch as first published (2019): pre-training on 1 to 64 DGX-2H
-(up to 1024 V100) and 1 to 16 DGX-1, published scaling points added after every preset was set
-and predicted with none changed (docs/simulation.md, "Reproducing published results").
+(up to 1024 V100) and 1 to 16 DGX-1, and SQuAD fine-tuning on 4 to 16 GPUs of one DGX-1 or DGX-2,
+published scaling points added after every preset was set and predicted with none changed
+(docs/simulation.md, "Reproducing published results").
 
 Source (``BERT_DLE_2019``): NVIDIA/DeepLearningExamples ``PyTorch/LanguageModeling/BERT/README.md``
 at commit 78e97e3 (October 2019, pytorch:19.07-py3 NGC container), the tables "Pre-training on
@@ -28,19 +29,38 @@ the configurations.yml file"):
 Efficiency is per-GPU throughput at ``N`` nodes over that of one node, the tables' "weak scaling"
 column divided by ``N``.  The tables' two FP32 rows (64 DGX-2H) have no one-node row to compare
 with and are left out.
+
+The same README's single-node fine-tuning tables (SQuAD v1.1, ``SQUAD_2019``) give 1, 4 and 8
+GPUs of a DGX-1 16 GB and 32 GB and 1 to 16 of a DGX-2, at FP32 and mixed precision, to two
+decimals.  The recipe at that commit (``run_squad.py``, ``scripts/run_squad.sh``): sequence length
+384, no accumulation, apex's DistributedDataParallel with its defaults (10 million-element buckets
+overlapped with backward) and, under ``--fp16``, apex amp at O2 with a dynamic loss scale, whose
+model and gradients are float16: the 2020 release's SQuAD runs
+(:func:`scaledl.sim.cases_bert2020.squad_jobs`).  The tables' single-node pre-training rows are
+not used: ``configurations.yml`` holds only the multi-node runs, and the script's defaults (128
+micro-batches per step) cannot give the 91-92% they show on 8 GPUs of a DGX-1.  One fine-tuning
+row is left out (``DOUBTFUL_2019``): 4 GPUs of the DGX-1 32 GB read 31.52 and 116.80
+sequences/s, the very rates of the same machine's pre-training row at sequence length 512, so
+they were most likely copied from it.
 """
 
 from __future__ import annotations
 
 from scaledl.sim.cases_bert import MACHINES, _pretrain
+from scaledl.sim.cases_bert2020 import squad_jobs
 from scaledl.sim.reproduce import Case, weak_scaling
 
-__all__ = ["BERT_2019_CASES", "BERT_DLE_2019", "BERT_2019_RUNS"]
+__all__ = ["BERT_2019_CASES", "BERT_DLE_2019", "BERT_2019_RUNS", "SQUAD_2019", "DOUBTFUL_2019",
+           "SQUAD_DLE_2019"]
 
 BERT_DLE_2019 = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (commit "
                  "78e97e3, October 2019, pytorch:19.07-py3 NGC container), multi-node "
                  "pre-training tables; configurations.yml and run.sub at the same commit")
-"""The source."""
+"""The source of the pre-training points."""
+SQUAD_DLE_2019 = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (commit "
+                  "78e97e3, October 2019, pytorch:19.07-py3 NGC container), single-node "
+                  "fine-tuning tables; run_squad.py and scripts/run_squad.sh at the same commit")
+"""The source of the fine-tuning points."""
 
 JOINED = {"DGX-2H": "16 V100 on NVSwitch, 8 EDR InfiniBand ports",
           "DGX-1 16 GB": "8 V100 on NVLink, 4 EDR InfiniBand ports"}
@@ -77,7 +97,39 @@ def _case(machine: str, sequence: int, batch: int, rate: float,
                                (base_steps, steps), (1, nodes))))
 
 
-BERT_2019_CASES = tuple(_case(machine, sequence, batch, rate, rows, nodes)
-                        for machine, sequence, batch, rate, rows in BERT_2019_RUNS
-                        for nodes in sorted(rows) if nodes > 1)
-"""The tables' points, in their order."""
+SQUAD_2019 = (  # machine, precision, batch per GPU, {GPUs: sequences/s}
+    ("DGX-1 16 GB", "FP32", 4, {1: 8.96, 4: 31.04, 8: 64.64}),
+    ("DGX-1 16 GB", "mixed precision", 4, {1: 35.88, 4: 120.00, 8: 227.84}),
+    ("DGX-1 16 GB", "mixed precision", 10, {1: 45.2, 4: 163.6, 8: 327.2}),
+    ("DGX-1 32 GB", "FP32", 8, {1: 8.64, 4: 31.52, 8: 64.32}),
+    ("DGX-1 32 GB", "mixed precision", 8, {1: 36.04, 4: 116.80, 8: 231.04}),
+    ("DGX-1 32 GB", "mixed precision", 10, {1: 46.00, 4: 164.00, 8: 325.60}),
+    ("DGX-2", "FP32", 4, {1: 9.92, 4: 35.52, 8: 71.36, 16: 141.40}),
+    ("DGX-2", "mixed precision", 4, {1: 38.16, 4: 122.08, 8: 241.28, 16: 462.08}),
+    ("DGX-2", "mixed precision", 10, {1: 47.40, 4: 165.60, 8: 325.60, 16: 648.00}),
+)
+"""The fine-tuning tables, row by row (sequence length 384)."""
+DOUBTFUL_2019 = frozenset({("DGX-1 32 GB", 8, 4)})
+"""Machine, batch per GPU and GPUs of the fine-tuning row whose rates repeat another table's."""
+
+
+def _squad_cases(machine: str, precision: str, batch: int, rates: dict[int, float]
+                 ) -> list[Case]:
+    single = rates[1]
+    wire = "float16" if precision == "mixed precision" else "float32"
+    return [Case(
+        f"NVIDIA BERT-large SQuAD fine-tuning (2019), {gpus} GPUs of a {machine}, {precision}, "
+        f"batch {batch}", "efficiency", every / (gpus * single),
+        f"{gpus} GPUs of one {machine}, apex DDP (10M-element buckets, {wire}), sequence 384, "
+        f"{batch} sequences/GPU, {precision}, one GPU at {single} sequences/s",
+        f"{SQUAD_DLE_2019}: {single} and {every} sequences/s",
+        weak_scaling(squad_jobs(machine, precision, batch, single, gpus)))
+        for gpus, every in rates.items()
+        if gpus > 1 and (machine, batch, gpus) not in DOUBTFUL_2019]
+
+
+BERT_2019_CASES = (*(_case(machine, sequence, batch, rate, rows, nodes)
+                     for machine, sequence, batch, rate, rows in BERT_2019_RUNS
+                     for nodes in sorted(rows) if nodes > 1),
+                   *(case for run in SQUAD_2019 for case in _squad_cases(*run)))
+"""The tables' points, in their order: multi-node pre-training, then single-node fine-tuning."""

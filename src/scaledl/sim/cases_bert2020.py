@@ -47,7 +47,7 @@ from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, idealised, weak_scaling
 
 __all__ = ["BERT_2020_CASES", "BERT_DLE_2020", "PRETRAIN_2020", "SQUAD_2020", "ROUNDING_POINTS",
-           "DOUBTFUL", "rounding_points"]
+           "DOUBTFUL", "rounding_points", "squad_jobs"]
 
 BERT_DLE_2020 = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (commit "
                  "b2763ae, July 2020, pytorch:20.06-py3 NGC container), single-node training "
@@ -129,8 +129,10 @@ def _pretrain(machine: str, precision: str, sequence: int, batch: int, single: f
     return jobs
 
 
-def _squad(machine: str, precision: str, batch: int, single: float, gpus: int
-           ) -> Callable[[bool], tuple[Job, Job]]:
+def squad_jobs(machine: str, precision: str, batch: int, single: float, gpus: int
+               ) -> Callable[[bool], tuple[Job, Job]]:
+    """SQuAD fine-tuning (sequence 384) on ``gpus`` GPUs of one ``machine`` against one GPU at
+    ``single`` sequences/s: apex DDP's 10M-element buckets, float16 at mixed precision."""
     def jobs(ideal: bool) -> tuple[Job, Job]:
         job = _job(machine, precision, gpus, 384, batch, APEX_BUCKET_MB, single, ideal)
         return replace(job, gpus=1, topology="1"), job
@@ -166,7 +168,7 @@ def _squad_cases(machine: str, precision: str, batch: int, rates: dict[int, int]
         f"{gpus} GPUs of one {machine}, apex DDP (10M-element buckets, {_dtype(precision)}), "
         f"sequence 384, {batch} sequences/GPU, {precision}, one GPU at {single} sequences/s",
         f"{BERT_DLE_2020}: {single} and {every} sequences/s",
-        weak_scaling(_squad(machine, precision, batch, single, gpus)))
+        weak_scaling(squad_jobs(machine, precision, batch, single, gpus)))
         for gpus, every in rates.items()
         if gpus > 1 and rounding_points(single, every, gpus) <= ROUNDING_POINTS]
 
