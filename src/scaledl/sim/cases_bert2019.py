@@ -51,7 +51,7 @@ wrong, so none of the four points is used.
 from __future__ import annotations
 
 from scaledl.sim.cases_bert import MACHINES, _pretrain
-from scaledl.sim.cases_bert2020 import squad_jobs
+from scaledl.sim.cases_bert2020 import squad_case
 from scaledl.sim.reproduce import Case, weak_scaling
 
 __all__ = ["BERT_2019_CASES", "BERT_DLE_2019", "BERT_2019_RUNS", "SQUAD_2019", "DOUBTFUL_2019",
@@ -120,14 +120,9 @@ DOUBTFUL_2019 = frozenset({("DGX-1 32 GB", 8)})
 def _squad_cases(machine: str, precision: str, batch: int, rates: dict[int, float]
                  ) -> list[Case]:
     single = rates[1]
-    wire = "float16" if precision == "mixed precision" else "float32"
-    return [Case(
+    return [squad_case(
         f"NVIDIA BERT-large SQuAD fine-tuning (2019), {gpus} GPUs of a {machine}, {precision}, "
-        f"batch {batch}", "efficiency", every / (gpus * single),
-        f"{gpus} GPUs of one {machine}, apex DDP (10M-element buckets, {wire}), sequence 384, "
-        f"{batch} sequences/GPU, {precision}, one GPU at {single} sequences/s",
-        f"{SQUAD_DLE_2019}: {single} and {every} sequences/s",
-        weak_scaling(squad_jobs(machine, precision, batch, single, gpus)))
+        f"batch {batch}", SQUAD_DLE_2019, machine, precision, batch, single, gpus, every)
         for gpus, every in rates.items()
         if gpus > 1 and (machine, batch) not in DOUBTFUL_2019]
 

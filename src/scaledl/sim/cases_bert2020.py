@@ -47,7 +47,7 @@ from scaledl.sim.job import Job
 from scaledl.sim.reproduce import Case, idealised, weak_scaling
 
 __all__ = ["BERT_2020_CASES", "BERT_DLE_2020", "PRETRAIN_2020", "SQUAD_2020", "ROUNDING_POINTS",
-           "DOUBTFUL", "rounding_points", "squad_jobs"]
+           "DOUBTFUL", "rounding_points", "squad_jobs", "squad_case"]
 
 BERT_DLE_2020 = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (commit "
                  "b2763ae, July 2020, pytorch:20.06-py3 NGC container), single-node training "
@@ -159,16 +159,24 @@ def _pretrain_cases(machine: str, precision: str, sequence: int, batch: int,
         and (machine, precision, sequence, gpus) not in DOUBTFUL]
 
 
+def squad_case(name: str, source: str, machine: str, precision: str, batch: int,
+               single: float, gpus: int, every: float) -> Case:
+    """One SQuAD row's point: ``gpus`` GPUs of one ``machine`` at ``every`` sequences/s against
+    one at ``single`` (:func:`squad_jobs`), named ``name`` and sourced to ``source``."""
+    return Case(
+        name, "efficiency", every / (gpus * single),
+        f"{gpus} GPUs of one {machine}, apex DDP (10M-element buckets, {_dtype(precision)}), "
+        f"sequence 384, {batch} sequences/GPU, {precision}, one GPU at {single} sequences/s",
+        f"{source}: {single} and {every} sequences/s",
+        weak_scaling(squad_jobs(machine, precision, batch, single, gpus)))
+
+
 def _squad_cases(machine: str, precision: str, batch: int, rates: dict[int, int]
                  ) -> list[Case]:
     single = rates[1]
-    return [Case(
+    return [squad_case(
         f"NVIDIA BERT-large SQuAD fine-tuning (2020), {gpus} GPUs of a {machine}, {precision}",
-        "efficiency", every / (gpus * single),
-        f"{gpus} GPUs of one {machine}, apex DDP (10M-element buckets, {_dtype(precision)}), "
-        f"sequence 384, {batch} sequences/GPU, {precision}, one GPU at {single} sequences/s",
-        f"{BERT_DLE_2020}: {single} and {every} sequences/s",
-        weak_scaling(squad_jobs(machine, precision, batch, single, gpus)))
+        BERT_DLE_2020, machine, precision, batch, single, gpus, every)
         for gpus, every in rates.items()
         if gpus > 1 and rounding_points(single, every, gpus) <= ROUNDING_POINTS]
 
