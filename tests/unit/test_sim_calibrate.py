@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -64,6 +67,38 @@ def test_unmeasured_classes_keep_the_prior_per_round_overhead(tmp_path: Path) ->
     assert inter.beta == pytest.approx(PRIOR.inter.beta, rel=1e-12)
     assert uplink.alpha == pytest.approx(PRIOR.classes[2].alpha + PRIOR.overhead, rel=1e-12)
 
+
+
+def test_a_prior_whose_paths_are_all_cpu_work_is_a_one_line_error(tmp_path: Path) -> None:
+    """When every replayed critical path is host CPU work at every start, no link class is
+    constrained: a clear error naming the network (scipy's nnls once aborted the process on
+    the empty system)."""
+    cpu_bound = replace(PRIOR, cpu_beta=1e-6)  # 1 us per byte: far above any link's time
+    with pytest.raises(ValueError, match="constrain no link of network 'prior'.*--network"):
+        fit_network(load_points([_bench_file(tmp_path / "a.json", "2x2")]), cpu_bound)
+
+
+def test_calibrate_on_cpu_files_with_a_gpu_network_prior_fits_or_fails_cleanly(
+        tmp_path: Path) -> None:
+    """The emulated cluster's files under ``--device cpu`` and the default ib-edr prior: the
+    prior's own start has no link on any critical path (this aborted with a double free), a
+    slower start fits; run in a process of its own so that an abort cannot take pytest down."""
+    bench = Path(__file__).parents[2] / "benchmarks/cluster/allreduce-2h2r-1gbit-block-run3.json"
+    out = tmp_path / "cal.json"
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from scaledl.cli.main import main; sys.exit(main())",
+         "simulate", "--device", "cpu", "calibrate",
+         str(bench), "-o", str(out)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "inter-host" in done.stdout and out.exists()
+
+
+def test_calibrate_output_that_is_a_directory_fails_before_fitting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench_file(tmp_path / "bench.json", "2x2")
+    assert main(["simulate", "calibrate", str(bench), "-o", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "is a directory" in err and len(err.strip().splitlines()) == 1
 
 def _calibrate(tmp_path: Path, *options: str) -> tuple[CostModel, str]:
     bench = _bench_file(tmp_path / "bench.json", "2x2")

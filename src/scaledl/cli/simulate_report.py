@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from scaledl.cli.paths import check_output_file
 from scaledl.collectives.auto import CostModel
 from scaledl.sim.iteration import IterationResult
 from scaledl.sim.job import Job
@@ -160,6 +161,7 @@ def run_calibrate(args: argparse.Namespace, job: Job, native_fit: object) -> int
     from scaledl.sim.calibrate import fit_network, load_points
     from scaledl.sim.native import fit_native, load_natives
 
+    check_output_file(args.output, "calibrate -o")
     _warn_on_default_priors(args)
     points = load_points(args.bench, args.bench_topology, args.placement)
     result = fit_network(points, calibration_prior(args, job), cores=job.cores)

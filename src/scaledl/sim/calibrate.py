@@ -190,6 +190,8 @@ def _path_fit(points: Sequence[Point], network: Network, max_iterations: int,
     for iterations in range(1, max_iterations + 1):  # noqa: B007 (the count is returned)
         rows, known = _rows(points, network, cores)
         used = rows.any(axis=0)
+        if not used.any():  # every critical path is known work: no link class to fit
+            break
         fitted |= used
         weights = 1.0 / measured
         solution, _ = nnls(rows[:, used] * weights[:, None], (measured - known) * weights)
@@ -245,12 +247,19 @@ def fit_network(points: Sequence[Point], prior: Network, max_iterations: int = 1
         network, used, steps = _path_fit(points, base.with_classes(alphas, betas),
                                          max_iterations, cores)
         iterations = max(iterations, steps)
+        if not used.any():
+            continue
         fitted |= used
         network = _refine(points, network, used, cores)
         rms = float(np.sqrt(np.mean(_relative_errors(points, network, cores) ** 2)))
         if best is None or rms < best[0]:
             best = (rms, network)
-    assert best is not None
+    if best is None:
+        raise ValueError(
+            f"the measurements constrain no link of network {prior.name!r}: on it every "
+            "replayed critical path is host CPU work, not link time; give the --network (and "
+            "--cores) they were measured on, e.g. --network 1gbit --cores 2 for the emulated "
+            "cluster")
     params = _derive_uplink(prior, np.where(fitted, _params(best[1]), _unfitted(prior)), fitted)
     network = best[1].with_classes(tuple(params[:3]), tuple(params[3:]))
     classes = tuple(bool(fitted[c] or fitted[c + 3]) for c in range(3))
