@@ -137,6 +137,23 @@ def test_cli_rejects_negative_times_and_other_models(
     assert "has no module" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("argv,asked,measured", [
+    (["--model", "resnet50"], "--model resnet50 but the profile", "measured lenet"),
+    (["--input-shape", "3x32x32"], "--input-shape 3x32x32 but the profile", "measured 1x28x28"),
+])
+def test_cli_rejects_a_model_or_shape_the_profile_did_not_measure(
+        lenet: Path, argv: list[str], asked: str, measured: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The profile's model is the one predicted: naming another beside it is an error, not a
+    prediction of the profile's model printed under the user's question."""
+    assert main(["simulate", "--profile", str(lenet), *argv, "--device", "cpu",
+                 "--gpus", "2"]) == 2
+    captured = capsys.readouterr()
+    assert asked in captured.err and measured in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and captured.out == ""
+    assert main(["simulate", "--profile", str(lenet), "--model", "LeNet", "--input-shape",
+                 "1x28x28", "--device", "cpu", "--gpus", "2"]) == 0  # the same, named
+
 @pytest.mark.parametrize("argv,message", [
     (["--batches", "0,4"], "--batches '0,4'"),
     (["--batches", "x"], "--batches 'x'"),

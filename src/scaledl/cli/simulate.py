@@ -34,11 +34,13 @@ from scaledl.topology import Topology
 if TYPE_CHECKING:
     from scaledl.sim.native import Native  # scipy: loaded only by `simulate calibrate`
 
-__all__ = ["add_parser", "run", "job_from_args", "check_outputs"]
+__all__ = ["add_parser", "run", "job_from_args", "check_outputs", "check_profile_matches"]
 
 
 def _job_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="resnet50", help=f"one of {', '.join(available_models())}")
+    p.add_argument("--model", default=None,
+                   help=f"one of {', '.join(available_models())} (default: resnet50, or the "
+                        "model of --profile)")
     p.add_argument("--input-shape", default=None,
                    help="sample shape such as 3x224x224 (default: ImageNet or the model's own)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs (default: the topology's product)")
@@ -171,7 +173,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         raise ValueError(f"--batch {args.batch} must be >= 1")
     shape = _input_shape(args.input_shape) if args.input_shape else None
     return Job(
-        model=args.model, input_shape=shape, gpus=gpus, topology=args.topology,
+        model=args.model or "resnet50", input_shape=shape, gpus=gpus, topology=args.topology,
         algorithm=args.algorithm,
         strategy=args.strategy, device=args.device or "p100", network=args.network or "ib-edr",
         intra=args.intra,
@@ -231,6 +233,22 @@ def check_outputs(args: argparse.Namespace) -> None:
                          "to plot)")
 
 
+def check_profile_matches(args: argparse.Namespace, job: Job) -> None:
+    """``--model`` or ``--input-shape`` beside ``--profile`` must name what the profile
+    measured: the profile's model and shape are the ones predicted, never silently another."""
+    measured = job.measured()
+    if measured is None:
+        return
+    if args.model is not None and args.model.lower() != measured.model.lower():
+        raise ValueError(f"--model {args.model} but the profile {job.profile_path} measured "
+                         f"{measured.model}; drop --model (the profile's model is used) or "
+                         f"profile {args.model} (`scaledl simulate profile --model {args.model}`)")
+    if args.input_shape and _input_shape(args.input_shape) != tuple(measured.input_shape):
+        shape = "x".join(map(str, measured.input_shape))
+        raise ValueError(f"--input-shape {args.input_shape} but the profile {job.profile_path} "
+                         f"measured {shape}; drop --input-shape or profile that shape")
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch to prediction, sweep, calibration, validation, reproduction or profiling."""
     from scaledl.cli import simulate_report as report
@@ -251,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args)
     job = job_from_args(args)
     job.check()
+    check_profile_matches(args, job)
     topology, network = job.topology_value(), job.network_value()
     report.warn_on_one_host_oversubscription(job, topology)
     profile = job.profile()  # a malformed model or shape is the one line before any warning

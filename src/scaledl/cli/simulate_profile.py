@@ -50,7 +50,7 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     from scaledl.sim.profile import default_input
     from scaledl.sim.profile_file import save_profile
 
-    model = (args.p_model or args.model).lower()
+    model = (args.p_model or args.model or "resnet50").lower()
     if model not in available_models():
         raise ValueError(f"unknown model {args.p_model!r}; available: "
                          f"{', '.join(available_models())}")
