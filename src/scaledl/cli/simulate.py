@@ -70,11 +70,14 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "one allreduce after the last); the iteration is the whole step")
     p.add_argument("--channels-last", action="store_true",
                    help="the model runs on NHWC tensors (torch.channels_last): no transposes "
-                        "around convolutions on tensor-core presets (a100, a100-80gb, h100); "
-                        "no effect on the others")
+                        "around convolutions on tensor-core presets ("
+                        f"{', '.join(n for n, d in DEVICES.items() if d.nhwc_convolutions)}; "
+                        "with --mixed-precision also the others that have it); no effect "
+                        "elsewhere")
     p.add_argument("--mixed-precision", action="store_true",
                    help="FP16/BF16 compute on tensor cores (autocast, amp) at the device's "
-                        "mixed-precision peak (v100, a100, a100-80gb, h100)")
+                        "mixed-precision peak ("
+                        f"{', '.join(n for n, d in DEVICES.items() if d.mixed_tflops > 0)})")
     p.add_argument("--no-overlap", action="store_true",
                    help="communicate after backward (allreduce) / after compute (sync-easgd)")
     p.add_argument("--compute-time", type=float, default=None,
