@@ -15,7 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "scaledl"
 
 LAYERS: dict[str, float] = {
-    "torch_version": -1, "topology": 0, "launchers": 0.5,
+    "torch_version": -1, "files": -1, "topology": 0, "launchers": 0.5,
     "bootstrap": 1, "processes": 1, "faults": 1,
     "transport": 2,
     "collectives": 3,

@@ -11,6 +11,7 @@ fix.  Nothing is left behind: a probe file is removed at once.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def check_output_file(path: str | Path, option: str) -> Path:
         except OSError as error:
             raise ValueError(f"{option} {path} cannot be written ({error.strerror}); choose a "
                              "writable path") from None
+        if path.is_file():  # replaced by a file staged beside it (scaledl.files.write_files)
+            _check_writable_ancestor(Path(os.path.realpath(path)).parent, option, path)
         return path
     _check_writable_ancestor(path.parent, option, path)
     return path
@@ -73,4 +76,3 @@ def _check_writable_ancestor(directory: Path, option: str, path: Path) -> None:
     except OSError as error:
         raise ValueError(f"{option} {path} cannot be written: {existing} refuses new files "
                          f"({error.strerror}); choose a writable location") from None
-

@@ -21,10 +21,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scaledl.cli.bench_collectives import parse_bytes
+from scaledl.cli.simulate_checks import (
+    check_outputs,
+    check_profile_matches,
+    check_sweep_outputs,
+    input_shape,
+    refuse_unused_options,
+)
 from scaledl.cli.simulate_profile import add_profile_parser
-from scaledl.collectives.registry import ALGORITHMS
-from scaledl.models.registry import available_models
 from scaledl.collectives.auto import CostModel
+from scaledl.collectives.registry import ALGORITHMS
+from scaledl.files import write_files
+from scaledl.models.registry import available_models
 from scaledl.sim.iteration import simulated_strategies
 from scaledl.sim.job import Job
 from scaledl.sim.losses import STACKS
@@ -34,7 +42,7 @@ from scaledl.topology import Topology
 if TYPE_CHECKING:
     from scaledl.sim.native import Native  # scipy: loaded only by `simulate calibrate`
 
-__all__ = ["add_parser", "run", "job_from_args", "check_outputs", "check_profile_matches"]
+__all__ = ["add_parser", "run", "job_from_args"]
 
 
 def _job_options(p: argparse.ArgumentParser) -> None:
@@ -47,8 +55,8 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", default=None,
                    help="axes innermost first, e.g. 4x16x4 = 4 GPUs per host, 16 hosts per "
                         "rack, 4 racks (default 4 per host)")
-    p.add_argument("--algorithm", default="ring",
-                   help="collective algorithm: "
+    p.add_argument("--algorithm", default=None,
+                   help="collective algorithm (default: ring; tree for reduce-broadcast): "
                         + ", ".join(a for a, algo in ALGORITHMS.items() if algo.scheduled))
     p.add_argument("--strategy", default="allreduce", choices=simulated_strategies())
     p.add_argument("--device", default=None, help=f"one of {', '.join(DEVICES)} (default p100)")
@@ -160,10 +168,18 @@ def add_parser(subparsers: Any) -> None:
                           "src/scaledl/sim/published_errors.json)")
     add_profile_parser(actions)
     p.set_defaults(handler=run)
+    p.set_defaults(simulate_defaults=vars(p.parse_args([])))
 
+
+DEFAULT_ALGORITHMS = {"reduce-broadcast": "tree"}
+"""A strategy's algorithm when ``--algorithm`` is not given (else ring): reduce-broadcast
+reduces to a root, which a ring does not do (S-Caffe's reduction tree)."""
 
 def job_from_args(args: argparse.Namespace) -> Job:
     """The :class:`Job` the options describe."""
+    if args.topology is not None and not args.topology.strip():
+        raise ValueError("--topology '' is empty; give axes innermost first, e.g. 4x2, or "
+                         "leave it out for 4 GPUs per host")
     gpus = args.gpus
     if gpus is None:
         from scaledl.topology import parse_axes
@@ -174,10 +190,10 @@ def job_from_args(args: argparse.Namespace) -> Job:
         raise ValueError(f"--gpus {gpus} must be >= 1")
     if args.batch < 1:
         raise ValueError(f"--batch {args.batch} must be >= 1")
-    shape = _input_shape(args.input_shape) if args.input_shape else None
+    shape = input_shape(args.input_shape) if args.input_shape else None
     return Job(
         model=args.model or "resnet50", input_shape=shape, gpus=gpus, topology=args.topology,
-        algorithm=args.algorithm,
+        algorithm=args.algorithm or DEFAULT_ALGORITHMS.get(args.strategy, "ring"),
         strategy=args.strategy, device=args.device or "p100", network=args.network or "ib-edr",
         intra=args.intra,
         uplink=args.uplink, oversubscription=args.oversubscription, batch=args.batch,
@@ -200,18 +216,6 @@ def _micro(steps: int) -> str:
     return f" x {steps} micro-batches per step" if steps > 1 else ""
 
 
-def _input_shape(spec: str) -> tuple[int, ...]:
-    """``3x224x224`` as ``(3, 224, 224)``; every dimension a positive integer."""
-    try:
-        shape = tuple(int(part) for part in spec.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not shape or any(size < 1 for size in shape):
-        raise ValueError(f"--input-shape {spec!r} is not positive integers joined by 'x'; "
-                         "write it like 3x224x224 (channels x height x width)")
-    return shape
-
-
 def bench_native_fit(
     natives: Sequence[Native], topology: Topology, itemsize: int, model: CostModel
 ) -> tuple[CostModel, dict[str, Any]]:
@@ -225,44 +229,18 @@ def bench_native_fit(
     return _fit_native(measured, topology, itemsize, model)
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """One-line errors for output paths, before anything runs or prints."""
-    for flag, path in (("--json", args.json), ("--plot", args.plot)):
-        if path is not None and Path(path).is_dir():
-            raise ValueError(f"{flag} {path} is a directory; give a file name such as "
-                             f"{Path(path) / ('sweep.json' if flag == '--json' else 'sweep.png')}")
-    if args.plot is not None and not args.sweep:
-        raise ValueError("--plot draws a sweep; add --sweep (a single prediction has nothing "
-                         "to plot)")
-
-
-def check_profile_matches(args: argparse.Namespace, job: Job) -> None:
-    """``--model`` or ``--input-shape`` beside ``--profile`` must name what the profile
-    measured: the profile's model and shape are the ones predicted, never silently another."""
-    measured = job.measured()
-    if measured is None:
-        return
-    if args.model is not None and args.model.lower() != measured.model.lower():
-        raise ValueError(f"--model {args.model} but the profile {job.profile_path} measured "
-                         f"{measured.model}; drop --model (the profile's model is used) or "
-                         f"profile {args.model} (`scaledl simulate profile --model {args.model}`)")
-    if args.input_shape and _input_shape(args.input_shape) != tuple(measured.input_shape):
-        shape = "x".join(map(str, measured.input_shape))
-        raise ValueError(f"--input-shape {args.input_shape} but the profile {job.profile_path} "
-                         f"measured {shape}; drop --input-shape or profile that shape")
-
-
 def run(args: argparse.Namespace) -> int:
     """Dispatch to prediction, sweep, calibration, validation, reproduction or profiling."""
     from scaledl.cli import simulate_report as report
 
+    refuse_unused_options(args)
     if args.action not in (None, "profile") and args.mixed_precision:
         raise ValueError(f"--mixed-precision does not apply to `simulate {args.action}`: it "
                          "prices a prediction from a device preset (drop it)")
     if args.action == "profile":
         from scaledl.cli.simulate_profile import run_profile
 
-        return run_profile(args, _input_shape)
+        return run_profile(args, input_shape)
     if args.action == "reproduce":
         return report.run_reproduce(args.ideal, args.write_errors)
     if args.action == "calibrate":
@@ -273,6 +251,9 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args)
     job.check()
     check_profile_matches(args, job)
+    measured = job.measured()
+    if measured is not None:
+        report.warn_on_busy_profile(measured, Path(job.profile_path or ""))
     topology, network = job.topology_value(), job.network_value()
     report.warn_on_one_host_oversubscription(job, topology)
     profile = job.profile()  # a malformed model or shape is the one line before any warning
@@ -291,31 +272,33 @@ def run(args: argparse.Namespace) -> int:
     if not args.sweep:
         result = job.run(topology, profile, network)
         lines, check = report.published_check(job, result.efficiency)
+        if args.json:
+            import json
+
+            data = {"job": _jsonable(job), "result": result.to_dict(), "published_check": check}
+            write_files([(args.json, lambda path: path.write_text(
+                json.dumps(data, indent=2) + "\n"))])
         print(head)
         print(report.format_result(result))
         if lines:
             print(lines)
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            import json
-
-            data = {"job": _jsonable(job), "result": result.to_dict(), "published_check": check}
-            args.json.write_text(json.dumps(data, indent=2) + "\n")
         return 0
     from scaledl.sim.sweep import run_sweep, scaled_topology, write_sweep_json, write_sweep_plot
 
+    stem = f"simulate-{profile.name}-{job.algorithm}-{job.gpus}"
+    json_path = args.json or Path(f"{stem}.json")
+    plot_path = args.plot or json_path.with_suffix(".png")
+    check_sweep_outputs(json_path, plot_path)
     results = run_sweep(topology, lambda topo: job.run(topo, profile, network))
     lines, check = report.published_check(job, results[-1].efficiency, f"the {job.gpus}-GPU job")
+    write_files([(json_path, lambda path: write_sweep_json(results, _jsonable(job), path,
+                                                             check)),
+                   (plot_path, lambda path: write_sweep_plot(results, head, path))])
     print(head)
     print(report.format_sweep(results, [scaled_topology(topology, r.world_size).spec
                                         for r in results]))
     if lines:
         print(lines)
-    stem = f"simulate-{profile.name}-{job.algorithm}-{job.gpus}"
-    json_path = args.json or Path(f"{stem}.json")
-    plot_path = args.plot or json_path.with_suffix(".png")
-    write_sweep_json(results, _jsonable(job), json_path, check)
-    write_sweep_plot(results, head, plot_path)
     print(f"wrote {json_path} and {plot_path}", file=sys.stderr)
     return 0
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import Any
 from pathlib import Path
 
+from scaledl.cli.paths import check_output_file
 from scaledl.models.registry import available_models
 
 __all__ = ["add_profile_parser", "run_profile"]
@@ -29,7 +31,8 @@ def add_profile_parser(actions: Any) -> None:
     prof.add_argument("--repeats", type=int, default=5, help="timed iterations per batch (>= 3)")
     prof.add_argument("--warmup", type=int, default=2, help="untimed iterations per batch")
     prof.add_argument("--on", dest="on_device", default=None,
-                      help="torch device to measure (default: cuda if available, else cpu)")
+                      help="device to measure: cpu, cuda or cuda:N (default: cuda if "
+                           "available, else cpu)")
     prof.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     prof.add_argument("--channels-last", dest="p_channels_last", action="store_true",
                       help="measure the model on NHWC tensors (torch.channels_last; "
@@ -49,10 +52,11 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     from scaledl.sim.measure import measure_profile
     from scaledl.sim.profile import default_input
     from scaledl.sim.profile_file import save_profile
+    from scaledl.cli.simulate_report import warn_on_busy_profile
 
     model = (args.p_model or args.model or "resnet50").lower()
     if model not in available_models():
-        raise ValueError(f"unknown model {args.p_model!r}; available: "
+        raise ValueError(f"unknown model {args.p_model or args.model!r}; available: "
                          f"{', '.join(available_models())}")
     shape, classes = default_input(model)
     spec = args.p_input_shape or args.input_shape
@@ -68,13 +72,8 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     if args.repeats < 3 or args.warmup < 0 or classes < 1:
         raise ValueError(f"--repeats {args.repeats} must be >= 3, --warmup {args.warmup} >= 0 "
                          f"and --classes {classes} >= 1")
-    on = args.on_device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if on.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--on {on}: no CUDA device here; use --on cpu")
-    output = args.output or Path(f"profile-{model}.json")
-    if output.is_dir():
-        raise ValueError(f"-o {output} is a directory; give a file name such as "
-                         f"{output / f'profile-{model}.json'}")
+    on = _measured_device(args.on_device)
+    output = _output_path(args.output, model)
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads {args.threads} must be >= 1")
@@ -84,4 +83,36 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
                                args.p_mixed_precision or args.mixed_precision)
     save_profile(measured, output)
     print(format_profile(measured, output))
+    warn_on_busy_profile(measured, output)
     return 0
+
+
+def _measured_device(on: str | None) -> str:
+    """``--on`` as a torch device string: ``cpu``, ``cuda`` or ``cuda:N`` of a GPU here."""
+    import torch
+
+    if on is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", on.strip().lower())
+    if match is None or (match[1] == "cpu" and match[2] not in (None, "0")):
+        raise ValueError(f"--on {on!r} is not a device this can measure; use --on cpu, cuda "
+                         "or cuda:N")
+    if match[1] == "cpu":
+        return "cpu"
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(f"--on {on}: no CUDA device here; use --on cpu")
+    if match[2] is not None and int(match[2]) >= count:
+        raise ValueError(f"--on {on}: this machine has {count} CUDA device(s), cuda:0 to "
+                         f"cuda:{count - 1}; pick one of them")
+    return match[0]
+
+
+def _output_path(given: Path | None, model: str) -> Path:
+    """``-o`` (or ``profile-<model>.json``) once the profile can be written there: checked
+    before anything is measured."""
+    output = given or Path(f"profile-{model}.json")
+    if output.is_dir():
+        raise ValueError(f"-o {output} is a directory; give a file name such as "
+                         f"{output / f'profile-{model}.json'}")
+    return check_output_file(output, "-o")

@@ -4,6 +4,7 @@ reproduction table and measured profiles (the console side of :mod:`scaledl.sim`
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from dataclasses import replace
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from scaledl.cli.paths import check_output_file
 from scaledl.collectives.auto import CostModel
+from scaledl.files import write_files
 from scaledl.sim.iteration import IterationResult
 from scaledl.sim.job import Job
 from scaledl.sim.network import Network
@@ -22,7 +24,7 @@ from scaledl.topology import Topology
 __all__ = [
     "format_result", "published_check", "format_band", "format_sweep", "calibration_prior",
     "run_calibrate", "run_validate", "validation_table", "run_reproduce", "reproduction_table",
-    "format_profile",
+    "format_profile", "warn_on_busy_profile",
 ]
 
 
@@ -122,10 +124,23 @@ def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
               "predicted here is optimistic", file=sys.stderr)
 
 
+def warn_on_busy_profile(profile: MeasuredProfile, path: Path) -> None:
+    """One ``scaledl: warning:`` line naming ``path`` when the profile's own numbers say it was
+    measured on a busy machine (:func:`scaledl.sim.profile_trust.untrustworthy`); it is still
+    used."""
+    from scaledl.sim.profile_trust import untrustworthy
+
+    problems = untrustworthy(profile)
+    if problems:
+        print(f"scaledl: warning: profile {path} looks measured on a busy machine: "
+              f"{'; '.join(problems)}; predictions from it are unreliable: profile again on a "
+              "quiet machine (with more --repeats)", file=sys.stderr)
+
+
 def warn_on_unchecked_compute(job: Job) -> None:
     """Say so when a device preset prices a model its published rates do not bear out
     (docs/simulation.md, "Device efficiency"), so only a measured rate or profile is worth
-    using there: depthwise convolutions (EfficientNet's rates are 1.6-2.3x below the presets'
+    using there: depthwise convolutions (EfficientNet's rates are 1.5-2.3x below the presets'
     estimates) and, on a GPU, transformers (the presets predict BERT's published rates 41% too
     slow to 25% too fast: their efficiency comes from convolutional networks)."""
     from scaledl.sim.presets import device
@@ -167,8 +182,7 @@ def run_calibrate(args: argparse.Namespace, job: Job, native_fit: object) -> int
     result = fit_network(points, calibration_prior(args, job), cores=job.cores)
     model, native = fit_native(load_natives(args.bench, args.bench_topology),
                                result.network.to_cost_model(), native_fit)  # type: ignore[arg-type]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(model.to_json() + "\n")
+    write_files([(args.output, lambda path: path.write_text(model.to_json() + "\n"))])
     print(result.describe())
     print(f"{native}; gamma {model.gamma:.3g} s/B")
     print(f"wrote {args.output}")
@@ -196,6 +210,7 @@ def run_validate(args: argparse.Namespace, job: Job, min_bytes: int) -> int:
     """Print predicted vs measured for messages of at least ``min_bytes``."""
     from scaledl.sim.calibrate import load_points, validate
 
+    _check_tolerance(args.tolerance)
     _warn_on_default_priors(args)
     points = load_points(args.bench, args.bench_topology, args.placement)
     rows = validate(points, job.network_value(), min_bytes, cores=job.cores)
@@ -205,6 +220,13 @@ def run_validate(args: argparse.Namespace, job: Job, min_bytes: int) -> int:
         within = sum(abs(float(str(r["error"]))) <= args.tolerance for r in rows)
         print(f"{within}/{len(rows)} within {args.tolerance:.0%}; worst {worst:.1%}")
     return 0
+
+
+def _check_tolerance(tolerance: float) -> None:
+    """``validate --tolerance`` is a relative error: finite and above zero."""
+    if not math.isfinite(tolerance) or tolerance <= 0:
+        raise ValueError(f"--tolerance {tolerance} must be a finite number > 0, the relative "
+                         "error counted as a match (e.g. 0.15 for 15%)")
 
 
 def reproduction_table(rows: list[Row]) -> str:
@@ -263,13 +285,14 @@ def run_reproduce(ideal: bool, write_errors: Path | None = None) -> int:
 
     if ideal and write_errors is not None:
         raise ValueError("--write-errors records the full model's errors; drop --ideal")
-    if write_errors is not None and write_errors.is_dir():
-        raise ValueError(f"--write-errors {write_errors} is a directory; name a file")
+    if write_errors is not None:
+        check_output_file(write_errors, "--write-errors")
     if ideal:
         print("(the ideal model: constant device efficiency, no losses)")
     rows = evaluate(CASES, ideal)
     if write_errors is not None:
-        write(published_errors(rows), write_errors)
+        errors = published_errors(rows)
+        write_files([(write_errors, lambda path: write(errors, path))])
         print(f"wrote {write_errors}", file=sys.stderr)
     print(reproduction_table(rows))
     print("\nBy source:")

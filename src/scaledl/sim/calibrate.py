@@ -24,7 +24,6 @@ contention of ``ranks / cores``, which is not fitted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.compiled import Compiled
 from scaledl.sim.fastreplay import cost, critical_path, evaluate
+from scaledl.sim.bench_file import ITEMSIZES, RERUN, BenchRow, read_rows, row_topologies
 from scaledl.sim.network import CLASS_NAMES, Network, ranks_per_core
 from scaledl.topology import Topology
 
@@ -45,8 +45,6 @@ __all__ = [
     "Point", "load_points", "plan_numel", "fit_network", "validate", "FitResult", "ITEMSIZES",
     "predict", "on_host",
 ]
-
-ITEMSIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
 
 
 @dataclass(frozen=True)
@@ -67,23 +65,6 @@ class Point:
     file does not say (written before this was recorded)."""
 
 
-def _topologies(
-    data: dict[str, Any], world_size: int, override: str | None, placement: str
-) -> tuple[Topology, Topology]:
-    """(the topology the plans were made for, where the ranks really sat)."""
-    spec = override or (data.get("config") or {}).get("topology") or \
-        (data.get("environment") or {}).get("topology") or str(world_size)
-    topo = Topology.parse(str(spec), world_size)
-    if placement == "block":
-        return topo, topo
-    if placement != "cyclic":
-        raise ValueError(f"placement {placement!r} is not block or cyclic")
-    per_host, hosts = topo.axes[0], world_size // topo.axes[0]
-    # cyclic: rank r on host r % hosts, so grid position (host, local) holds local * hosts + host
-    order = tuple(local * hosts + host for host in range(hosts) for local in range(per_host))
-    return topo, Topology(topo.axes, order=order, explicit=True)
-
-
 def load_points(
     paths: Sequence[Path], topology: str | None = None, placement: str = "block"
 ) -> list[Point]:
@@ -94,37 +75,33 @@ def load_points(
     plans are always made for the spec, as the benchmark made them.
     """
     points = []
-    for path, data, itemsize, row in _rows_of(paths):
-        ran = str(row.get("resolved") or row["algorithm"])
-        algo = ALGORITHMS.get(parse_algorithm(ran)[0])
-        if algo is None or not algo.scheduled:
-            continue
-        planned, topo = _topologies(data, int(row["world_size"]), topology, placement)
-        numel = plan_numel(str(row["collective"]), int(row["nbytes"]), int(row["world_size"]),
-                           itemsize)
-        compiled = compile_collective(ran, Collective(row["collective"]), planned, numel, 0,
-                                      itemsize)
-        points.append(Point(row["collective"], row["algorithm"], int(row["nbytes"]), topo,
-                            float(row["median_us"]) * 1e-6, compiled, str(path), ran))
+    for row in read_rows(paths):
+        point = _point(row, topology, placement)
+        if point is not None:
+            points.append(point)
     if not points:
         raise ValueError("the benchmark files hold no measurement of a scheduled algorithm "
                          "(ring, tree, ...); rerun `scaledl bench collectives` with those")
     return points
 
 
-def _rows_of(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any], int, dict[str, Any]]]:
-    """``(file, its JSON, itemsize, result row)`` for every row of the benchmark files."""
-    rows = []
-    for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as error:
-            raise ValueError(f"cannot read benchmark file {path}: {error}") from None
-        if not str(data.get("schema", "")).startswith("scaledl.bench.collectives"):
-            raise ValueError(f"{path} is not `scaledl bench collectives --json` output")
-        itemsize = ITEMSIZES.get((data.get("config") or {}).get("dtype", "float32"), 4)
-        rows += [(Path(path), data, itemsize, row) for row in data.get("results", [])]
-    return rows
+def _point(row: BenchRow, topology: str | None, placement: str) -> Point | None:
+    """``row`` with its plans compiled (None: not a scheduled algorithm's)."""
+    try:
+        algo = ALGORITHMS.get(parse_algorithm(row.ran)[0])
+    except ValueError as error:
+        raise ValueError(f"{row.where}: {error}; {RERUN}") from None
+    if algo is None or not algo.scheduled:
+        return None
+    planned, topo = row_topologies(row, topology, placement)
+    numel = plan_numel(row.collective, row.nbytes, row.world_size, row.itemsize)
+    try:
+        compiled = compile_collective(row.ran, Collective(row.collective), planned, numel, 0,
+                                      row.itemsize)
+    except ValueError as error:
+        raise ValueError(f"{row.where}: {error}; {RERUN}") from None
+    return Point(row.collective, row.algorithm, row.nbytes, topo, row.median_s, compiled,
+                 str(row.path), row.ran)
 
 
 def on_host(network: Network, point: Point, cores: int | None) -> Network:

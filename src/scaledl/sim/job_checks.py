@@ -17,7 +17,15 @@ from scaledl.sim.presets import DEVICES, device
 if TYPE_CHECKING:
     from scaledl.sim.job import Job
 
-__all__ = ["check_job", "simulated_algorithms"]
+__all__ = ["check_job", "simulated_algorithms", "MAX_GPUS"]
+
+MAX_GPUS = 4096
+"""The most GPUs ``scaledl simulate`` replays: every rank's schedule is replayed, in time and
+memory that grow with the square of the ranks (1024 take about 12 s on this project's VM,
+2048 about a minute)."""
+
+TAU_TIMINGS = ("periodic", "round-robin")
+"""Timings whose workers exchange every ``tau`` steps (the EASGD family)."""
 
 
 def simulated_algorithms(collective: Collective) -> list[str]:
@@ -41,6 +49,14 @@ def check_job(job: Job) -> None:
         check_paths(job.algorithm, collective, topo, Fabric(hosts, native_stages=True))
     if job.tau < 1:
         raise ValueError(f"--tau {job.tau} must be >= 1 (exchange every tau steps)")
+    if job.tau > 1 and timing_of(job.strategy) not in TAU_TIMINGS:
+        raise ValueError(f"--tau {job.tau} applies to the EASGD strategies (easgd, sync-easgd); "
+                         f"{job.strategy} exchanges every step (drop --tau, or use "
+                         "--accumulation for steps between reductions)")
+    if job.gpus > MAX_GPUS:
+        raise ValueError(f"--gpus {job.gpus} is beyond what the replay handles: at most "
+                         f"{MAX_GPUS} (its time and memory grow with the square of the ranks; "
+                         "2048 take about a minute)")
     if job.allreduce_bytes not in (2, 4):
         raise ValueError(f"allreduce element size {job.allreduce_bytes} bytes is not 4 "
                          "(float32) or 2 (float16, bfloat16)")
@@ -67,8 +83,15 @@ def check_job(job: Job) -> None:
                          "seconds >= 0")
     if job.efficiency is not None and not 0 < job.efficiency <= 1:
         raise ValueError(f"--device-efficiency {job.efficiency} must be in (0, 1]")
-    if job.bucket_mb <= 0:
-        raise ValueError(f"--bucket-mb {job.bucket_mb} must be > 0")
+    if not 0 < job.bucket_mb < math.inf or job.bucket_mb * 2**20 < 1:
+        raise ValueError(f"--bucket-mb {job.bucket_mb} must be a finite number of MiB, at "
+                         "least one byte (e.g. 25, DDP's default)")
+    for option, value in (("--inter-latency", job.inter_latency_us),
+                          ("--intra-latency", job.intra_latency_us)):
+        if value is not None and not 0 <= value < math.inf:
+            raise ValueError(f"{option} {value} must be a finite number of microseconds >= 0")
+    if job.ideal:
+        _check_ideal(job)
     if job.socket_gbps is not None and not 0 < job.socket_gbps < math.inf:
         raise ValueError(f"--socket-bandwidth {job.socket_gbps} must be a finite number of "
                          "GB/s > 0 (for RDMA, name an RDMA network such as 25gbe-roce)")
@@ -83,6 +106,16 @@ def check_job(job: Job) -> None:
                                        ("--fusion-mb", job.fusion_mb, "MiB", False)):
         if value is not None:
             _check_cycle_option(job, option, value, unit, zero)
+
+
+def _check_ideal(job: Job) -> None:
+    """The ideal model has no input pipeline and no negotiation cycle: options that set them
+    would be ignored, so they are refused."""
+    for option, value, lacks in (("--input-rate", job.input_rate, "input pipeline"),
+                                 ("--cycle-ms", job.cycle_ms, "negotiation cycle")):
+        if value is not None:
+            raise ValueError(f"{option} {value} does not apply to --ideal: the ideal model has "
+                             f"no {lacks} (drop one of them)")
 
 
 def _check_mixed_precision(job: Job) -> None:

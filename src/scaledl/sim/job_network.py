@@ -29,9 +29,14 @@ def job_network(job: Job) -> Network:
     if job.calibration is not None:
         try:
             model = CostModel.from_json(Path(job.calibration).read_text())
-        except (OSError, ValueError, TypeError, KeyError) as error:
+        except (KeyError, TypeError, AttributeError):
+            raise ValueError(f"--calibration {job.calibration} is not a calibration (no links "
+                             "of the form `scaledl simulate calibrate` writes); write one with "
+                             "`scaledl simulate calibrate BENCH.json -o FILE`") from None
+        except (OSError, ValueError) as error:
             raise ValueError(f"cannot read calibration {job.calibration}: {error}; "
-                             "write one with `scaledl simulate calibrate`") from None
+                             "write one with `scaledl simulate calibrate BENCH.json -o FILE`"
+                             ) from None
         net = replace(Network.from_cost_model(model), oversubscription=job.oversubscription,
                       burst_bytes=burst_bytes(job.network))
     else:

@@ -204,7 +204,7 @@ def measure_profile(
     if not batches or min(batches) < 1 or repeats < 3 or warmup < 0:
         raise ValueError(f"batches {batches} must be >= 1, repeats {repeats} >= 3 and warmup "
                          f"{warmup} >= 0")
-    target = torch.device(device)
+    target = _target(device)
     torch.manual_seed(0)
     layout = torch.channels_last if channels_last else torch.contiguous_format
     half = (torch.float16 if target.type == "cuda" else torch.bfloat16) if mixed_precision \
@@ -247,6 +247,17 @@ def measure_profile(
         repeats, statistics.median(jitter), _interference(step, repeats),
         tcp_cost() if target.type == "cpu" else 0.0,
         datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def _target(device: str) -> torch.device:
+    """``device`` as a torch device this measures (a CPU or a CUDA GPU); else ``ValueError``."""
+    try:
+        target = torch.device(device)
+    except RuntimeError:
+        target = None
+    if target is None or target.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r} cannot be measured; use cpu, cuda or cuda:N")
+    return target
 
 
 def _device_info(device: torch.device) -> dict[str, object]:

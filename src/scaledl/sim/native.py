@@ -2,8 +2,9 @@
 
 The fit itself is :mod:`scaledl.bench.fit`'s (the one ``scaledl bench collectives --calibrate``
 runs); the layering rules keep ``sim`` from importing ``bench``, so the CLI passes it in as a
-:data:`NativeFit`.  This module reads the native rows of the benchmark files and picks the link
-the backend's rounds wait on.
+:data:`NativeFit`.  This module reads the native rows of the benchmark files (through
+:func:`scaledl.sim.bench_file.read_rows`, which checks them) and picks the link the backend's
+rounds wait on.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scaledl.collectives.auto import CostModel
-from scaledl.sim.calibrate import _rows_of, _topologies
+from scaledl.sim.bench_file import read_rows, row_topologies
 from scaledl.topology import Topology
 
 __all__ = ["Native", "NativeFit", "load_natives", "fit_native"]
@@ -37,13 +38,11 @@ NativeFit = Callable[[Sequence[Native], Topology, int, CostModel], tuple[CostMod
 topology and dtype; returns the model and a summary (``skipped`` when it could not fit)."""
 
 
-
 def load_natives(paths: Sequence[Path], topology: str | None = None) -> list[Native]:
     """The ``native`` measurements of the benchmark files (planned topology as the bench's)."""
-    return [Native(str(row["collective"]), int(row["nbytes"]), int(row["world_size"]),
-                   float(row["median_us"]) * 1e-6,
-                   _topologies(data, int(row["world_size"]), topology, "block")[0], itemsize)
-            for _, data, itemsize, row in _rows_of(paths) if row["algorithm"] == "native"]
+    return [Native(row.collective, row.nbytes, row.world_size, row.median_s,
+                   row_topologies(row, topology, "block")[0], row.itemsize)
+            for row in read_rows(paths) if row.algorithm == "native"]
 
 
 def fit_native(natives: Sequence[Native], model: CostModel, fit: NativeFit

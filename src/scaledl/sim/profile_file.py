@@ -8,8 +8,10 @@ bytes, the compute slowdown measured while communication-like work ran beside it
 (``interference``), the spread of iteration times (``jitter_cv``) and the CPU cost per byte of a
 raw loopback TCP stream (``tcp_beta``, for reference: collectives cost what the device preset's
 executor-level ``tcp_beta`` says, which includes the executor's copies and Gloo).
-:func:`load_profile` checks the schema and every field and raises ``ValueError`` naming the file
-and the problem.
+:func:`load_profile` checks the schema, every field and that the model builds for the input shape
+with times for each of its layers, and raises ``ValueError`` naming the file and the problem;
+:func:`save_profile` writes the whole file or nothing.  A profile whose own numbers show a busy
+machine is still used, after a warning (:mod:`scaledl.sim.profile_trust`).
 
 :meth:`MeasuredProfile.compute_for` maps the leaf modules onto the simulator's layers (the
 modules that own parameters): a module without parameters (ReLU, pooling) is charged to the
@@ -27,12 +29,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from scaledl.files import write_files
 from scaledl.sim.compute import MeasuredCompute
-from scaledl.sim.profile import ModelProfile
+from scaledl.sim.profile import ModelProfile, profile_model
 
 __all__ = ["SCHEMA", "ModuleTimes", "MeasuredProfile", "load_profile", "save_profile"]
 
 SCHEMA = "scaledl.simulate.profile/1"
+
+MAX_BYTES = 64 << 20
+"""Larger files are not profiles (a ResNet-50 profile is about 40 KB)."""
 
 
 @dataclass(frozen=True)
@@ -119,59 +125,158 @@ class MeasuredProfile:
 
 
 def save_profile(profile: MeasuredProfile, path: Path) -> None:
-    """Write ``profile`` to ``path`` (parents created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(profile.to_json())
+    """Write ``profile`` to ``path`` (parents created) whole or not at all
+    (:func:`scaledl.files.write_files`: an older file there survives a failure, and nothing
+    partial is left); ``ValueError`` naming the path when it cannot be written."""
+    text = profile.to_json()
+    write_files([(Path(path), lambda target: target.write_text(text))])
+
+
+def _shown(value: Any) -> str:
+    """``value``'s JSON text, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _number(value: Any, what: str) -> float:
+    """A JSON number (not a boolean) that is finite and >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} {_shown(value)} must be a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"{what} {_shown(value)} must be a finite number >= 0")
+    return number
+
+
+def _integer(value: Any, what: str, minimum: int = 0) -> int:
+    """A JSON integer (not a boolean) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what} {_shown(value)} must be an integer >= {minimum}")
+    return value
+
+
+def _list(value: Any, what: str, count: int | None = None) -> list[Any]:
+    """A JSON list, of ``count`` items when given."""
+    if not isinstance(value, list) or (count is not None and len(value) != count):
+        size = f" of {count}" if count is not None else ""
+        raise ValueError(f"{what} must be a list{size}")
+    return value
 
 
 def _floats(value: Any, what: str, count: int) -> tuple[float, ...]:
     if not isinstance(value, list) or len(value) != count:
         raise ValueError(f"{what} must be a list of {count} numbers")
-    out = tuple(float(v) for v in value)
-    if any(not math.isfinite(v) or v < 0 for v in out):
-        raise ValueError(f"{what} holds a negative or non-finite time")
-    return out
+    try:
+        return tuple(_number(v, what) for v in value)
+    except ValueError:
+        raise ValueError(f"{what} holds a negative or non-finite time, or not a number") \
+            from None
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} {_shown(value)} must be a string")
+    return value
+
+
+def _module(data: Any, count: int) -> ModuleTimes:
+    if not isinstance(data, dict):
+        raise ValueError(f"a module is a JSON {type(data).__name__}, not an object")
+    name = _string(data["name"], "a module's name")
+    return ModuleTimes(name, _string(data["kind"], f"module {name!r} kind"),
+                       _integer(data["parameter_bytes"], f"module {name!r} parameter_bytes"),
+                       _floats(data["forward_s"], f"module {name!r} forward_s", count),
+                       _floats(data["backward_s"], f"module {name!r} backward_s", count))
+
+
+def _batches(value: Any) -> tuple[int, ...]:
+    batches = tuple(_integer(b, "batch", 1) for b in _list(value, "batches"))
+    if not batches or list(batches) != sorted(set(batches)):
+        raise ValueError(f"batches {list(batches)} must be increasing positive integers")
+    return batches
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    shape = _list(value, "input_shape")
+    if not shape or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape):
+        raise ValueError(f"input_shape {_shown(shape)} must be a non-empty list of sizes >= 1")
+    return tuple(shape)
+
+
+def _device(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"device {_shown(value)} must be an object")
+    return dict(value)
 
 
 def _parse(data: Any) -> MeasuredProfile:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f"it is not a `scaledl simulate profile` file (schema {SCHEMA})")
-    batches = tuple(int(b) for b in data["batches"])
-    if not batches or list(batches) != sorted(set(batches)) or batches[0] < 1:
-        raise ValueError(f"batches {list(batches)} must be increasing positive integers")
+    batches = _batches(data["batches"])
     count = len(batches)
-    modules = tuple(
-        ModuleTimes(str(m["name"]), str(m["kind"]), int(m["parameter_bytes"]),
-                    _floats(m["forward_s"], f"module {m['name']!r} forward_s", count),
-                    _floats(m["backward_s"], f"module {m['name']!r} backward_s", count))
-        for m in data["modules"])
+    modules = tuple(_module(m, count) for m in _list(data["modules"], "modules"))
     if not modules:
         raise ValueError("it lists no modules")
     return MeasuredProfile(
-        str(data["model"]), tuple(int(v) for v in data["input_shape"]), int(data["num_classes"]),
-        dict(data["device"]), batches, modules,
-        _floats(data["forward_backward_s"], "forward_backward_s", count),
-        _floats(data["update_s"], "update_s", count), int(data["parameter_bytes"]),
-        tuple(int(v) for v in data["activation_bytes"]), int(data["repeats"]),
-        float(data["jitter_cv"]), float(data["interference"]), float(data["tcp_beta"]),
-        str(data.get("created", "")))
+        _string(data["model"], "model"), _shape(data["input_shape"]),
+        _integer(data["num_classes"], "num_classes", 1), _device(data["device"]), batches,
+        modules, _floats(data["forward_backward_s"], "forward_backward_s", count),
+        _floats(data["update_s"], "update_s", count),
+        _integer(data["parameter_bytes"], "parameter_bytes"),
+        tuple(_integer(v, "activation_bytes", 0)
+              for v in _list(data["activation_bytes"], "activation_bytes", count)),
+        _integer(data["repeats"], "repeats", 1), _number(data["jitter_cv"], "jitter_cv"),
+        _number(data["interference"], "interference"), _number(data["tcp_beta"], "tcp_beta"),
+        _string(data.get("created", ""), "created"))
 
 
-def load_profile(path: Path) -> MeasuredProfile:
-    """Read and check a profile file; ``ValueError`` naming the file and what is wrong."""
+def _check_model(profile: MeasuredProfile) -> None:
+    """The model builds for the profile's input and every layer it owns has times."""
     try:
-        text = Path(path).read_text()
+        layers = profile_model(profile.model, input_shape=profile.input_shape,
+                               num_classes=profile.num_classes).layers
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ValueError(f"model {profile.model!r} at input_shape "
+                         f"{'x'.join(map(str, profile.input_shape))}: {error}") from None
+    timed = {m.name for m in profile.modules}
+    missing = [layer.name for layer in layers if layer.name not in timed]
+    if missing:
+        raise ValueError(f"it has no module {missing[0]!r}, which {profile.model} has (its "
+                         "times are of another model or input shape)")
+
+
+def _read(path: Path) -> str:
+    """The file's text; ``ValueError`` naming the file when it cannot be read or is not
+    text."""
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read(MAX_BYTES + 1)
     except OSError as error:
         raise ValueError(f"cannot read profile {path}: {error.strerror or error}; write one "
                          "with `scaledl simulate profile`") from None
     try:
+        if len(raw) > MAX_BYTES:
+            raise ValueError(f"it is larger than {MAX_BYTES >> 20} MiB")
+        return raw.decode("utf-8")
+    except ValueError as error:
+        why = (f"byte {raw[error.start]:#04x} at offset {error.start} is not text"
+               if isinstance(error, UnicodeDecodeError) else str(error))
+        raise ValueError(f"{path} is not a `scaledl simulate profile` JSON file ({why}); give "
+                         "the file `scaledl simulate profile` wrote") from None
+
+
+def load_profile(path: Path) -> MeasuredProfile:
+    """Read and check a profile file; ``ValueError`` naming the file and what is wrong (a
+    profile from a busy machine is returned: :mod:`scaledl.sim.profile_trust` says so)."""
+    text = _read(Path(path))
+    try:
         profile = _parse(json.loads(text))
-    except (ValueError, TypeError, KeyError) as error:
+        _check_model(profile)
+    except (ValueError, TypeError, KeyError, RecursionError, OverflowError) as error:
         what = f"missing field {error}" if isinstance(error, KeyError) else str(error)
         raise ValueError(f"profile {path} is malformed: {what}; write it again with "
                          "`scaledl simulate profile`") from None
-    for name, value in (("jitter_cv", profile.jitter_cv), ("interference", profile.interference),
-                        ("tcp_beta", profile.tcp_beta)):
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"profile {path} is malformed: {name} {value} must be >= 0")
     return profile

@@ -1,0 +1,128 @@
+"""What ``scaledl simulate`` refuses, and how it writes: every option it would ignore or could
+not honour is one ``scaledl: error:`` line with exit code 2 and nothing on stdout, and its
+output files are written whole or not at all (``scaledl.files.write_files``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from scaledl.cli.main import main
+from scaledl.files import write_files
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("scaledl: error:")
+    assert len(captured.err.strip().splitlines()) == 1
+    return captured.err
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--bucket-mb", "inf"], "--bucket-mb inf must be a finite number of MiB"),
+    (["--bucket-mb", "nan"], "--bucket-mb nan must be"),
+    (["--bucket-mb", "1e-300"], "at least one byte"),
+    (["--inter-latency", "inf"], "--inter-latency inf must be a finite number of microseconds"),
+    (["--intra-latency", "-1"], "--intra-latency -1.0 must be"),
+    (["--gpus", "8192", "--topology", "8x1024"], "--gpus 8192 is beyond what the replay"),
+    (["--ideal", "--input-rate", "10"], "--input-rate 10.0 does not apply to --ideal"),
+    (["--ideal", "--stack", "horovod", "--cycle-ms", "500"], "--cycle-ms 500.0 does not apply"),
+    (["--tau", "5"], "--tau 5 applies to the EASGD strategies"),
+    (["--topology", ""], "--topology '' is empty"),
+])
+def test_options_the_model_would_ignore_or_cannot_take_are_refused(
+        options: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert message in _refused(["simulate", *options], capsys)
+
+
+def test_reduce_broadcast_defaults_to_a_rooted_algorithm(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A ring reduces to no root: without --algorithm, reduce-broadcast runs on a tree."""
+    assert main(["simulate", "--strategy", "reduce-broadcast", "--gpus", "8"]) == 0
+    assert "reduce-broadcast/tree" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["simulate", "--json", "x.json", "--model", "nosuch", "reproduce"], "--model"),
+    (["simulate", "--gpus", "64", "profile", "--model", "mlp"], "--gpus"),
+    (["simulate", "--mixed-precision", "profile", "--model", "mlp"], "--mixed-precision"),
+])
+def test_actions_refuse_prediction_options_they_would_ignore(
+        argv: list[str], option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refused(argv, capsys)
+    assert f"{option} does not apply to `simulate" in err and "drop it" in err
+
+
+def test_one_path_for_the_sweeps_json_and_plot_is_refused_before_it_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    same = tmp_path / "s.json"
+    assert "both name" in _refused(["simulate", "--sweep", "--gpus", "16", "--json", str(same),
+                                    "--plot", str(same)], capsys)
+    png = tmp_path / "s.png"  # the plot's default is the JSON's name with .png
+    assert "both name" in _refused(["simulate", "--sweep", "--gpus", "16", "--json", str(png)],
+                                   capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_under_a_regular_file_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "f").write_text("")
+    assert "which is a file" in _refused(["simulate", "--json", str(tmp_path / "f" / "x.json")],
+                                         capsys)
+
+
+@pytest.mark.skipif(not os.access("/dev/full", os.W_OK), reason="needs /dev/full")
+def test_a_failed_write_keeps_the_older_output_and_leaves_nothing_behind(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The plot cannot be written (a full device): the sweep's JSON is not left half-done, an
+    older JSON at its path survives, and no temporary file stays beside it."""
+    old = tmp_path / "keep.json"
+    old.write_text("old\n")
+    err = _refused(["simulate", "--sweep", "--gpus", "16", "--json", str(old), "--plot",
+                    "/dev/full"], capsys)
+    assert "cannot write /dev/full" in err
+    assert old.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["keep.json"]
+    assert "cannot write /dev/full" in _refused(["simulate", "--json", "/dev/full"], capsys)
+
+
+def test_write_files_writes_all_or_none(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.txt", tmp_path / "sub" / "b.txt"
+
+    def broken(path: Path) -> None:
+        path.write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(ValueError, match=r"cannot write .*b.txt: No space left on device"):
+        write_files([(first, lambda p: p.write_text("a")), (second, broken)])
+    assert not first.exists() and list((tmp_path / "sub").iterdir()) == []
+    write_files([(first, lambda p: p.write_text("a")), (second, lambda p: p.write_text("b"))])
+    assert first.read_text() == "a" and second.read_text() == "b"
+    assert first.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_reproduce_refuses_an_unwritable_errors_file_before_it_predicts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "f").write_text("")
+    err = _refused(["simulate", "reproduce", "--write-errors", str(tmp_path / "f" / "e.json")],
+                   capsys)
+    assert "--write-errors" in err and "which is a file" in err
+
+
+@pytest.mark.skipif(not os.access("/dev/full", os.W_OK), reason="needs /dev/full")
+def test_calibrate_reports_a_failed_write_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    bench = Path(__file__).parents[2] / "benchmarks/cluster/allreduce-2h2r-1gbit-block-run1.json"
+    assert main(["simulate", "--device", "cpu", "--network", "1gbit", "calibrate", str(bench),
+                 "-o", "/dev/full"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "scaledl: error: cannot write /dev/full: No space left on device; " \
+                          "nothing was written: free space there or choose another path"
