@@ -118,6 +118,12 @@ def predict(point: Point, network: Network, merge_equal: bool = True,
     return float(evaluate(point.compiled, costs).max())
 
 
+UNCONSTRAINED_GBPS = 10_000
+"""A fitted bandwidth above this (10 TB/s, beyond any link the presets know: NVLink 4 moves
+450 GB/s each way) means the fit drove the class's seconds per byte to about zero: its bytes
+did not constrain it, and ``describe`` says so instead of printing the number."""
+
+
 @dataclass(frozen=True)
 class FitResult:
     """The fitted network and how well it explains the measurements."""
@@ -139,8 +145,13 @@ class FitResult:
             state = "fitted" if self.fitted[index] else "prior (not measured)"
             if index == 2 and self.uplink_derived:
                 state = "inter-host + rack latency (not measured)"
+            rate = f"{link.gbytes_per_s:9.3f}"
+            if self.fitted[index] and link.gbytes_per_s > UNCONSTRAINED_GBPS:
+                rate, state = f"{'>' + str(UNCONSTRAINED_GBPS):>9s}", (
+                    "fitted, bandwidth unconstrained (its bytes barely reach a critical path: "
+                    "alpha carries its time; measure larger messages to fit it)")
             lines.append(f"{CLASS_NAMES[index]:12s} alpha {link.alpha * 1e6:9.1f} us   "
-                         f"bandwidth {link.gbytes_per_s:9.3f} GB/s   {state}")
+                         f"bandwidth {rate} GB/s   {state}")
         lines.append(f"fit over {self.points} measurements: rms relative error "
                      f"{self.rms_relative_error:.1%}")
         return "\n".join(lines)
