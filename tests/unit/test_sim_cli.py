@@ -213,7 +213,7 @@ def test_one_host_with_more_ranks_than_cores_is_flagged_optimistic(
     ([], True), (["--compute-time", "0.2"], False)])
 def test_a_depthwise_model_priced_from_a_preset_is_flagged(
         extra: list[str], warned: bool, capsys: pytest.CaptureFixture[str]) -> None:
-    """EfficientNet's published rates are 1.6-2.3x below the presets' estimates: without a
+    """EfficientNet's published rates are 1.5-2.3x below the presets' estimates: without a
     measured rate the user is told so; ResNet-50 (no depthwise convolution) is not flagged."""
     assert main(["simulate", "--model", "efficientnet_b0", "--gpus", "8", "--topology", "8",
                  "--device", "a100", "--network", "ib-hdr", *extra]) == 0

@@ -150,7 +150,7 @@ def warn_on_unchecked_compute(job: Job) -> None:
         return
     if has_depthwise(job.model, job.input_shape):
         print(f"scaledl: warning: {job.model} has depthwise convolutions, which the device "
-              "presets price 1.6-2.3x too fast (EfficientNet against NVIDIA's published rates, "
+              "presets price 1.5-2.3x too fast (EfficientNet against NVIDIA's published rates, "
               "docs/simulation.md); pass the rate you measured (--compute-time) or a profile "
               "(--profile)", file=sys.stderr)
     elif job.model in TOKEN_MODELS and device(job.device).backend == "nccl":

@@ -33,7 +33,7 @@ DLE_CONVNETS = ("NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/{}/
 """The same recipe's README for ResNeXt-101 32x4d (resnext101-32x4d), SE-ResNeXt-101 32x4d
 (se-resnext101-32x4d) or EfficientNet (efficientnet: B0 at 224x224, B4 at 380x380): grouped and
 depthwise convolutions and squeeze-and-excitation gates, added after every preset was set.  The
-EfficientNet rates are 1.6-2.3x below the presets' estimates: the roofline does not describe
+EfficientNet rates are 1.5-2.3x below the presets' estimates: the roofline does not describe
 depthwise convolutions' kernels (docs/simulation.md, "Device efficiency")."""
 DLE_BERT = ("NVIDIA/DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md (January 2022, "
             "SQuAD, sequence length 384)")
