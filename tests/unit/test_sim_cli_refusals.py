@@ -126,3 +126,15 @@ def test_calibrate_reports_a_failed_write_in_one_line(
     err = capsys.readouterr().err
     assert err.strip() == "scaledl: error: cannot write /dev/full: No space left on device; " \
                           "nothing was written: free space there or choose another path"
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--gpus", "12", "--topology", "4x3", "--algorithm", "shm"], "spans 3 hosts"),
+    (["--gpus", "64", "--topology", "4x16", "--uplink", "100mbit"], "has no rack axis"),
+    (["--gpus", "64", "--topology", "4x16", "--oversubscription", "4"], "has no rack axis"),
+])
+def test_options_the_topology_cannot_honour_are_refused(
+        options: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shared memory between hosts priced like one host's, and rack options on a cluster
+    without racks, used to give the same answer on every network."""
+    assert message in _refused(["simulate", *options], capsys)

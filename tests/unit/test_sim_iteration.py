@@ -130,12 +130,17 @@ def test_profile_buckets_cover_every_parameter() -> None:
 
 
 def test_sweep_topologies_fill_inner_axes_first() -> None:
-    from scaledl.sim.sweep import scaled_topology, sweep_sizes
+    from scaledl.sim.sweep import sweep_topologies
 
-    target = Topology((4, 16, 4), explicit=True)
-    assert sweep_sizes(256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    assert sweep_sizes(160) == [1, 2, 4, 8, 16, 32, 64, 128, 160]
-    assert scaled_topology(target, 2).axes == (2, 1, 1)
-    assert scaled_topology(target, 32).axes == (4, 8, 1)
-    assert scaled_topology(target, 256).axes == (4, 16, 4)
-    assert scaled_topology(Topology((16, 10), explicit=True), 128).axes == (16, 8)
+    def axes(*target: int) -> list[tuple[int, ...]]:
+        return [t.axes for t in sweep_topologies(Topology(target, explicit=True))]
+
+    assert axes(4, 16, 4) == [(1, 1, 1), (2, 1, 1), (4, 1, 1), (4, 2, 1), (4, 4, 1), (4, 8, 1),
+                              (4, 16, 1), (4, 16, 2), (4, 16, 4)]
+    assert [t[0] * t[1] for t in axes(16, 10)] == [1, 2, 4, 8, 16, 32, 64, 128, 160]
+    # axes that are not powers of two: every job is a corner of the cluster, never 1-GPU hosts
+    # of a cluster of 3-GPU hosts (the sweep used to price 2 GPUs as 1x2 across InfiniBand)
+    assert axes(3, 8) == [(1, 1), (2, 1), (3, 1), (3, 2), (3, 4), (3, 8)]
+    assert axes(6, 2, 2) == [(1, 1, 1), (2, 1, 1), (4, 1, 1), (6, 1, 1), (6, 2, 1), (6, 2, 2)]
+    assert axes(1, 64)[:3] == [(1, 1), (1, 2), (1, 4)] and axes(1, 64)[-1] == (1, 64)
+    assert axes(1) == [(1,)]

@@ -283,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
         if lines:
             print(lines)
         return 0
-    from scaledl.sim.sweep import run_sweep, scaled_topology, write_sweep_json, write_sweep_plot
+    from scaledl.sim.sweep import run_sweep, sweep_topologies, write_sweep_json, write_sweep_plot
 
     stem = f"simulate-{profile.name}-{job.algorithm}-{job.gpus}"
     json_path = args.json or Path(f"{stem}.json")
@@ -295,8 +295,7 @@ def run(args: argparse.Namespace) -> int:
                                                              check)),
                    (plot_path, lambda path: write_sweep_plot(results, head, path))])
     print(head)
-    print(report.format_sweep(results, [scaled_topology(topology, r.world_size).spec
-                                        for r in results]))
+    print(report.format_sweep(results, [t.spec for t in sweep_topologies(topology)]))
     if lines:
         print(lines)
     print(f"wrote {json_path} and {plot_path}", file=sys.stderr)

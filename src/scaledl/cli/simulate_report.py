@@ -39,7 +39,8 @@ def format_result(r: IterationResult) -> str:
         f"{r.exposed_s * 1e3:.2f} ms beyond one GPU",
     ]
     for label, seconds in (("stragglers", r.straggler_s), ("per-tensor software", r.software_s),
-                           ("interference", r.interference_s), ("input pipeline", r.input_s)):
+                           ("interference", r.interference_s), ("input pipeline", r.input_s),
+                           ("shared cores", r.timeshare_s)):
         if seconds > 0:
             lines.append(f"    {label:<19}{seconds * 1e3:9.2f} ms of it")
     lines += [f"communication share  {r.communication_share:10.1%}",

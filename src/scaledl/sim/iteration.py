@@ -104,13 +104,16 @@ class IterationResult:
     """Compute time lost to overlapped collectives per iteration (inside ``exposed_s``)."""
     input_s: float = 0.0
     """Time the iteration waits for the host's input pipeline (inside ``exposed_s``)."""
+    timeshare_s: float = 0.0
+    """Compute and update time lost to ranks sharing CPU cores (``--cores``) against one rank
+    with a core of its own, the one-GPU baseline (inside ``exposed_s``)."""
 
     @property
     def communication_share(self) -> float:
         """Fraction of the iteration spent waiting for communication (not for stragglers,
-        per-tensor software, interference or input)."""
+        per-tensor software, interference, input or shared cores)."""
         waiting = (self.exposed_s - self.straggler_s - self.software_s - self.interference_s
-                   - self.input_s)
+                   - self.input_s - self.timeshare_s)
         return max(waiting, 0.0) / self.iteration_s if self.iteration_s > 0 else 0.0
 
     @property
@@ -218,9 +221,9 @@ def simulate_iteration(
         software = sum(layer.tensors for layer in profile.layers) * losses.tensor_overhead_s
     compute_end = compute * stretch
     if timing == "bucketed":
-        if losses.cycle is not None and overlap:
+        if losses.cycle is not None and p > 1:  # one GPU negotiates nothing
             end, busy, compute_end = cycled_allreduce(profile, sim, algorithm, forward, backward,
-                                                      losses, losses.cycle)
+                                                      losses, losses.cycle, overlap)
         else:
             end, busy, compute_end = bucketed_allreduce(profile, sim, algorithm, forward,
                                                         backward, overlap, losses)

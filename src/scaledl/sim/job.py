@@ -19,6 +19,9 @@ from scaledl.topology import Topology
 
 __all__ = ["Job", "default_topology", "simulated_algorithms", "UPDATE_PASSES"]
 
+FLOAT32_BYTES = 4
+"""A traced profile's gradient element size; ``allreduce_bytes`` is the wire's."""
+
 UPDATE_PASSES = 5
 """Memory passes over the parameters per optimizer step (SGD with momentum: read weight,
 gradient, momentum; write weight, momentum)."""
@@ -185,9 +188,14 @@ class Job:
 
     def bucket_bytes(self) -> int:
         """Gradient bytes per bucket: ``bucket_mb``, or a cycle's fusion buffer on a stack with
-        one (Horovod fuses into it; the ideal model, which has no cycle, buckets at it)."""
+        one (the ideal model, which has no cycle, buckets at it).  Horovod fuses the tensors it
+        is handed, already compressed to the wire's dtype (``Compression.fp16``), so a buffer
+        holds ``fusion_bytes`` of wire bytes: the bucket is those elements' float32 gradients
+        (DDP's ``bucket_cap_mb`` counts the gradients before its compression hook)."""
         cycle = self.cycle()
-        return int(self.bucket_mb * (1 << 20)) if cycle is None else cycle.fusion_bytes
+        if cycle is None:
+            return int(self.bucket_mb * (1 << 20))
+        return cycle.fusion_bytes * FLOAT32_BYTES // self.allreduce_bytes
 
     def losses(self) -> Losses:
         """The loss terms: the device's (or the profile's measured) interference and jitter, and
@@ -269,18 +277,41 @@ class Job:
             update_s=update, tau=self.tau, overlap=self.overlap,
             times=self.layer_times(prof, topo.world_size), losses=self.losses(),
         )
-        return self.fed(accumulated(result, self.accumulation), topo.ranks_per_node)
+        shared = self.alone(accumulated(result, self.accumulation), topo.world_size)
+        return self.fed(shared, topo.ranks_per_node)
+
+    def alone(self, result: IterationResult, world_size: int) -> IterationResult:
+        """``result`` against one rank with a core of its own: where ``cores`` makes the ranks
+        share cores, its compute and update were stretched by :meth:`stretch`, and the one-GPU
+        baseline (which has a core to itself) is not; the difference is ``timeshare_s``."""
+        factor = self.stretch(world_size)
+        if factor == 1.0:
+            return result
+        single = result.single_gpu_s / factor
+        return replace(result, single_gpu_s=single, exposed_s=result.iteration_s - single,
+                       timeshare_s=result.single_gpu_s - single)
 
     def fed(self, result: IterationResult, ranks_per_host: int) -> IterationResult:
         """``result`` waiting for the input pipeline: it prepares the next batches while the
         ranks train (prefetching), so an iteration takes at least the ``ranks_per_host x
         samples / input_rate`` seconds one host's pipeline needs for it, and one GPU alone at
         least ``samples / input_rate``, ``samples`` being the iteration's per GPU (every
-        micro-batch's; unchanged without ``input_rate`` or with ``ideal``)."""
+        micro-batch's; unchanged without ``input_rate`` or with ``ideal``).  The input wait is
+        what the pipeline adds beyond both the unfed iteration and the fed single GPU, and the
+        other parts stay inside the time beyond one GPU: where a fed single GPU is slower,
+        they shrink with what is left of it."""
         if self.input_rate is None or self.ideal:
             return result
         samples = result.batch_per_gpu
         iteration = max(result.iteration_s, ranks_per_host * samples / self.input_rate)
         single = max(result.single_gpu_s, samples / self.input_rate)
-        return replace(result, iteration_s=iteration, single_gpu_s=single,
-                       exposed_s=iteration - single, input_s=iteration - result.iteration_s)
+        exposed = iteration - single
+        waited = iteration - max(result.iteration_s, single)  # beyond both, the pipeline's
+        parts = (result.straggler_s + result.software_s + result.interference_s
+                 + result.timeshare_s)
+        share = min(1.0, (exposed - waited) / parts) if parts > 0 else 1.0
+        return replace(result, iteration_s=iteration, single_gpu_s=single, exposed_s=exposed,
+                       input_s=waited, straggler_s=result.straggler_s * share,
+                       software_s=result.software_s * share,
+                       interference_s=result.interference_s * share,
+                       timeshare_s=result.timeshare_s * share)

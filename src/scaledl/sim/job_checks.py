@@ -43,6 +43,11 @@ def check_job(job: Job) -> None:
         raise ValueError(
             f"--algorithm {job.algorithm} cannot be simulated for {job.strategy}; choose "
             f"one of: {', '.join(simulated_algorithms(collective))}")
+    if ALGORITHMS[base].needs_shm and job.topology_value().num_nodes > 1:
+        raise ValueError(f"--algorithm {job.algorithm} moves bytes through one host's shared "
+                         f"memory, and topology {job.topology_value().spec} spans "
+                         f"{job.topology_value().num_nodes} hosts; use it inside a level (e.g. "
+                         "hierarchical[shm,ring]) or choose ring, tree, ...")
     if paths:  # hosts as the topology says; every host's ranks share its memory
         topo = job.topology_value()
         hosts = tuple(topo.node(rank) for rank in range(topo.world_size))
@@ -92,6 +97,11 @@ def check_job(job: Job) -> None:
             raise ValueError(f"{option} {value} must be a finite number of microseconds >= 0")
     if job.ideal:
         _check_ideal(job)
+    rack = job.uplink is not None or job.oversubscription != 1.0
+    if rack and len(job.topology_value().axes) < 3:
+        raise ValueError(f"--uplink and --oversubscription price the links between racks, and "
+                         f"topology {job.topology_value().spec} has no rack axis; give a third "
+                         "axis (GPUs per host x hosts per rack x racks, e.g. 4x8x2)")
     if job.socket_gbps is not None and not 0 < job.socket_gbps < math.inf:
         raise ValueError(f"--socket-bandwidth {job.socket_gbps} must be a finite number of "
                          "GB/s > 0 (for RDMA, name an RDMA network such as 25gbe-roce)")

@@ -113,9 +113,13 @@ def _fused(ready: list[int], profile: ModelProfile, limit: int) -> list[int]:
 
 def cycled_allreduce(
     profile: ModelProfile, sim: CollectiveSimulator, algorithm: str, forward: list[float],
-    backward: list[float], losses: Losses, cycle: Cycle,
+    backward: list[float], losses: Losses, cycle: Cycle, overlap: bool = True,
 ) -> tuple[float, float, float]:
-    """Horovod's negotiation cycle and tensor fusion (see the module docstring)."""
+    """Horovod's negotiation cycle and tensor fusion (see the module docstring); without
+    ``overlap`` every gradient is handed over when backward ends (``hvd.allreduce`` after the
+    loop) and waits for the next wake-up like any other."""
+    if not overlap:
+        return _cycled_after_backward(profile, sim, algorithm, forward, backward, losses, cycle)
     kappa, busy = losses.interference, list[Span]()
     clock, layer = sum(forward), len(backward) - 1
     unsent = [i for i in range(len(backward)) if profile.layers[i].parameter_bytes]
@@ -149,18 +153,38 @@ def cycled_allreduce(
     return max(clock, comm_end), total, clock
 
 
+def _cycled_after_backward(
+    profile: ModelProfile, sim: CollectiveSimulator, algorithm: str, forward: list[float],
+    backward: list[float], losses: Losses, cycle: Cycle,
+) -> tuple[float, float, float]:
+    """Every gradient ready when the compute ends: the first wake-up at or after it (the
+    cycle runs from the iteration's start, as with overlap), one negotiation, then the fused
+    buffers back to back."""
+    clock = sum(forward) + sum(backward)
+    tick = cycle.cycle_s * math.ceil(clock / cycle.cycle_s) if cycle.cycle_s else clock
+    ready = [i for i in reversed(range(len(backward))) if profile.layers[i].parameter_bytes]
+    start, total = (tick + negotiation_time(sim) if ready else clock), 0.0
+    for numel in _fused(ready, profile, cycle.fusion_bytes):
+        duration = call_time(sim, algorithm, Collective.ALLREDUCE, numel, losses)
+        start, total = start + duration, total + duration
+    return max(clock, start), total, clock
+
+
 def reduce_broadcast(
     profile: ModelProfile, sim: CollectiveSimulator, algorithm: str, forward: list[float],
     backward: list[float], losses: Losses,
 ) -> tuple[float, float, float]:
-    """S-Caffe's per-layer broadcast before forward and reduce during backward."""
+    """S-Caffe's per-layer broadcast before forward and reduce during backward: ``(end, busy,
+    compute end)``, the last without the time forward waited for broadcasts (so that what it
+    exceeds the compute by is interference alone)."""
     kappa, busy = losses.interference, list[Span]()
-    total = link_end = clock = 0.0
+    total = link_end = clock = waited = 0.0
     for layer, f in zip(profile.layers, forward):
         duration = call_time(sim, algorithm, Collective.BROADCAST,
                              layer.parameter_bytes // profile.itemsize, losses)
         busy.append((link_end, link_end + duration))
         link_end, total = link_end + duration, total + duration
+        waited += max(link_end - clock, 0.0)
         clock = advance(max(clock, link_end), f, busy, kappa)
     reduce_end = 0.0
     for i in reversed(range(len(profile.layers))):
@@ -170,4 +194,4 @@ def reduce_broadcast(
         start = max(reduce_end, clock)
         busy.append((start, start + duration))
         reduce_end, total = start + duration, total + duration
-    return max(reduce_end, clock), total, clock
+    return max(reduce_end, clock), total, clock - waited

@@ -1,9 +1,9 @@
-"""Scaling sweeps: the same job at 1, 2, 4, ... GPUs up to the target, as JSON and a plot."""
+"""Scaling sweeps: the same job from 1 GPU up to the target cluster, filling its axes innermost
+first (:func:`sweep_topologies`), as JSON and a plot."""
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,37 +11,32 @@ from typing import Any
 from scaledl.sim.iteration import IterationResult
 from scaledl.topology import Topology
 
-__all__ = ["scaled_topology", "sweep_sizes", "run_sweep", "write_sweep_json", "write_sweep_plot"]
+__all__ = ["sweep_topologies", "run_sweep", "write_sweep_json", "write_sweep_plot"]
 
 
-def scaled_topology(target: Topology, gpus: int) -> Topology:
-    """``target``'s layout shrunk to ``gpus``: inner axes filled first, up to their size."""
-    if gpus < 1:
-        raise ValueError(f"GPU count {gpus} must be >= 1")
-    remaining, axes = gpus, []
-    for size in target.axes[:-1]:
-        take = math.gcd(size, remaining)
-        axes.append(take)
-        remaining //= take
-    axes.append(remaining)
-    return Topology(tuple(axes), explicit=True)
-
-
-def sweep_sizes(gpus: int) -> list[int]:
-    """1, 2, 4, ... up to ``gpus`` (which is included)."""
-    sizes = [1]
-    while sizes[-1] * 2 < gpus:
-        sizes.append(sizes[-1] * 2)
-    if gpus > 1:
-        sizes.append(gpus)
-    return sizes
+def sweep_topologies(target: Topology) -> list[Topology]:
+    """The sweep's jobs on ``target``'s cluster, innermost axis first: that axis holds 1, 2, 4,
+    ... GPUs and then its full size, with every outer axis at 1; then the next axis grows the
+    same way with the inner ones full, and so on.  Every job is a corner of the target (4x16x4:
+    1, 2, 4 GPUs on one host, then 2, 4, 8, 16 hosts, then 2 and 4 racks; 3x8: 1, 2, 3 GPUs,
+    then 2, 4, 8 hosts of 3), never a layout the cluster does not have."""
+    axes = target.axes
+    jobs = [(1,) * len(axes)]
+    for index, size in enumerate(axes):
+        count = 2
+        while count < size:
+            jobs.append((*axes[:index], count, *(1,) * (len(axes) - index - 1)))
+            count *= 2
+        if size > 1:
+            jobs.append((*axes[:index], size, *(1,) * (len(axes) - index - 1)))
+    return [Topology(job, explicit=True) for job in jobs]
 
 
 def run_sweep(
     target: Topology, simulate: Callable[[Topology], IterationResult]
 ) -> list[IterationResult]:
-    """``simulate`` at every size of :func:`sweep_sizes` on the scaled topologies."""
-    return [simulate(scaled_topology(target, g)) for g in sweep_sizes(target.world_size)]
+    """``simulate`` on every topology of :func:`sweep_topologies`, smallest first."""
+    return [simulate(topology) for topology in sweep_topologies(target)]
 
 
 def write_sweep_json(results: list[IterationResult], setup: dict[str, Any], path: Path,
