@@ -138,3 +138,18 @@ def test_options_the_topology_cannot_honour_are_refused(
     """Shared memory between hosts priced like one host's, and rack options on a cluster
     without racks, used to give the same answer on every network."""
     assert message in _refused(["simulate", *options], capsys)
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--strategy", "reduce-broadcast", "--no-overlap"], "--no-overlap does not apply to reduce"),
+    (["--strategy", "easgd", "--no-overlap"], "--no-overlap does not apply to easgd"),
+    (["--strategy", "sync-easgd", "--allreduce-dtype", "float16"], "exchanges weights"),
+])
+def test_options_a_strategy_has_no_use_for_are_refused(
+        options: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert message in _refused(["simulate", *options], capsys)
+
+
+def test_a_cpu_preset_runs_ranks_not_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--device", "knl", "--gpus", "8", "--topology", "4x2"]) == 0
+    assert "resnet50 x 8 knl ranks," in capsys.readouterr().out

@@ -64,7 +64,7 @@ def test_cli_profile_then_simulate(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["simulate", "--profile", str(out), "--device", "cpu", "--network", "1gbit",
                  "--gpus", "4", "--topology", "2x2", "--cores", "2", "--batch", "8"]) == 0
     printed = capsys.readouterr().out
-    assert "mlp x 4 cpu GPUs" in printed and "scaling efficiency" in printed
+    assert "mlp x 4 cpu ranks" in printed and "scaling efficiency" in printed
 
 
 def _profile(batches: tuple[int, ...], modules: list[tuple[str, int, list[float]]],

@@ -116,7 +116,7 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "FLOPs; its model and input shape win)")
     p.add_argument("--stack", default=None, choices=list(STACKS),
                    help="software stack: per-call and per-tensor costs, Horovod's cycle "
-                        "(default: scaledl on --device cpu, nccl on GPUs)")
+                        "(default: scaledl on --device cpu, mpi on knl, nccl on GPUs)")
     p.add_argument("--cycle-ms", type=float, default=None,
                    help="Horovod's negotiation cycle, ms (HOROVOD_CYCLE_TIME; default: the "
                         "stack's, 5 for horovod, 1 for horovod-0.21)")
@@ -211,6 +211,13 @@ def job_from_args(args: argparse.Namespace) -> Job:
     )
 
 
+def _units(job: Job) -> str:
+    """What the job's ranks run on: GPUs, or ranks of a CPU preset (cpu, knl)."""
+    from scaledl.sim.presets import device
+
+    return "GPUs" if device(job.device).backend == "nccl" else "ranks"
+
+
 def _micro(steps: int) -> str:
     """The header's note of gradient accumulation (nothing without it)."""
     return f" x {steps} micro-batches per step" if steps > 1 else ""
@@ -264,9 +271,9 @@ def run(args: argparse.Namespace) -> int:
     source = f", profile {job.profile_path}" if job.profile_path else ""
     sockets = (f" (TCP sockets {1e-9 / network.cpu_beta:.2f} GB/s per thread)"
                if network.cpu_beta > 0 and not network.tcp_inside else "")
-    head = (f"{profile.name} x {job.gpus} {job.device} GPUs, topology {topology.spec}, "
+    head = (f"{profile.name} x {job.gpus} {job.device} {_units(job)}, topology {topology.spec}, "
             f"{job.strategy}/{job.algorithm}, network {network.name}{sockets}, "
-            f"batch {job.batch}/GPU{_micro(job.accumulation)}"
+            f"batch {job.batch}/{_units(job)[:-1]}{_micro(job.accumulation)}"
             f"{', channels last' if job.channels_last else ''}"
             f"{', mixed precision' if job.mixed_precision else ''}, {model}{source}")
     if not args.sweep:

@@ -132,9 +132,12 @@ class Job:
         check_job(self)
 
     def stack_name(self) -> str:
-        """The software stack preset: ``stack``, else ``scaledl`` on the cpu device and
-        ``nccl`` on GPUs."""
-        return self.stack or ("scaledl" if device(self.device).name == "cpu" else "nccl")
+        """The software stack preset: ``stack``, else ``scaledl`` on the cpu device, ``mpi`` on
+        a device whose collectives are MPI's (knl) and ``nccl`` on GPUs."""
+        if self.stack:
+            return self.stack
+        dev = device(self.device)
+        return "scaledl" if dev.name == "cpu" else "mpi" if dev.backend == "mpi" else "nccl"
 
     def network_value(self) -> Network:
         """Preset or calibrated links with any overrides applied, at the stack's measured

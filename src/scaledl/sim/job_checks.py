@@ -24,6 +24,17 @@ MAX_GPUS = 4096
 memory that grow with the square of the ranks (1024 take about 12 s on this project's VM,
 2048 about a minute)."""
 
+OVERLAP_TIMINGS = ("bucketed", "periodic")
+"""Timings with a choice between overlapping communication and waiting for it (``--no-overlap``)."""
+
+NO_OVERLAP_WHY = {
+    "per-layer": "its per-layer reduces and broadcasts are its overlap (each reduce starts as "
+                 "backward produces the layer's gradient, forward waits for each broadcast)",
+    "round-robin": "a worker exchanges with the master between its own steps and waits only "
+                   "for its turn",
+}
+"""Why ``--no-overlap`` means nothing for the other timings."""
+
 TAU_TIMINGS = ("periodic", "round-robin")
 """Timings whose workers exchange every ``tau`` steps (the EASGD family)."""
 
@@ -97,6 +108,12 @@ def check_job(job: Job) -> None:
             raise ValueError(f"{option} {value} must be a finite number of microseconds >= 0")
     if job.ideal:
         _check_ideal(job)
+    if not job.overlap and timing_of(job.strategy) not in OVERLAP_TIMINGS:
+        raise ValueError(f"--no-overlap does not apply to {job.strategy}: "
+                         f"{NO_OVERLAP_WHY[timing_of(job.strategy)]} (drop it)")
+    if job.allreduce_bytes != 4 and timing_of(job.strategy) not in ACCUMULATING_TIMINGS:
+        raise ValueError(f"--allreduce-dtype puts gradients on the wire at 2 bytes; "
+                         f"{job.strategy} exchanges weights, not gradients (drop it)")
     rack = job.uplink is not None or job.oversubscription != 1.0
     if rack and len(job.topology_value().axes) < 3:
         raise ValueError(f"--uplink and --oversubscription price the links between racks, and "
