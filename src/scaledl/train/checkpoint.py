@@ -35,7 +35,6 @@ import os
 import pickle
 import random
 import re
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -43,6 +42,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from scaledl.files import TMP_PREFIX, create_temporary
 from scaledl.train.checkpoint_values import DIGEST_ALGORITHM, state_digest
 
 __all__ = [
@@ -68,7 +68,6 @@ LATEST_NAME = "latest"
 """File in a run directory holding the file name of the newest complete checkpoint."""
 
 _PATTERN = re.compile(r"^checkpoint-step(\d+)\.pt$")
-_TMP_PREFIX = ".tmp-"
 
 
 # -- one file ---------------------------------------------------------------------------------
@@ -221,7 +220,7 @@ def prune_checkpoints(run_dir: str | Path, keep_last: int = 2) -> list[Path]:
     found = list_checkpoints(run_dir)
     doomed = [path for _, path in found[:-keep_last] if path != pointed]
     if run_dir.is_dir():
-        doomed += [entry for entry in run_dir.iterdir() if entry.name.startswith(_TMP_PREFIX)]
+        doomed += [entry for entry in run_dir.iterdir() if entry.name.startswith(TMP_PREFIX)]
     for path in doomed:
         path.unlink(missing_ok=True)
         log.debug("deleted %s", path)
@@ -285,7 +284,7 @@ def _atomic_write(path: Path, write: Any) -> None:
     The temporary file is created with mode 0666 less the umask (as ``open(path, "w")`` would),
     not ``tempfile.mkstemp``'s fixed 0600, and is removed when anything fails.
     """
-    descriptor, tmp_path = _create_temporary(path)
+    descriptor, tmp_path = create_temporary(path)
     try:
         with os.fdopen(descriptor, "wb") as handle:
             write(handle)
@@ -296,18 +295,6 @@ def _atomic_write(path: Path, write: Any) -> None:
         tmp_path.unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
-
-
-def _create_temporary(path: Path) -> tuple[int, Path]:
-    """A new, exclusively created file ``.tmp-<name>.<random>`` beside ``path``."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for _ in range(100):
-        tmp_path = path.parent / f"{_TMP_PREFIX}{path.name}.{secrets.token_hex(6)}"
-        try:
-            return os.open(tmp_path, flags, 0o666), tmp_path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}; remove {_TMP_PREFIX}* files")
 
 
 def _fsync_directory(directory: Path) -> None:
