@@ -165,3 +165,14 @@ def test_cli_profile_options_are_checked(argv: list[str], message: str, tmp_path
     assert main(["simulate", "profile", "--model", "mlp", *argv, "-o",
                  str(tmp_path / "p.json")]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_prediction_from_a_profile_names_the_profiles_model(
+        lenet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --model the job is the profile's model, in the --json record too (it used to
+    say resnet50, the default, beside lenet's times)."""
+    out = tmp_path / "p.json"
+    assert main(["simulate", "--profile", str(lenet), "--device", "cpu", "--gpus", "2",
+                 "--json", str(out)]) == 0
+    job = json.loads(out.read_text())["job"]
+    assert job["model"] == "lenet" and job["input_shape"] == [1, 28, 28]

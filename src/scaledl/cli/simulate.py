@@ -239,6 +239,7 @@ def bench_native_fit(
 def run(args: argparse.Namespace) -> int:
     """Dispatch to prediction, sweep, calibration, validation, reproduction or profiling."""
     from scaledl.cli import simulate_report as report
+    from scaledl.cli import simulate_warnings as warnings
 
     refuse_unused_options(args)
     if args.action not in (None, "profile") and args.mixed_precision:
@@ -257,14 +258,14 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args)
     job = job_from_args(args)
     job.check()
-    check_profile_matches(args, job)
+    job = check_profile_matches(args, job)
     measured = job.measured()
-    if measured is not None:
-        report.warn_on_busy_profile(measured, Path(job.profile_path or ""))
+    if measured is not None and job.profile_path is not None:
+        warnings.warn_on_busy_profile(measured, Path(job.profile_path))
     topology, network = job.topology_value(), job.network_value()
-    report.warn_on_one_host_oversubscription(job, topology)
+    warnings.warn_on_one_host_oversubscription(job, topology)
     profile = job.profile()  # a malformed model or shape is the one line before any warning
-    report.warn_on_unchecked_compute(job)
+    warnings.warn_on_unchecked_compute(job)
     job.update_seconds(profile)
     job.losses()
     model = "ideal model" if job.ideal else f"stack {job.losses().stack.name}"

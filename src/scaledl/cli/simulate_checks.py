@@ -5,6 +5,7 @@ measure; each one ``ValueError`` naming the option and the fix."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,17 +81,20 @@ _ACTION_READS = {
 }
 
 
-def check_profile_matches(args: argparse.Namespace, job: Job) -> None:
+def check_profile_matches(args: argparse.Namespace, job: Job) -> Job:
     """``--model`` or ``--input-shape`` beside ``--profile`` must name what the profile
-    measured: the profile's model and shape are the ones predicted, never silently another."""
+    measured: the profile's model and shape are the ones predicted, never silently another.
+    Returns ``job`` naming them (its published check and ``--json`` then say the profile's
+    model, not the default)."""
     measured = job.measured()
     if measured is None:
-        return
+        return job
     if args.model is not None and args.model.lower() != measured.model.lower():
         raise ValueError(f"--model {args.model} but the profile {job.profile_path} measured "
                          f"{measured.model}; drop --model (the profile's model is used) or "
                          f"profile {args.model} (`scaledl simulate profile --model {args.model}`)")
-    if args.input_shape and input_shape(args.input_shape) != tuple(measured.input_shape):
+    if job.input_shape is not None and tuple(job.input_shape) != tuple(measured.input_shape):
         shape = "x".join(map(str, measured.input_shape))
         raise ValueError(f"--input-shape {args.input_shape} but the profile {job.profile_path} "
                          f"measured {shape}; drop --input-shape or profile that shape")
+    return replace(job, model=measured.model, input_shape=tuple(measured.input_shape))
