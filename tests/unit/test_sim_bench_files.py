@@ -86,6 +86,8 @@ BROKEN_ROWS = [
                  id="median-negative"),
     pytest.param(_set("median_us", "fast"), [WHERE, "median_us 'fast' must be"],
                  id="median-string"),
+    pytest.param(_set("median_us", 10 ** 400), [WHERE, "median_us 1000", "must be"],
+                 id="median-beyond-any-float"),
     pytest.param(_set("collective", "nosuch"), [WHERE, "collective 'nosuch'", "allreduce"],
                  id="unknown-collective"),
     pytest.param(_set("algorithm", 7), [WHERE, "algorithm 7"], id="algorithm-not-a-string"),
@@ -166,3 +168,11 @@ def test_a_file_that_is_no_calibration_says_so(
     line = _one_error(capsys)
     assert f"{profile} is not a calibration" in line
     assert "scaledl simulate calibrate" in line and "-o" in line
+
+
+def test_json_nested_too_deeply_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main([*CPU, "validate", str(deep)]) == 2
+    assert "nested too deeply" in _one_error(capsys)

@@ -67,8 +67,9 @@ def _read_bench(path: Path) -> dict[str, Any]:
     """The JSON object of a ``scaledl bench collectives --json`` file."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read benchmark file {path}: {error}") from None
+    except (OSError, ValueError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise ValueError(f"cannot read benchmark file {path}: {reason}") from None
     if not isinstance(data, dict) or \
             not str(data.get("schema", "")).startswith("scaledl.bench.collectives"):
         raise ValueError(f"{path} is not `scaledl bench collectives --json` output")
@@ -121,8 +122,12 @@ def _is_whole(value: object) -> bool:
 
 
 def _is_duration(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        math.isfinite(value) and value > 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value) and value > 0
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 def _shown(value: object) -> str:
