@@ -52,7 +52,7 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     from scaledl.sim.measure import measure_profile
     from scaledl.sim.profile import default_input
     from scaledl.sim.profile_file import save_profile
-    from scaledl.cli.simulate_report import warn_on_busy_profile
+    from scaledl.cli.simulate_warnings import warn_on_busy_profile
 
     model = (args.p_model or args.model or "resnet50").lower()
     if model not in available_models():
@@ -79,8 +79,8 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
             raise ValueError(f"--threads {args.threads} must be >= 1")
         torch.set_num_threads(args.threads)
     measured = measure_profile(model, shape, classes, batches, args.repeats, args.warmup, on,
-                               args.p_channels_last or args.channels_last,
-                               args.p_mixed_precision or args.mixed_precision)
+                               args.p_channels_last,
+                               args.p_mixed_precision)
     save_profile(measured, output)
     print(format_profile(measured, output))
     warn_on_busy_profile(measured, output)

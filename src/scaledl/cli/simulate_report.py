@@ -19,12 +19,11 @@ from scaledl.sim.network import Network
 from scaledl.sim.profile_file import MeasuredProfile
 from scaledl.sim.reproduce import TARGET_POINTS, Case, Row, mean_absolute_error
 from scaledl.sim.trust import TRAITS, Band, band, count_within
-from scaledl.topology import Topology
 
 __all__ = [
     "format_result", "published_check", "format_band", "format_sweep", "calibration_prior",
     "run_calibrate", "run_validate", "validation_table", "run_reproduce", "reproduction_table",
-    "format_profile", "warn_on_busy_profile",
+    "format_profile",
 ]
 
 
@@ -112,54 +111,6 @@ def _warn_on_default_priors(args: argparse.Namespace) -> None:
         print(f"scaledl: warning: {' and '.join(missing)} not given, so the priors are the "
               "p100 / ib-edr presets (NVLink inside a host); for files measured on CPUs pass "
               "--device cpu --network 1gbit (or 10gbit)", file=sys.stderr)
-
-
-def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
-    """Say so when every rank is on one host and they outnumber ``--cores``: there the
-    shared-memory allreduce measured 2.4-17x the model's price (docs/simulation.md,
-    "Validation here"), which is not modelled."""
-    if len(topology.axes) == 1 and job.contention(topology.world_size) > 1.0:
-        print(f"scaledl: warning: {topology.world_size} ranks share {job.cores} cores on one "
-              "host, where this project measured the shared-memory allreduce at 2.4-17x the "
-              "model's price (docs/simulation.md, \"Validation here\"); the communication "
-              "predicted here is optimistic", file=sys.stderr)
-
-
-def warn_on_busy_profile(profile: MeasuredProfile, path: Path) -> None:
-    """One ``scaledl: warning:`` line naming ``path`` when the profile's own numbers say it was
-    measured on a busy machine (:func:`scaledl.sim.profile_trust.untrustworthy`); it is still
-    used."""
-    from scaledl.sim.profile_trust import untrustworthy
-
-    problems = untrustworthy(profile)
-    if problems:
-        print(f"scaledl: warning: profile {path} looks measured on a busy machine: "
-              f"{'; '.join(problems)}; predictions from it are unreliable: profile again on a "
-              "quiet machine (with more --repeats)", file=sys.stderr)
-
-
-def warn_on_unchecked_compute(job: Job) -> None:
-    """Say so when a device preset prices a model its published rates do not bear out
-    (docs/simulation.md, "Device efficiency"), so only a measured rate or profile is worth
-    using there: depthwise convolutions (EfficientNet's rates are 1.5-2.3x below the presets'
-    estimates) and, on a GPU, transformers (the presets predict BERT's published rates 41% too
-    slow to 25% too fast: their efficiency comes from convolutional networks)."""
-    from scaledl.sim.presets import device
-    from scaledl.sim.profile import TOKEN_MODELS, has_depthwise
-
-    if job.compute_time is not None or job.profile_path is not None:
-        return
-    if has_depthwise(job.model, job.input_shape):
-        print(f"scaledl: warning: {job.model} has depthwise convolutions, which the device "
-              "presets price 1.5-2.3x too fast (EfficientNet against NVIDIA's published rates, "
-              "docs/simulation.md); pass the rate you measured (--compute-time) or a profile "
-              "(--profile)", file=sys.stderr)
-    elif job.model in TOKEN_MODELS and device(job.device).backend == "nccl":
-        print(f"scaledl: warning: {job.model} is a transformer, whose published single-GPU "
-              "rates the GPU presets miss by 41% too slow to 25% too fast (BERT-large and "
-              "BERT-base, docs/simulation.md), which moves the share of a step communication "
-              "takes; pass the rate you measured (--compute-time) or a profile (--profile)",
-              file=sys.stderr)
 
 
 def calibration_prior(args: argparse.Namespace, job: Job) -> Network:

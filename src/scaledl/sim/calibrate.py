@@ -37,12 +37,12 @@ from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.compiled import Compiled
 from scaledl.sim.fastreplay import cost, critical_path, evaluate
-from scaledl.sim.bench_file import ITEMSIZES, RERUN, BenchRow, read_rows, row_topologies
+from scaledl.sim.bench_file import RERUN, BenchRow, read_rows, row_topologies
 from scaledl.sim.network import CLASS_NAMES, Network, ranks_per_core
 from scaledl.topology import Topology
 
 __all__ = [
-    "Point", "load_points", "plan_numel", "fit_network", "validate", "FitResult", "ITEMSIZES",
+    "Point", "load_points", "plan_numel", "fit_network", "validate", "FitResult",
     "predict", "on_host",
 ]
 

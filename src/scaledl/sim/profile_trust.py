@@ -1,6 +1,6 @@
 """Whether a measured profile's own numbers can be trusted: a profile taken on a busy machine
 shows it (iterations spread wide, a larger batch faster than a smaller one); the commands that
-write or use one say so in a warning (``scaledl.cli.simulate_report.warn_on_busy_profile``) and
+write or use one say so in a warning (``scaledl.cli.simulate_warnings.warn_on_busy_profile``) and
 still use it."""
 
 from __future__ import annotations

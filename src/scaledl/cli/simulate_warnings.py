@@ -1,0 +1,64 @@
+"""The warnings ``scaledl simulate`` prints on stderr before a prediction: where the model is
+known to be optimistic for the job asked (one host's shared memory with more ranks than cores,
+a device preset pricing a model its published rates do not bear out, a profile measured on a
+busy machine).  Each is one ``scaledl: warning:`` line; the prediction still runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from scaledl.sim.job import Job
+from scaledl.sim.profile_file import MeasuredProfile
+from scaledl.topology import Topology
+
+__all__ = ["warn_on_one_host_oversubscription", "warn_on_busy_profile",
+           "warn_on_unchecked_compute"]
+
+
+def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
+    """Say so when every rank is on one host and they outnumber ``--cores``: there the
+    shared-memory allreduce measured 2.4-17x the model's price (docs/simulation.md,
+    "Validation here"), which is not modelled."""
+    if len(topology.axes) == 1 and job.contention(topology.world_size) > 1.0:
+        print(f"scaledl: warning: {topology.world_size} ranks share {job.cores} cores on one "
+              "host, where this project measured the shared-memory allreduce at 2.4-17x the "
+              "model's price (docs/simulation.md, \"Validation here\"); the communication "
+              "predicted here is optimistic", file=sys.stderr)
+
+
+def warn_on_busy_profile(profile: MeasuredProfile, path: Path) -> None:
+    """One ``scaledl: warning:`` line naming ``path`` when the profile's own numbers say it was
+    measured on a busy machine (:func:`scaledl.sim.profile_trust.untrustworthy`); it is still
+    used."""
+    from scaledl.sim.profile_trust import untrustworthy
+
+    problems = untrustworthy(profile)
+    if problems:
+        print(f"scaledl: warning: profile {path} looks measured on a busy machine: "
+              f"{'; '.join(problems)}; predictions from it are unreliable: profile again on a "
+              "quiet machine (with more --repeats)", file=sys.stderr)
+
+
+def warn_on_unchecked_compute(job: Job) -> None:
+    """Say so when a device preset prices a model its published rates do not bear out
+    (docs/simulation.md, "Device efficiency"), so only a measured rate or profile is worth
+    using there: depthwise convolutions (EfficientNet's rates are 1.5-2.3x below the presets'
+    estimates) and, on a GPU, transformers (the presets predict BERT's published rates 41% too
+    slow to 25% too fast: their efficiency comes from convolutional networks)."""
+    from scaledl.sim.presets import device
+    from scaledl.sim.profile import TOKEN_MODELS, has_depthwise
+
+    if job.compute_time is not None or job.profile_path is not None:
+        return
+    if has_depthwise(job.model, job.input_shape):
+        print(f"scaledl: warning: {job.model} has depthwise convolutions, which the device "
+              "presets price 1.5-2.3x too fast (EfficientNet against NVIDIA's published rates, "
+              "docs/simulation.md); pass the rate you measured (--compute-time) or a profile "
+              "(--profile)", file=sys.stderr)
+    elif job.model in TOKEN_MODELS and device(job.device).backend == "nccl":
+        print(f"scaledl: warning: {job.model} is a transformer, whose published single-GPU "
+              "rates the GPU presets miss by 41% too slow to 25% too fast (BERT-large and "
+              "BERT-base, docs/simulation.md), which moves the share of a step communication "
+              "takes; pass the rate you measured (--compute-time) or a profile (--profile)",
+              file=sys.stderr)
