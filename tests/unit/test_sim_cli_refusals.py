@@ -49,6 +49,8 @@ def test_reduce_broadcast_defaults_to_a_rooted_algorithm(
     (["simulate", "--json", "x.json", "--model", "nosuch", "reproduce"], "--model"),
     (["simulate", "--gpus", "64", "profile", "--model", "mlp"], "--gpus"),
     (["simulate", "--mixed-precision", "profile", "--model", "mlp"], "--mixed-precision"),
+    (["simulate", "--sweep", "--device", "cpu", "calibrate", "b.json"], "--sweep"),
+    (["simulate", "--gpus", "64", "validate", "b.json"], "--gpus"),
 ])
 def test_actions_refuse_prediction_options_they_would_ignore(
         argv: list[str], option: str, capsys: pytest.CaptureFixture[str]) -> None:

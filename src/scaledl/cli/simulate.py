@@ -242,9 +242,6 @@ def run(args: argparse.Namespace) -> int:
     from scaledl.cli import simulate_warnings as warnings
 
     refuse_unused_options(args)
-    if args.action not in (None, "profile") and args.mixed_precision:
-        raise ValueError(f"--mixed-precision does not apply to `simulate {args.action}`: it "
-                         "prices a prediction from a device preset (drop it)")
     if args.action == "profile":
         from scaledl.cli.simulate_profile import run_profile
 

@@ -12,11 +12,17 @@ from typing import Any
 from scaledl.cli.paths import check_output_file
 from scaledl.sim.job import Job
 
-__all__ = ["ACTION_OPTIONS", "check_outputs", "check_sweep_outputs", "refuse_unused_options",
-           "check_profile_matches", "input_shape"]
+__all__ = ["ACTION_OPTIONS", "LINK_OPTIONS", "check_outputs", "check_sweep_outputs",
+           "refuse_unused_options", "check_profile_matches", "input_shape"]
 
 
-ACTION_OPTIONS = {"reproduce": ("ideal",), "profile": ("model", "input_shape")}
+LINK_OPTIONS = ("device", "network", "intra", "uplink", "oversubscription", "inter_latency",
+                "inter_bandwidth", "intra_latency", "intra_bandwidth", "socket_bandwidth",
+                "stack", "cores")
+"""The options that make the network a fit starts from or a validation replays on."""
+
+ACTION_OPTIONS = {"reproduce": ("ideal",), "profile": ("model", "input_shape"),
+                  "calibrate": LINK_OPTIONS, "validate": (*LINK_OPTIONS, "calibration")}
 """The prediction options an action reads; any other it would ignore, so it is refused."""
 
 
@@ -78,6 +84,10 @@ _ACTION_READS = {
     "profile": ("measures a model on this machine",
                 "only --model and --input-shape apply before `profile`; its own options, "
                 "--mixed-precision and --channels-last among them, go after it"),
+    "calibrate": ("fits links to collective measurements, not a training job",
+                  "the device, network and link options apply"),
+    "validate": ("replays collective measurements, not a training job",
+                 "the device, network, link and --calibration options apply"),
 }
 
 
