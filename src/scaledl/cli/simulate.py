@@ -215,7 +215,7 @@ def _units(job: Job) -> str:
     """What the job's ranks run on: GPUs, or ranks of a CPU preset (cpu, knl)."""
     from scaledl.sim.presets import device
 
-    return "GPUs" if device(job.device).backend == "nccl" else "ranks"
+    return "GPUs" if device(job.device).is_gpu else "ranks"
 
 
 def _micro(steps: int) -> str:

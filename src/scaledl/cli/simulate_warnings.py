@@ -56,7 +56,7 @@ def warn_on_unchecked_compute(job: Job) -> None:
               "presets price 1.5-2.3x too fast (EfficientNet against NVIDIA's published rates, "
               "docs/simulation.md); pass the rate you measured (--compute-time) or a profile "
               "(--profile)", file=sys.stderr)
-    elif job.model in TOKEN_MODELS and device(job.device).backend == "nccl":
+    elif job.model in TOKEN_MODELS and device(job.device).is_gpu:
         print(f"scaledl: warning: {job.model} is a transformer, whose published single-GPU "
               "rates the GPU presets miss by 41% too slow to 25% too fast (BERT-large and "
               "BERT-base, docs/simulation.md), which moves the share of a step communication "

@@ -59,6 +59,11 @@ class Device:
     """The library of the backend's own collectives on this device ('nccl' on GPUs, 'gloo' on
     the cpu device, 'mpi' on KNL): Gloo's reduce_scatter is a whole allreduce."""
 
+    @property
+    def is_gpu(self) -> bool:
+        """A GPU preset: its collectives are NCCL's (cpu and knl run ranks on CPU cores)."""
+        return self.backend == "nccl"
+
     def __post_init__(self) -> None:
         if self.peak_tflops <= 0 or not 0 < self.efficiency <= 1 or self.memory_gbps <= 0:
             raise ValueError(

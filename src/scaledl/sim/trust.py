@@ -169,7 +169,7 @@ def write_errors(errors: list[PublishedError], path: Path) -> None:
 def band(job: Job, errors: list[PublishedError] | None = None) -> Band | None:
     """The errors of the published points most like ``job``; None for a job not on GPUs (every
     published point is)."""
-    if device(job.device).backend != "nccl":
+    if not device(job.device).is_gpu:
         return None
     errors = load_errors() if errors is None else errors
     if not errors:
