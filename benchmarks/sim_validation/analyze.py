@@ -6,8 +6,9 @@ Everything is predicted from presets (link rates, the cpu device's executor cost
 stack's per-call cost) and ranks / cores contention; nothing here is fitted.  The cpu device's
 two host CPU constants and the per-call cost were derived once from the 2x2 run 6 files
 (fit_host.py; presets.py CPU_TCP_BETA, losses.py STACKS["scaledl"]); every other file is held
-out.  Writes
-results.json beside the raw directory and prints markdown tables:
+out.  A folder measured on another machine (raw-h100/) carries a ``host.json`` (host.py): its
+cores, its calibration files and the constants fitted there, which replace the VM's.  Writes
+results.json (results-NAME.json for raw-NAME/) beside the folder and prints markdown tables:
 
 1. collectives: predicted vs measured per file, messages >= 1 MiB, within 15%, held-out share
    per link rate and per run, and how often two runs of a point agree within 15% (every pair of
@@ -27,21 +28,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from host import RATES, Host, load_host
 from scaledl.sim.calibrate import Point, load_points, predict
 from scaledl.sim.job import Job
-from scaledl.sim.losses import STACKS
 from scaledl.sim.network import Network, ranks_per_core
 from scaledl.sim.overlap import call_software
 from scaledl.sim.profile_file import load_profile
 
-CORES, MIN_BYTES, TOLERANCE = 2, 1 << 20, 0.15
-CALL = STACKS["scaledl"].call_overhead_s
-"""The executor's per-call cost (per rank per core), as `scaledl simulate` charges it."""
-RATES, LAYOUTS = ("100mbit", "1gbit", "10gbit"), ("2x2", "3x2")
-CALIBRATION_RUN = 6
-"""The run the host constants were fitted to: the first with 40 timed iterations per point (12
-at 100 Mbit/s) at every rate, all in one hour."""
-CALIBRATION_FILES = {f"allreduce-2x2-{rate}-run{CALIBRATION_RUN}.json" for rate in RATES}
+MIN_BYTES, TOLERANCE = 1 << 20, 0.15
+VM = Host()
+"""The VM of raw/: the cpu device's presets, 2 cores, the 2x2 run 6 files as calibration."""
+CORES, CALL, CALIBRATION_FILES = VM.cores, VM.call, VM.calibration
 TRAIN = (  # tag, model, algorithm, layout, rate, batch (as run.sh)
     ("mlp-ring-2x2-1gbit", "mlp", "ring", "2x2", "1gbit", 64),
     ("mlp-hierarchical-3x2-100mbit", "mlp", "hierarchical", "3x2", "100mbit", 64),
@@ -51,7 +48,7 @@ TRAIN = (  # tag, model, algorithm, layout, rate, batch (as run.sh)
 
 def _network(rate: str) -> Network:
     """The network `scaledl simulate --device cpu --network RATE --intra loopback` replays on."""
-    return Job(device="cpu", network=rate, intra="loopback").network_value()
+    return VM.network(rate)
 
 
 def predicted_s(point: Point, network: Network, call: float = CALL, cores: int = CORES) -> float:
@@ -62,20 +59,21 @@ def predicted_s(point: Point, network: Network, call: float = CALL, cores: int =
             + call_software(point.compiled, call, contention))
 
 
-def collectives(raw: Path) -> list[dict[str, Any]]:
+def collectives(raw: Path, host: Host = VM) -> list[dict[str, Any]]:
+    """Every collective point >= 1 MiB of ``raw`` against its prediction on ``host``."""
     rows = []
     for path in sorted(raw.glob("allreduce-*-run*.json")):
         _, layout, rate, run = path.stem.split("-")
         for point in load_points([path]):
             if point.nbytes < MIN_BYTES:
                 continue
-            predicted = predicted_s(point, _network(rate))
+            predicted = predicted_s(point, host.network(rate), host.call, host.cores)
             rows.append({"file": path.name, "layout": layout, "rate": rate, "run": run,
                          "algorithm": point.algorithm, "ran": point.ran,
                          "nbytes": point.nbytes,
                          "measured_ms": point.measured_s * 1e3, "predicted_ms": predicted * 1e3,
                          "error": predicted / point.measured_s - 1,
-                         "held_out": path.name not in CALIBRATION_FILES})
+                         "held_out": path.name not in host.calibration})
     return rows
 
 
@@ -217,9 +215,13 @@ def main() -> None:
     raw = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("benchmarks/sim_validation/raw")
     if not raw.is_dir():
         sys.exit(f"usage: analyze.py [RAW_DIR]; {raw} is not a directory of run.sh's files")
-    coll, train, prof = collectives(raw), training(raw), profiles(raw)
-    (raw.parent / "results.json").write_text(json.dumps(
+    host = load_host(raw)
+    coll, train, prof = collectives(raw, host), training(raw), profiles(raw)
+    suffix = "" if raw.name == "raw" else "-" + raw.name.removeprefix("raw-")
+    (raw.parent / f"results{suffix}.json").write_text(json.dumps(
         {"collectives": coll, "training": train, "profiles": prof}, indent=1) + "\n")
+    print(f"Measured on {host.machine}, replayed on {host.cores} cores"
+          + (f" with its own constants ({raw / 'host.json'})\n" if host.constants else "\n"))
     _print(coll, train, prof)
 
 

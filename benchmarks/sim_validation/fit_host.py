@@ -1,88 +1,117 @@
-"""Fit the cpu device's three host constants to the calibration files (docs/simulation.md).
+"""Fit the host constants of a machine to its calibration files (docs/simulation.md).
 
 The host model of `scaledl simulate` for CPU ranks talking TCP has three constants: CPU seconds
 per byte at each end of a transfer inside a host (``CPU_TCP_BETA`` in sim/presets.py), the extra
 per byte across an emulated link (``CPU_TCP_LINK_BETA``), and the scaledl stack's software cost
-per collective call (``STACKS["scaledl"]`` in sim/losses.py).  This script fits all three at once,
-least squares on relative errors, to the points of the calibration files only (analyze.py's
-``CALIBRATION_FILES``: the 2x2 run 6 files at every rate, messages >= 1 MiB) with scipy's
-``least_squares``, and prints them with the fit's residual.  Paste the values into the two
-source files, then run analyze.py: every other file stays held out.
+per collective call (``STACKS["scaledl"]`` in sim/losses.py).  This script fits them, least
+squares on relative errors, to the points of the calibration files only (messages >= 1 MiB) with
+scipy's ``least_squares``, and prints them with the fit's residual.  For the VM of raw/ the
+calibration files are the 2x2 run 6 files at every rate (host.py): paste the values into the
+two source files, then run analyze.py; every other file stays held out.
 
-    python benchmarks/sim_validation/fit_host.py [raw-dir] [--keep-loopback]
+    python benchmarks/sim_validation/fit_host.py [RAW_DIR] [--keep-loopback]
+    python benchmarks/sim_validation/fit_host.py RAW_DIR --cores N --run K [--free A,B,..]
+        [--machine TEXT] --write
 
 ``--keep-loopback`` keeps ``CPU_TCP_BETA`` at its preset (scaledl's ring between two ranks of one
 host measures it independently: tcp_timeshare.py) and fits the other two; the presets hold that
-fit.
+fit.  For another machine, ``--cores`` is its core count, ``--run K`` makes the 2x2 files of run
+K at every rate measured the calibration, ``--free`` names the constants to fit (host.py's
+``CONSTANTS``; default the three above) and ``--write`` saves RAW_DIR/host.json, which
+analyze.py then replays that folder with.
 """
 
 from __future__ import annotations
 
-import sys
-from dataclasses import replace
+import argparse
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
 
-from analyze import CALIBRATION_FILES, MIN_BYTES, _network, predicted_s
+from analyze import MIN_BYTES, predicted_s
+from host import CONSTANTS, Host, defaults, save_host
 from scaledl.sim.calibrate import Point, load_points
-from scaledl.sim.presets import CPU_TCP_BETA, CPU_TCP_LINK_BETA
-from scaledl.sim.losses import STACKS
 
-SCALE = np.array([1e-9, 1e-9, 1e-3])
-"""Units of the three parameters (ns/B, ns/B, ms), so the steps are of one size."""
+SCALE = {"cpu_beta": 1e-9, "cpu_beta_link": 1e-9, "call": 1e-3, "overhead": 1e-5,
+         "inter_alpha": 1e-5, "intra_alpha": 1e-5}
+"""Units of the parameters (ns/B, ms, 10 us), so the solver's steps are of one size."""
+THREE = ("cpu_beta", "cpu_beta_link", "call")
 
 
-def _points(raw: Path) -> list[tuple[str, Point]]:
+def _points(raw: Path, host: Host) -> list[tuple[str, Point]]:
     chosen = []
-    for name in sorted(CALIBRATION_FILES):
-        rate = name.split("-")[2]
-        chosen += [(rate, p) for p in load_points([raw / name]) if p.nbytes >= MIN_BYTES]
+    for name in sorted(host.calibration):
+        if (raw / name).is_file():
+            rate = name.split("-")[2]
+            chosen += [(rate, p) for p in load_points([raw / name]) if p.nbytes >= MIN_BYTES]
     return chosen
 
 
-def _predictions(points: list[tuple[str, Point]], theta: np.ndarray) -> np.ndarray:
-    beta, link_beta, call = (theta * SCALE).tolist()
-    out = []
-    for rate, point in points:
-        network = replace(_network(rate), cpu_beta=beta, cpu_beta_link=link_beta)
-        out.append(predicted_s(point, network, call))
-    return np.array(out)
+def _predictions(points: list[tuple[str, Point]], host: Host) -> np.ndarray:
+    return np.array([predicted_s(p, host.network(rate), host.call, host.cores)
+                     for rate, p in points])
 
 
-def fit(points: list[tuple[str, Point]], start: np.ndarray,
-        free: tuple[int, ...] = (0, 1, 2)) -> np.ndarray:
-    """Least squares on the relative residuals of the ``free`` parameters (the others stay at
-    ``start``), parameters kept >= 0 (scipy's trust-region reflective solver)."""
+def fit(points: list[tuple[str, Point]], host: Host, free: tuple[str, ...]) -> Host:
+    """``host`` with its ``free`` constants fitted by least squares on the relative residuals
+    of ``points`` (the others stay at ``host``'s), every constant kept >= 0 (scipy's
+    trust-region reflective solver)."""
     measured = np.array([p.measured_s for _, p in points])
-    chosen = list(free)
+    start = defaults(host)
+    scale = np.array([SCALE[name] for name in free])
+
+    def trial(values: np.ndarray) -> Host:
+        fitted = dict(zip(free, (values * scale).tolist()))
+        return Host(host.cores, host.calibration, {**host.constants, **fitted}, host.machine)
 
     def residuals(values: np.ndarray) -> np.ndarray:
-        theta = start.astype(float)
-        theta[chosen] = values
-        return _predictions(points, theta) / measured - 1
+        return _predictions(points, trial(values)) / measured - 1
 
-    solved = least_squares(residuals, start[chosen].astype(float), bounds=(0.0, np.inf),
-                           diff_step=1e-2, xtol=1e-6)
-    theta = start.astype(float)
-    theta[chosen] = solved.x
-    return theta
+    x0 = np.array([start[name] for name in free]) / scale
+    solved = least_squares(residuals, x0, bounds=(0.0, np.inf), diff_step=1e-2, xtol=1e-6)
+    return trial(solved.x)
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("raw", nargs="?", type=Path, default=Path(__file__).parent / "raw")
+    parser.add_argument("--keep-loopback", action="store_true")
+    parser.add_argument("--cores", type=int, default=Host().cores)
+    parser.add_argument("--run", type=int, help="calibrate on the 2x2 files of this run")
+    parser.add_argument("--free", default=",".join(THREE))
+    parser.add_argument("--machine", default=Host().machine)
+    parser.add_argument("--write", action="store_true", help="save RAW/host.json")
+    args = parser.parse_args()
+    free = tuple(args.free.split(","))
+    if set(free) - set(CONSTANTS):
+        parser.error(f"--free {args.free}: each must be one of {', '.join(CONSTANTS)}")
+    args.free = tuple(n for n in free if not (args.keep_loopback and n == "cpu_beta"))
+    return args
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    raw = Path(args[0]) if args else Path(__file__).parent / "raw"
-    points = _points(raw)
-    start = np.array([CPU_TCP_BETA, CPU_TCP_LINK_BETA, STACKS["scaledl"].call_overhead_s]) / SCALE
-    theta = fit(points, start, free=(1, 2) if "--keep-loopback" in sys.argv else (0, 1, 2))
+    args = _arguments()
+    host = Host(cores=args.cores, machine=args.machine)
+    if args.run is not None:
+        host = Host(args.cores, frozenset(f"allreduce-2x2-{rate}-run{args.run}.json"
+                                          for rate in ("100mbit", "1gbit", "10gbit")),
+                    {}, args.machine)
+    points = _points(args.raw, host)
+    if not points:
+        raise SystemExit(f"{args.raw}: none of the calibration files {sorted(host.calibration)}")
+    fitted = fit(points, host, args.free)
     measured = np.array([p.measured_s for _, p in points])
-    errors = _predictions(points, theta) / measured - 1
+    errors = _predictions(points, fitted) / measured - 1
     within = int(np.sum(np.abs(errors) <= 0.15))
     rms = np.sqrt(np.mean(errors**2))
     print(f"{len(points)} calibration points; rms relative error {rms:.1%}, {within} within 15%")
-    print(f"CPU_TCP_BETA = {theta[0]:.3f}e-9   CPU_TCP_LINK_BETA = {theta[1]:.3f}e-9   "
-          f"scaledl call overhead = {theta[2]:.3f}e-3")
+    print("   ".join(f"{name} = {value:.4g}" for name, value in defaults(fitted).items()))
+    if args.write:
+        save_host(args.raw, Host(fitted.cores,
+                                 frozenset(n for n in fitted.calibration
+                                           if (args.raw / n).is_file()),
+                                 fitted.constants, fitted.machine))
 
 
 if __name__ == "__main__":
