@@ -185,6 +185,27 @@ def test_sweep_plot_is_written_where_it_is_reported(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["figure", "s.json"]
 
 
+def test_a_cpu_preset_counts_ranks_not_gpus(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prediction, the sweep's table and its plot's axis say ranks on a CPU preset."""
+    import scaledl.sim.sweep as sweep
+
+    labels: list[str] = []
+    monkeypatch.setattr(sweep, "write_sweep_plot",
+                        lambda results, title, path, units="GPUs": labels.append(units))
+    cpu = ["simulate", "--model", "resnet20", "--device", "cpu", "--network", "1gbit",
+           "--gpus", "4", "--topology", "2x2"]
+    assert main(cpu) == 0
+    out = capsys.readouterr().out
+    prediction = out.split("published check")[0]
+    assert "samples/s on 4 ranks)" in out and "(one rank:" in out and "GPU" not in prediction
+    assert main([*cpu, "--sweep", "--json", str(tmp_path / "s.json")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[0] == "ranks" and labels == ["ranks"]
+    assert main([*SMALL, "--gpus", "2", "--sweep", "--json", str(tmp_path / "g.json")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[0] == "GPUs" and labels[-1] == "GPUs"
+
+
 def test_ideal_keeps_the_optimistic_model(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["simulate", "--model", "resnet50", "--gpus", "256", "--topology", "4x16x4",
             "--algorithm", "torus", "--device", "p100", "--network", "ib-edr"]

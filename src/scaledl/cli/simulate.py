@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
             write_files([(args.json, lambda path: path.write_text(
                 json.dumps(data, indent=2) + "\n"))])
         print(head)
-        print(report.format_result(result))
+        print(report.format_result(result, _units(job)))
         if lines:
             print(lines)
         return 0
@@ -295,12 +295,14 @@ def run(args: argparse.Namespace) -> int:
     plot_path = args.plot or json_path.with_suffix(".png")
     check_sweep_outputs(json_path, plot_path)
     results = run_sweep(topology, lambda topo: job.run(topo, profile, network))
-    lines, check = report.published_check(job, results[-1].efficiency, f"the {job.gpus}-GPU job")
+    units = _units(job)
+    lines, check = report.published_check(job, results[-1].efficiency,
+                                          f"the {job.gpus}-{units[:-1]} job")
     write_files([(json_path, lambda path: write_sweep_json(results, _jsonable(job), path,
                                                              check)),
-                   (plot_path, lambda path: write_sweep_plot(results, head, path))])
+                   (plot_path, lambda path: write_sweep_plot(results, head, path, units))])
     print(head)
-    print(report.format_sweep(results, [t.spec for t in sweep_topologies(topology)]))
+    print(report.format_sweep(results, [t.spec for t in sweep_topologies(topology)], units))
     if lines:
         print(lines)
     print(f"wrote {json_path} and {plot_path}", file=sys.stderr)

@@ -27,15 +27,17 @@ __all__ = [
 ]
 
 
-def format_result(r: IterationResult) -> str:
-    """The lines ``scaledl simulate`` prints for one prediction."""
+def format_result(r: IterationResult, units: str = "GPUs") -> str:
+    """The lines ``scaledl simulate`` prints for one prediction; ``units`` names what the ranks
+    run on (GPUs, or ranks of a CPU preset)."""
+    one = units[:-1]
     lines = [
         f"iteration time       {r.iteration_s * 1e3:10.2f} ms   ({r.samples_per_s:,.0f} "
-        f"samples/s on {r.world_size} GPUs)",
-        f"  compute            {r.compute_s * 1e3:10.2f} ms   (one GPU: "
+        f"samples/s on {r.world_size} {units})",
+        f"  compute            {r.compute_s * 1e3:10.2f} ms   (one {one}: "
         f"{r.single_gpu_s * 1e3:.2f} ms incl. update {r.update_s * 1e3:.2f} ms)",
         f"  communication      {r.communication_s * 1e3:10.2f} ms busy, "
-        f"{r.exposed_s * 1e3:.2f} ms beyond one GPU",
+        f"{r.exposed_s * 1e3:.2f} ms beyond one {one}",
     ]
     for label, seconds in (("stragglers", r.straggler_s), ("per-tensor software", r.software_s),
                            ("interference", r.interference_s), ("input pipeline", r.input_s),
@@ -92,9 +94,9 @@ def _spread(errors: tuple[float, ...]) -> str:
             f" {count_within(errors)} of {len(errors)} within {TARGET_POINTS:g} pt")
 
 
-def format_sweep(results: list[IterationResult], specs: list[str]) -> str:
-    """One line per GPU count of a sweep."""
-    lines = [f"{'GPUs':>6} {'topology':>10} {'iter ms':>10} {'comm share':>11} {'efficiency':>11}"]
+def format_sweep(results: list[IterationResult], specs: list[str], units: str = "GPUs") -> str:
+    """One line per size of a sweep (``units``: GPUs, or ranks of a CPU preset)."""
+    lines = [f"{units:>6} {'topology':>10} {'iter ms':>10} {'comm share':>11} {'efficiency':>11}"]
     for r, spec in zip(results, specs):
         lines.append(f"{r.world_size:6d} {spec:>10} {r.iteration_s * 1e3:10.2f} "
                      f"{r.communication_share:11.1%} {r.efficiency:11.1%}")

@@ -49,8 +49,10 @@ def write_sweep_json(results: list[IterationResult], setup: dict[str, Any], path
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def write_sweep_plot(results: list[IterationResult], title: str, path: Path) -> None:
-    """Scaling efficiency and throughput against GPUs (log2 axis), PNG."""
+def write_sweep_plot(results: list[IterationResult], title: str, path: Path,
+                     units: str = "GPUs") -> None:
+    """Scaling efficiency and throughput against ``units`` (GPUs, or ranks of a CPU preset; log2
+    axis), PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,7 +63,7 @@ def write_sweep_plot(results: list[IterationResult], title: str, path: Path) -> 
     left.plot(gpus, [r.efficiency * 100 for r in results], marker="o")
     left.set_xscale("log", base=2)
     left.set_ylim(0, 105)
-    left.set_xlabel("GPUs")
+    left.set_xlabel(units)
     left.set_ylabel("scaling efficiency (%)")
     left.grid(True, alpha=0.3)
     right.plot(gpus, [r.samples_per_s for r in results], marker="o", label="predicted")
@@ -69,7 +71,7 @@ def write_sweep_plot(results: list[IterationResult], title: str, path: Path) -> 
     right.plot(gpus, [base * g for g in gpus], linestyle="--", label="linear")
     right.set_xscale("log", base=2)
     right.set_yscale("log")
-    right.set_xlabel("GPUs")
+    right.set_xlabel(units)
     right.set_ylabel("samples / s")
     right.legend()
     right.grid(True, alpha=0.3)
