@@ -206,6 +206,16 @@ def test_a_cpu_preset_counts_ranks_not_gpus(
     assert capsys.readouterr().out.splitlines()[1].split()[0] == "GPUs" and labels[-1] == "GPUs"
 
 
+def test_one_gpu_has_no_published_error_record(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Efficiency on one GPU is 1 by definition: the errors of multi-GPU points say nothing."""
+    target = tmp_path / "one.json"
+    assert main([*SMALL, "--gpus", "1", "--topology", "1", "--json", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert "100% by definition" in out and "within 5 pt" not in out
+    assert json.loads(target.read_text())["published_check"] is None
+
+
 def test_ideal_keeps_the_optimistic_model(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["simulate", "--model", "resnet50", "--gpus", "256", "--topology", "4x16x4",
             "--algorithm", "torus", "--device", "p100", "--network", "ib-edr"]
