@@ -13,6 +13,7 @@ import pytest
 from scaledl.cli.main import main
 from scaledl.sim.calibrate import load_points
 from scaledl.sim.native import load_natives
+from tests.helpers_cli import one_error
 
 CPU = ["simulate", "--device", "cpu", "--network", "emulated-1gbit"]
 BAD_ROW = 2
@@ -53,16 +54,6 @@ def _replace_row(value: object) -> Callable[[dict[str, Any]], None]:
     def change(data: dict[str, Any]) -> None:
         data["results"][BAD_ROW] = value
     return change
-
-
-def _one_error(capsys: pytest.CaptureFixture[str]) -> str:
-    """The one error line of the last command (nothing on stdout)."""
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("scaledl: error: ")
-    return lines[0]
 
 
 def _actions(bench: Path, tmp_path: Path) -> list[list[str]]:
@@ -112,7 +103,7 @@ def test_a_broken_benchmark_file_is_one_line_naming_it(
     bench = _bench_file(tmp_path / "bench.json", change)
     for argv in _actions(bench, tmp_path):
         assert main(argv) == 2, argv
-        line = _one_error(capsys)
+        line = one_error(capsys)
         assert f"benchmark file {bench}" in line
         assert RERUN in line or "--bench-topology" in line
         for text in expected:
@@ -126,7 +117,7 @@ def test_a_file_that_is_no_json_object_is_not_bench_output(
     bench.write_text("[1, 2]")
     for argv in _actions(bench, tmp_path):
         assert main(argv) == 2
-        assert f"{bench} is not `scaledl bench collectives --json` output" in _one_error(capsys)
+        assert f"{bench} is not `scaledl bench collectives --json` output" in one_error(capsys)
 
 
 def test_rows_bench_can_write_still_load(tmp_path: Path) -> None:
@@ -148,7 +139,7 @@ def test_validate_tolerance_must_be_a_finite_fraction_above_zero(
         tolerance: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench = _bench_file(tmp_path / "bench.json")
     assert main([*CPU, "validate", str(bench), f"--tolerance={tolerance}"]) == 2
-    line = _one_error(capsys)
+    line = one_error(capsys)
     assert f"--tolerance {float(tolerance)}" in line and "finite number > 0" in line
 
 
@@ -165,7 +156,7 @@ def test_a_file_that_is_no_calibration_says_so(
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"schema": "scaledl.profile/1", "model": "resnet50"}))
     assert main([*CPU, "--calibration", str(profile), "validate", str(bench)]) == 2
-    line = _one_error(capsys)
+    line = one_error(capsys)
     assert f"{profile} is not a calibration" in line
     assert "scaledl simulate calibrate" in line and "-o" in line
 
@@ -175,4 +166,4 @@ def test_json_nested_too_deeply_is_one_line(
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     assert main([*CPU, "validate", str(deep)]) == 2
-    assert "nested too deeply" in _one_error(capsys)
+    assert "nested too deeply" in one_error(capsys)

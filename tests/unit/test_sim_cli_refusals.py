@@ -11,14 +11,12 @@ import pytest
 
 from scaledl.cli.main import main
 from scaledl.files import write_files
+from tests.helpers_cli import one_error
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert main(argv) == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.startswith("scaledl: error:")
-    assert len(captured.err.strip().splitlines()) == 1
-    return captured.err
+    return one_error(capsys)
 
 
 @pytest.mark.parametrize("options,message", [

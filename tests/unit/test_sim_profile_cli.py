@@ -23,6 +23,7 @@ import torch
 from scaledl.cli.main import main
 from scaledl.sim.measure import measure_profile
 from scaledl.sim.profile_file import MeasuredProfile, save_profile
+from tests.helpers_cli import one_error
 
 QUIET_CPU = ["--device", "cpu", "--network", "1gbit", "--gpus", "2"]
 """A ``simulate`` command line that prints no warning of its own."""
@@ -56,17 +57,6 @@ def _profile_cli(output: Path | str, *flags: str) -> int:
                  "3", "--warmup", "0", *flags, "-o", str(output)])
 
 
-def _one_error(capsys: pytest.CaptureFixture[str], *fragments: str) -> str:
-    """The single ``scaledl: error:`` line, nothing on stdout, every fragment in it."""
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("scaledl: error: "), captured.err
-    assert captured.out == ""
-    for fragment in fragments:
-        assert fragment in lines[0]
-    return lines[0]
-
-
 def _one_warning(err: str, *fragments: str) -> None:
     lines = [line for line in err.strip().splitlines() if "busy machine" in line]
     assert len(lines) == 1 and lines[0].startswith("scaledl: warning: profile "), err
@@ -98,7 +88,7 @@ def test_profile_into_a_read_only_directory_fails_before_measuring(
         capsys: pytest.CaptureFixture[str]) -> None:
     profiled.clear()
     assert _profile_cli(read_only_dir / name) == 2
-    _one_error(capsys, f"-o {read_only_dir / name}", fragment, "choose a writable location")
+    one_error(capsys, f"-o {read_only_dir / name}", fragment, "choose a writable location")
     assert sorted(p.name for p in read_only_dir.iterdir()) == ["old.json"]
 
 
@@ -108,14 +98,14 @@ def test_profile_under_a_regular_file_fails_before_measuring(
     (tmp_path / "x.json").write_text("{}")
     profiled.clear()
     assert _profile_cli(tmp_path / "x.json" / "y.json") == 2
-    _one_error(capsys, f"{tmp_path / 'x.json'}, which is a file")
+    one_error(capsys, f"{tmp_path / 'x.json'}, which is a file")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_profile_to_a_full_device_is_one_line(
         profiled: list[MeasuredProfile], capsys: pytest.CaptureFixture[str]) -> None:
     assert _profile_cli("/dev/full") == 2
-    _one_error(capsys, "cannot write /dev/full", "No space left on device")
+    one_error(capsys, "cannot write /dev/full", "No space left on device")
     assert Path("/dev/full").is_char_device()
 
 
@@ -132,7 +122,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(
 
     monkeypatch.setattr("scaledl.files.os.replace", full)
     assert _profile_cli(output) == 2
-    _one_error(capsys, f"cannot write {output}", "No space left on device")
+    one_error(capsys, f"cannot write {output}", "No space left on device")
     assert output.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
 
@@ -156,7 +146,7 @@ def test_profile_rejects_devices_it_cannot_measure(
         capsys: pytest.CaptureFixture[str]) -> None:
     profiled.clear()
     assert _profile_cli(tmp_path / "p.json", "--on", device) == 2
-    _one_error(capsys, f"--on {device!r}", "use --on cpu, cuda or cuda:N")
+    one_error(capsys, f"--on {device!r}", "use --on cpu, cuda or cuda:N")
     assert not (tmp_path / "p.json").exists()
 
 
@@ -167,11 +157,11 @@ def test_profile_on_a_missing_gpu_is_one_line(
     if torch.cuda.is_available():
         wanted = f"cuda:{torch.cuda.device_count()}"
         assert _profile_cli(tmp_path / "p.json", "--on", wanted) == 2
-        _one_error(capsys, f"--on {wanted}", "pick one of them")
+        one_error(capsys, f"--on {wanted}", "pick one of them")
     else:
         for wanted in ("cuda", "cuda:0", "CUDA"):
             assert _profile_cli(tmp_path / "p.json", "--on", wanted) == 2
-            _one_error(capsys, f"--on {wanted}: no CUDA device here; use --on cpu")
+            one_error(capsys, f"--on {wanted}: no CUDA device here; use --on cpu")
 
 
 def test_profile_accepts_cpu_in_any_case(
@@ -186,7 +176,7 @@ def test_a_binary_file_is_not_a_profile(tmp_path: Path,
     png = tmp_path / "plot.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     assert main(["simulate", "--profile", str(png), *QUIET_CPU]) == 2
-    _one_error(capsys, str(png), "not a `scaledl simulate profile` JSON file", "0x89")
+    one_error(capsys, str(png), "not a `scaledl simulate profile` JSON file", "0x89")
 
 
 @pytest.mark.parametrize("field,value,fragment", [
@@ -210,7 +200,7 @@ def test_every_error_in_a_profile_names_the_file(
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(data))
     assert main(["simulate", "--profile", str(path), *QUIET_CPU]) == 2
-    _one_error(capsys, f"profile {path} is malformed", fragment,
+    one_error(capsys, f"profile {path} is malformed", fragment,
                "write it again with `scaledl simulate profile`")
 
 
