@@ -29,7 +29,8 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["--ideal", "--input-rate", "10"], "--input-rate 10.0 does not apply to --ideal"),
     (["--ideal", "--stack", "horovod", "--cycle-ms", "500"], "--cycle-ms 500.0 does not apply"),
     (["--tau", "5"], "--tau 5 applies to the EASGD strategies"),
-    (["--topology", ""], "--topology '' is empty"),
+    (["--topology", ""], "topology '' is not a list of positive integers"),
+    (["--topology", "", "--gpus", "4"], "topology '' is not a list of positive integers"),
 ])
 def test_options_the_model_would_ignore_or_cannot_take_are_refused(
         options: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

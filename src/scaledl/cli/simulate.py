@@ -177,15 +177,12 @@ reduces to a root, which a ring does not do (S-Caffe's reduction tree)."""
 
 def job_from_args(args: argparse.Namespace) -> Job:
     """The :class:`Job` the options describe."""
-    if args.topology is not None and not args.topology.strip():
-        raise ValueError("--topology '' is empty; give axes innermost first, e.g. 4x2, or "
-                         "leave it out for 4 GPUs per host")
     gpus = args.gpus
     if gpus is None:
         from scaledl.topology import parse_axes
         import math
 
-        gpus = math.prod(parse_axes(args.topology)) if args.topology else 8
+        gpus = math.prod(parse_axes(args.topology)) if args.topology is not None else 8
     if gpus < 1:
         raise ValueError(f"--gpus {gpus} must be >= 1")
     if args.batch < 1:

@@ -128,9 +128,12 @@ def check_paths(algorithm: str, collective: Collective, topology: Topology, fabr
     """Raise ``ValueError`` when ``algorithm`` needs a path the group does not have."""
     base, paths = parse_algorithm(algorithm)
     if ALGORITHMS[base].needs_shm and not fabric.one_host:
+        where = (f"the group spans {len(set(fabric.hosts))} hosts" if fabric.hosts is not None
+                 else "the group has no shared-memory path")
         raise ValueError(
             f"algorithm {base!r} needs every rank of the group on one host with shared memory "
-            "(CPU tensors, Gloo, enough /dev/shm); use 'auto', or 'hierarchical' across hosts"
+            f"(CPU tensors, Gloo, enough /dev/shm), and {where}; use 'auto', 'hierarchical' "
+            "across hosts, or shm inside a level (e.g. hierarchical[shm,ring])"
         )
     if not paths:
         return

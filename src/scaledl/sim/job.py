@@ -125,7 +125,8 @@ class Job:
 
     def topology_value(self) -> Topology:
         """The topology, checked against ``gpus``."""
-        return Topology.parse(self.topology or default_topology(self.gpus), self.gpus)
+        spec = self.topology if self.topology is not None else default_topology(self.gpus)
+        return Topology.parse(spec, self.gpus)
 
     def check(self) -> None:
         """Raise ValueError for an impossible combination of options (:func:`check_job`)."""

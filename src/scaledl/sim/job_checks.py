@@ -49,20 +49,14 @@ def check_job(job: Job) -> None:
     """Raise ValueError for an impossible combination of ``job``'s options."""
     needed = {"bucketed": Collective.ALLREDUCE, "per-layer": Collective.REDUCE}
     collective = needed.get(timing_of(job.strategy), Collective.ALLREDUCE)
-    base, paths = parse_algorithm(job.algorithm)
+    base, _ = parse_algorithm(job.algorithm)
     if base not in simulated_algorithms(collective):
         raise ValueError(
             f"--algorithm {job.algorithm} cannot be simulated for {job.strategy}; choose "
             f"one of: {', '.join(simulated_algorithms(collective))}")
-    if ALGORITHMS[base].needs_shm and job.topology_value().num_nodes > 1:
-        raise ValueError(f"--algorithm {job.algorithm} moves bytes through one host's shared "
-                         f"memory, and topology {job.topology_value().spec} spans "
-                         f"{job.topology_value().num_nodes} hosts; use it inside a level (e.g. "
-                         "hierarchical[shm,ring]) or choose ring, tree, ...")
-    if paths:  # hosts as the topology says; every host's ranks share its memory
-        topo = job.topology_value()
-        hosts = tuple(topo.node(rank) for rank in range(topo.world_size))
-        check_paths(job.algorithm, collective, topo, Fabric(hosts, native_stages=True))
+    topo = job.topology_value()  # hosts as it says; every host's ranks share its memory
+    hosts = tuple(topo.node(rank) for rank in range(topo.world_size))
+    check_paths(job.algorithm, collective, topo, Fabric(hosts, native_stages=True))
     if job.tau < 1:
         raise ValueError(f"--tau {job.tau} must be >= 1 (exchange every tau steps)")
     if job.tau > 1 and timing_of(job.strategy) not in TAU_TIMINGS:
