@@ -10,6 +10,7 @@ from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Tim
 from scaledl.sim.iteration import IterationResult, accumulated, simulate_iteration, timing_of
 from scaledl.sim.job_checks import check_job, simulated_algorithms
 from scaledl.sim.job_network import job_network
+from scaledl.sim.job_result import against_one_rank, fed_by_pipeline
 from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
 from scaledl.sim.network import Network, ranks_per_core
 from scaledl.sim.presets import Device, device
@@ -281,41 +282,8 @@ class Job:
             update_s=update, tau=self.tau, overlap=self.overlap,
             times=self.layer_times(prof, topo.world_size), losses=self.losses(),
         )
-        shared = self.alone(accumulated(result, self.accumulation), topo.world_size)
-        return self.fed(shared, topo.ranks_per_node)
-
-    def alone(self, result: IterationResult, world_size: int) -> IterationResult:
-        """``result`` against one rank with a core of its own: where ``cores`` makes the ranks
-        share cores, its compute and update were stretched by :meth:`stretch`, and the one-GPU
-        baseline (which has a core to itself) is not; the difference is ``timeshare_s``."""
-        factor = self.stretch(world_size)
-        if factor == 1.0:
-            return result
-        single = result.single_gpu_s / factor
-        return replace(result, single_gpu_s=single, exposed_s=result.iteration_s - single,
-                       timeshare_s=result.single_gpu_s - single)
-
-    def fed(self, result: IterationResult, ranks_per_host: int) -> IterationResult:
-        """``result`` waiting for the input pipeline: it prepares the next batches while the
-        ranks train (prefetching), so an iteration takes at least the ``ranks_per_host x
-        samples / input_rate`` seconds one host's pipeline needs for it, and one GPU alone at
-        least ``samples / input_rate``, ``samples`` being the iteration's per GPU (every
-        micro-batch's; unchanged without ``input_rate`` or with ``ideal``).  The input wait is
-        what the pipeline adds beyond both the unfed iteration and the fed single GPU, and the
-        other parts stay inside the time beyond one GPU: where a fed single GPU is slower,
-        they shrink with what is left of it."""
+        shared = against_one_rank(accumulated(result, self.accumulation),
+                                  self.stretch(topo.world_size))
         if self.input_rate is None or self.ideal:
-            return result
-        samples = result.batch_per_gpu
-        iteration = max(result.iteration_s, ranks_per_host * samples / self.input_rate)
-        single = max(result.single_gpu_s, samples / self.input_rate)
-        exposed = iteration - single
-        waited = iteration - max(result.iteration_s, single)  # beyond both, the pipeline's
-        parts = (result.straggler_s + result.software_s + result.interference_s
-                 + result.timeshare_s)
-        share = min(1.0, (exposed - waited) / parts) if parts > 0 else 1.0
-        return replace(result, iteration_s=iteration, single_gpu_s=single, exposed_s=exposed,
-                       input_s=waited, straggler_s=result.straggler_s * share,
-                       software_s=result.software_s * share,
-                       interference_s=result.interference_s * share,
-                       timeshare_s=result.timeshare_s * share)
+            return shared
+        return fed_by_pipeline(shared, topo.ranks_per_node, self.input_rate)
