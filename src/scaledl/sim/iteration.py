@@ -57,12 +57,7 @@ from scaledl.sim.profile import ModelProfile
 from scaledl.strategies.catalogue import strategies
 
 __all__ = ["simulated_strategies", "timing_of", "IterationResult", "simulate_iteration",
-           "round_robin_schedules", "accumulated", "ACCUMULATING_TIMINGS"]
-
-ACCUMULATING_TIMINGS = ("bucketed", "per-layer")
-"""Timing models whose optimizer step can accumulate gradients over several micro-batches
-(the synchronous ones: the periodic and round-robin models already step locally)."""
-
+           "round_robin_schedules", "accumulated"]
 
 def simulated_strategies() -> tuple[str, ...]:
     """The strategies of the catalogue that declare a timing model, in catalogue order."""

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from scaledl.collectives.auto import Fabric, check_paths
 from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
 from scaledl.collectives.schedule import Collective
-from scaledl.sim.iteration import ACCUMULATING_TIMINGS, timing_of
+from scaledl.sim.iteration import timing_of
+from scaledl.sim.timings import timing_model
 from scaledl.sim.losses import stack
 from scaledl.sim.presets import DEVICES, device
 
@@ -24,20 +25,6 @@ MAX_GPUS = 4096
 memory that grow with the square of the ranks (1024 take about 12 s on this project's VM,
 2048 about a minute)."""
 
-OVERLAP_TIMINGS = ("bucketed", "periodic")
-"""Timings with a choice between overlapping communication and waiting for it (``--no-overlap``)."""
-
-NO_OVERLAP_WHY = {
-    "per-layer": "its per-layer reduces and broadcasts are its overlap (each reduce starts as "
-                 "backward produces the layer's gradient, forward waits for each broadcast)",
-    "round-robin": "a worker exchanges with the master between its own steps and waits only "
-                   "for its turn",
-}
-"""Why ``--no-overlap`` means nothing for the other timings."""
-
-TAU_TIMINGS = ("periodic", "round-robin")
-"""Timings whose workers exchange every ``tau`` steps (the EASGD family)."""
-
 
 def simulated_algorithms(collective: Collective) -> list[str]:
     """Algorithms the simulator can replay for ``collective`` (scheduled ones: not native/auto)."""
@@ -47,8 +34,8 @@ def simulated_algorithms(collective: Collective) -> list[str]:
 
 def check_job(job: Job) -> None:
     """Raise ValueError for an impossible combination of ``job``'s options."""
-    needed = {"bucketed": Collective.ALLREDUCE, "per-layer": Collective.REDUCE}
-    collective = needed.get(timing_of(job.strategy), Collective.ALLREDUCE)
+    timing = timing_model(timing_of(job.strategy))
+    collective = timing.collective
     base, _ = parse_algorithm(job.algorithm)
     if base not in simulated_algorithms(collective):
         raise ValueError(
@@ -59,7 +46,7 @@ def check_job(job: Job) -> None:
     check_paths(job.algorithm, collective, topo, Fabric(hosts, native_stages=True))
     if job.tau < 1:
         raise ValueError(f"--tau {job.tau} must be >= 1 (exchange every tau steps)")
-    if job.tau > 1 and timing_of(job.strategy) not in TAU_TIMINGS:
+    if job.tau > 1 and not timing.every_tau:
         raise ValueError(f"--tau {job.tau} applies to the EASGD strategies (easgd, sync-easgd); "
                          f"{job.strategy} exchanges every step (drop --tau, or use "
                          "--accumulation for steps between reductions)")
@@ -73,7 +60,7 @@ def check_job(job: Job) -> None:
     if job.accumulation < 1:
         raise ValueError(f"--accumulation {job.accumulation} must be >= 1 (micro-batches per "
                          "optimizer step)")
-    if job.accumulation > 1 and timing_of(job.strategy) not in ACCUMULATING_TIMINGS:
+    if job.accumulation > 1 and not timing.gradients:
         raise ValueError(f"--accumulation {job.accumulation} applies to synchronous "
                          f"strategies; {job.strategy} steps locally already (use --tau)")
     if job.mixed_precision:
@@ -102,10 +89,10 @@ def check_job(job: Job) -> None:
             raise ValueError(f"{option} {value} must be a finite number of microseconds >= 0")
     if job.ideal:
         _check_ideal(job)
-    if not job.overlap and timing_of(job.strategy) not in OVERLAP_TIMINGS:
+    if not job.overlap and timing.no_overlap_why is not None:
         raise ValueError(f"--no-overlap does not apply to {job.strategy}: "
-                         f"{NO_OVERLAP_WHY[timing_of(job.strategy)]} (drop it)")
-    if job.allreduce_bytes != 4 and timing_of(job.strategy) not in ACCUMULATING_TIMINGS:
+                         f"{timing.no_overlap_why} (drop it)")
+    if job.allreduce_bytes != 4 and not timing.gradients:
         raise ValueError(f"--allreduce-dtype puts gradients on the wire at 2 bytes; "
                          f"{job.strategy} exchanges weights, not gradients (drop it)")
     rack = job.uplink is not None or job.oversubscription != 1.0
