@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from typing import Any
 from pathlib import Path
@@ -49,7 +48,7 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     import torch
 
     from scaledl.cli.simulate_report import format_profile
-    from scaledl.sim.measure import measure_profile
+    from scaledl.sim.measure import measurable_device, measure_profile
     from scaledl.sim.profile import default_input
     from scaledl.sim.profile_file import save_profile
     from scaledl.cli.simulate_warnings import warn_on_busy_profile
@@ -72,7 +71,7 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     if args.repeats < 3 or args.warmup < 0 or classes < 1:
         raise ValueError(f"--repeats {args.repeats} must be >= 3, --warmup {args.warmup} >= 0 "
                          f"and --classes {classes} >= 1")
-    on = _measured_device(args.on_device)
+    on = str(measurable_device(args.on_device, "--on"))
     output = _output_path(args.output, model)
     if args.threads is not None:
         if args.threads < 1:
@@ -85,27 +84,6 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     print(format_profile(measured, output))
     warn_on_busy_profile(measured, output)
     return 0
-
-
-def _measured_device(on: str | None) -> str:
-    """``--on`` as a torch device string: ``cpu``, ``cuda`` or ``cuda:N`` of a GPU here."""
-    import torch
-
-    if on is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", on.strip().lower())
-    if match is None or (match[1] == "cpu" and match[2] not in (None, "0")):
-        raise ValueError(f"--on {on!r} is not a device this can measure; use --on cpu, cuda "
-                         "or cuda:N")
-    if match[1] == "cpu":
-        return "cpu"
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if count == 0:
-        raise ValueError(f"--on {on}: no CUDA device here; use --on cpu")
-    if match[2] is not None and int(match[2]) >= count:
-        raise ValueError(f"--on {on}: this machine has {count} CUDA device(s), cuda:0 to "
-                         f"cuda:{count - 1}; pick one of them")
-    return match[0]
 
 
 def _output_path(given: Path | None, model: str) -> Path:

@@ -10,13 +10,13 @@ plans were made for and where its ranks sat.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scaledl.collectives.schedule import Collective
+from scaledl.sim.json_fields import is_duration, is_object, is_whole, shown
 from scaledl.topology import Topology
 
 __all__ = ["BenchRow", "read_rows", "row_topologies", "ITEMSIZES", "RERUN"]
@@ -74,7 +74,7 @@ def _read_bench(path: Path) -> dict[str, Any]:
             not str(data.get("schema", "")).startswith("scaledl.bench.collectives"):
         raise ValueError(f"{path} is not `scaledl bench collectives --json` output")
     for key in ("config", "environment"):
-        if not isinstance(data.get(key) or {}, dict):
+        if not is_object(data.get(key) or {}):
             raise ValueError(f"benchmark file {path}: {key} {_shown(data[key])} must be an "
                              f"object; {RERUN}")
     return data
@@ -112,28 +112,14 @@ def _checked_row(path: Path, data: dict[str, Any], itemsize: int, index: int, ro
         path, data, itemsize, where,
         field("collective", lambda v: v in COLLECTIVES, f"one of {', '.join(COLLECTIVES)}"),
         algorithm, resolved or algorithm,
-        field("nbytes", lambda v: _is_whole(v) and v >= 0, "a whole number >= 0"),
-        field("world_size", lambda v: _is_whole(v) and v >= 1, "a whole number >= 1"),
-        field("median_us", _is_duration, "a finite number > 0 (microseconds)") * 1e-6)
-
-
-def _is_whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_duration(value: object) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value) and value > 0
-    except OverflowError:  # an integer beyond any float
-        return False
+        field("nbytes", lambda v: is_whole(v) and v >= 0, "a whole number >= 0"),
+        field("world_size", lambda v: is_whole(v) and v >= 1, "a whole number >= 1"),
+        field("median_us", is_duration, "a finite number > 0 (microseconds)") * 1e-6)
 
 
 def _shown(value: object) -> str:
-    """``repr(value)``, cut short to fit one line of an error."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    """How a value appears in this file's errors: Python's ``repr``, cut short."""
+    return shown(value, repr)
 
 
 def row_topologies(row: BenchRow, override: str | None, placement: str

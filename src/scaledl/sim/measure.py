@@ -23,6 +23,7 @@ what was measured.
 from __future__ import annotations
 
 import platform
+import re
 import statistics
 import threading
 import time
@@ -39,7 +40,7 @@ from scaledl.models.registry import build_model
 from scaledl.sim.measure_host import busy_work, tcp_cost
 from scaledl.sim.profile_file import MeasuredProfile, ModuleTimes
 
-__all__ = ["measure_profile", "tcp_cost", "robust_cv"]
+__all__ = ["measure_profile", "measurable_device", "tcp_cost", "robust_cv"]
 
 
 class _Clock:
@@ -204,7 +205,7 @@ def measure_profile(
     if not batches or min(batches) < 1 or repeats < 3 or warmup < 0:
         raise ValueError(f"batches {batches} must be >= 1, repeats {repeats} >= 3 and warmup "
                          f"{warmup} >= 0")
-    target = _target(device)
+    target = measurable_device(device)
     torch.manual_seed(0)
     layout = torch.channels_last if channels_last else torch.contiguous_format
     half = (torch.float16 if target.type == "cuda" else torch.bfloat16) if mixed_precision \
@@ -249,15 +250,25 @@ def measure_profile(
         datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
-def _target(device: str) -> torch.device:
-    """``device`` as a torch device this measures (a CPU or a CUDA GPU); else ``ValueError``."""
-    try:
-        target = torch.device(device)
-    except RuntimeError:
-        target = None
-    if target is None or target.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r} cannot be measured; use cpu, cuda or cuda:N")
-    return target
+def measurable_device(text: str | None, option: str = "device") -> torch.device:
+    """``text`` (``cpu``, ``cuda`` or ``cuda:N`` of a GPU here, in any case) as the device to
+    measure; None: ``cuda`` when there is a GPU, else ``cpu``.  Else ``ValueError`` naming
+    ``option`` (how the caller calls the device, e.g. ``--on``) and ``text``."""
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", text.strip().lower())
+    if match is None or (match[1] == "cpu" and match[2] not in (None, "0")):
+        raise ValueError(f"{option} {text!r} is not a device this can measure; use {option} "
+                         "cpu, cuda or cuda:N")
+    if match[1] == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(f"{option} {text}: no CUDA device here; use {option} cpu")
+    if match[2] is not None and int(match[2]) >= count:
+        raise ValueError(f"{option} {text}: this machine has {count} CUDA device(s), cuda:0 "
+                         f"to cuda:{count - 1}; pick one of them")
+    return torch.device(match[0])
 
 
 def _device_info(device: torch.device) -> dict[str, object]:

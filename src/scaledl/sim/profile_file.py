@@ -24,14 +24,16 @@ the measured iteration.
 from __future__ import annotations
 
 import json
-import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from scaledl.files import write_files
 from scaledl.sim.compute import MeasuredCompute
-from scaledl.sim.profile import ModelProfile, profile_model
+from scaledl.sim.json_fields import (
+    integer, is_whole, json_list, json_object, number, shown, string)
+from scaledl.sim.profile import Layer, ModelProfile, profile_model
 
 __all__ = ["SCHEMA", "ModuleTimes", "MeasuredProfile", "load_profile", "save_profile"]
 
@@ -93,13 +95,19 @@ class MeasuredProfile:
         ordered = sorted(self.update_s)
         return ordered[len(ordered) // 2]
 
+    def untimed(self, layers: Sequence[Layer]) -> str | None:
+        """The first of ``layers`` (in order) that no module's times are for; None when every
+        layer has times."""
+        timed = {m.name for m in self.modules}
+        return next((layer.name for layer in layers if layer.name not in timed), None)
+
     def compute_for(self, profile: ModelProfile) -> MeasuredCompute:
         """Per-layer times on ``profile``'s layers (see the module docstring)."""
-        index = {layer.name: i for i, layer in enumerate(profile.layers)}
-        missing = [name for name in index if name not in {m.name for m in self.modules}]
-        if missing:
-            raise ValueError(f"the profile of {self.model} has no module {missing[0]!r}; "
+        missing = self.untimed(profile.layers)
+        if missing is not None:
+            raise ValueError(f"the profile of {self.model} has no module {missing!r}; "
                              "profile the same model (and input shape) again")
+        index = {layer.name: i for i, layer in enumerate(profile.layers)}
         k_count = len(self.batches)
         forward = [[0.0] * k_count for _ in profile.layers]
         backward = [[0.0] * k_count for _ in profile.layers]
@@ -132,84 +140,38 @@ def save_profile(profile: MeasuredProfile, path: Path) -> None:
     write_files([(Path(path), lambda target: target.write_text(text))])
 
 
-def _shown(value: Any) -> str:
-    """``value``'s JSON text, cut short."""
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _number(value: Any, what: str) -> float:
-    """A JSON number (not a boolean) that is finite and >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} {_shown(value)} must be a number")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not (math.isfinite(number) and number >= 0):
-        raise ValueError(f"{what} {_shown(value)} must be a finite number >= 0")
-    return number
-
-
-def _integer(value: Any, what: str, minimum: int = 0) -> int:
-    """A JSON integer (not a boolean) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what} {_shown(value)} must be an integer >= {minimum}")
-    return value
-
-
-def _list(value: Any, what: str, count: int | None = None) -> list[Any]:
-    """A JSON list, of ``count`` items when given."""
-    if not isinstance(value, list) or (count is not None and len(value) != count):
-        size = f" of {count}" if count is not None else ""
-        raise ValueError(f"{what} must be a list{size}")
-    return value
-
-
 def _floats(value: Any, what: str, count: int) -> tuple[float, ...]:
     if not isinstance(value, list) or len(value) != count:
         raise ValueError(f"{what} must be a list of {count} numbers")
     try:
-        return tuple(_number(v, what) for v in value)
+        return tuple(number(v, what) for v in value)
     except ValueError:
         raise ValueError(f"{what} holds a negative or non-finite time, or not a number") \
             from None
 
 
-def _string(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{what} {_shown(value)} must be a string")
-    return value
-
-
 def _module(data: Any, count: int) -> ModuleTimes:
     if not isinstance(data, dict):
         raise ValueError(f"a module is a JSON {type(data).__name__}, not an object")
-    name = _string(data["name"], "a module's name")
-    return ModuleTimes(name, _string(data["kind"], f"module {name!r} kind"),
-                       _integer(data["parameter_bytes"], f"module {name!r} parameter_bytes"),
+    name = string(data["name"], "a module's name")
+    return ModuleTimes(name, string(data["kind"], f"module {name!r} kind"),
+                       integer(data["parameter_bytes"], f"module {name!r} parameter_bytes"),
                        _floats(data["forward_s"], f"module {name!r} forward_s", count),
                        _floats(data["backward_s"], f"module {name!r} backward_s", count))
 
 
 def _batches(value: Any) -> tuple[int, ...]:
-    batches = tuple(_integer(b, "batch", 1) for b in _list(value, "batches"))
+    batches = tuple(integer(b, "batch", 1) for b in json_list(value, "batches"))
     if not batches or list(batches) != sorted(set(batches)):
         raise ValueError(f"batches {list(batches)} must be increasing positive integers")
     return batches
 
 
 def _shape(value: Any) -> tuple[int, ...]:
-    shape = _list(value, "input_shape")
-    if not shape or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in shape):
-        raise ValueError(f"input_shape {_shown(shape)} must be a non-empty list of sizes >= 1")
+    shape = json_list(value, "input_shape")
+    if not shape or any(not is_whole(v) or v < 1 for v in shape):
+        raise ValueError(f"input_shape {shown(shape)} must be a non-empty list of sizes >= 1")
     return tuple(shape)
-
-
-def _device(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"device {_shown(value)} must be an object")
-    return dict(value)
 
 
 def _parse(data: Any) -> MeasuredProfile:
@@ -217,20 +179,20 @@ def _parse(data: Any) -> MeasuredProfile:
         raise ValueError(f"it is not a `scaledl simulate profile` file (schema {SCHEMA})")
     batches = _batches(data["batches"])
     count = len(batches)
-    modules = tuple(_module(m, count) for m in _list(data["modules"], "modules"))
+    modules = tuple(_module(m, count) for m in json_list(data["modules"], "modules"))
     if not modules:
         raise ValueError("it lists no modules")
     return MeasuredProfile(
-        _string(data["model"], "model"), _shape(data["input_shape"]),
-        _integer(data["num_classes"], "num_classes", 1), _device(data["device"]), batches,
-        modules, _floats(data["forward_backward_s"], "forward_backward_s", count),
+        string(data["model"], "model"), _shape(data["input_shape"]),
+        integer(data["num_classes"], "num_classes", 1), json_object(data["device"], "device"),
+        batches, modules, _floats(data["forward_backward_s"], "forward_backward_s", count),
         _floats(data["update_s"], "update_s", count),
-        _integer(data["parameter_bytes"], "parameter_bytes"),
-        tuple(_integer(v, "activation_bytes", 0)
-              for v in _list(data["activation_bytes"], "activation_bytes", count)),
-        _integer(data["repeats"], "repeats", 1), _number(data["jitter_cv"], "jitter_cv"),
-        _number(data["interference"], "interference"), _number(data["tcp_beta"], "tcp_beta"),
-        _string(data.get("created", ""), "created"))
+        integer(data["parameter_bytes"], "parameter_bytes"),
+        tuple(integer(v, "activation_bytes", 0)
+              for v in json_list(data["activation_bytes"], "activation_bytes", count)),
+        integer(data["repeats"], "repeats", 1), number(data["jitter_cv"], "jitter_cv"),
+        number(data["interference"], "interference"), number(data["tcp_beta"], "tcp_beta"),
+        string(data.get("created", ""), "created"))
 
 
 def _check_model(profile: MeasuredProfile) -> None:
@@ -241,10 +203,9 @@ def _check_model(profile: MeasuredProfile) -> None:
     except (ValueError, TypeError, RuntimeError) as error:
         raise ValueError(f"model {profile.model!r} at input_shape "
                          f"{'x'.join(map(str, profile.input_shape))}: {error}") from None
-    timed = {m.name for m in profile.modules}
-    missing = [layer.name for layer in layers if layer.name not in timed]
-    if missing:
-        raise ValueError(f"it has no module {missing[0]!r}, which {profile.model} has (its "
+    missing = profile.untimed(layers)
+    if missing is not None:
+        raise ValueError(f"it has no module {missing!r}, which {profile.model} has (its "
                          "times are of another model or input shape)")
 
 
