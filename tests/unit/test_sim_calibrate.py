@@ -179,3 +179,20 @@ def test_a_bandwidth_the_measurements_do_not_constrain_is_named_not_printed(
     intra = capsys.readouterr().out.splitlines()[0]
     assert intra.startswith("intra-host") and ">10000 GB/s" in intra
     assert "bandwidth unconstrained" in intra
+
+
+def test_an_unconstrained_link_on_a_faster_host_points_at_the_host_costs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the 16-core host's 10 Gbit/s files (messages up to 32 MiB) the cpu device's TCP
+    costs, a 2-core VM's, outweigh the link on every critical path: the summary says so
+    instead of only asking for larger messages, and the uplink that follows the unconstrained
+    inter-host link is not printed as a rate either."""
+    bench = Path(__file__).parents[2] / "benchmarks/sim_validation/raw-h100" / \
+        "allreduce-2x2-10gbit-run1.json"
+    assert main(["simulate", "--device", "cpu", "--network", "10gbit", "--intra", "loopback",
+                 "calibrate", str(bench), "-o", str(tmp_path / "cal.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    inter = next(line for line in lines if line.startswith("inter-host"))
+    uplink = next(line for line in lines if line.startswith("rack uplink"))
+    assert "bandwidth unconstrained" in inter and "host TCP costs" in inter
+    assert ">10000 GB/s" in uplink and "inter-host + rack latency" in uplink

@@ -142,19 +142,29 @@ class FitResult:
         """One line per link class."""
         lines = []
         for index, link in enumerate(self.network.classes):
-            state = "fitted" if self.fitted[index] else "prior (not measured)"
-            if index == 2 and self.uplink_derived:
-                state = "inter-host + rack latency (not measured)"
+            derived = index == 2 and self.uplink_derived
+            state = ("inter-host + rack latency (not measured)" if derived
+                     else "fitted" if self.fitted[index] else "prior (not measured)")
             rate = f"{link.gbytes_per_s:9.3f}"
-            if self.fitted[index] and link.gbytes_per_s > UNCONSTRAINED_GBPS:
-                rate, state = f"{'>' + str(UNCONSTRAINED_GBPS):>9s}", (
-                    "fitted, bandwidth unconstrained (its bytes barely reach a critical path: "
-                    "alpha carries its time; measure larger messages to fit it)")
+            if (self.fitted[index] or derived) and link.gbytes_per_s > UNCONSTRAINED_GBPS:
+                rate = f"{'>' + str(UNCONSTRAINED_GBPS):>9s}"  # the uplink follows inter-host
+                if not derived:
+                    state = ("fitted, bandwidth unconstrained (its bytes barely reach a critical "
+                             f"path: alpha carries its time; {self._unconstrained_remedy()})")
             lines.append(f"{CLASS_NAMES[index]:12s} alpha {link.alpha * 1e6:9.1f} us   "
                          f"bandwidth {rate} GB/s   {state}")
         lines.append(f"fit over {self.points} measurements: rms relative error "
                      f"{self.rms_relative_error:.1%}")
         return "\n".join(lines)
+
+    def _unconstrained_remedy(self) -> str:
+        """What to do about a class whose bytes reach no critical path: larger messages, or,
+        where the prior carries host CPU costs per byte, host constants of the measured host."""
+        if self.network.cpu_beta == 0 and self.network.cpu_beta_link == 0:
+            return "measure larger messages to fit it"
+        return ("measure larger messages, or, if they were large, the prior's host TCP costs "
+                "(the cpu device's, from a 2-core VM) outweigh the link on the measured host: "
+                "see docs/simulation.md, 'Calibration'")
 
 
 def _rows(points: Sequence[Point], network: Network, cores: int | None
