@@ -194,5 +194,18 @@ def test_an_unconstrained_link_on_a_faster_host_points_at_the_host_costs(
     lines = capsys.readouterr().out.splitlines()
     inter = next(line for line in lines if line.startswith("inter-host"))
     uplink = next(line for line in lines if line.startswith("rack uplink"))
-    assert "bandwidth unconstrained" in inter and "host TCP costs" in inter
+    assert "bandwidth unconstrained" in inter and "host TCP cost per byte" in inter
     assert ">10000 GB/s" in uplink and "inter-host + rack latency" in uplink
+
+
+def test_a_link_without_host_tcp_costs_only_asks_for_larger_messages(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a GPU prior (NCCL inside the host: no socket cost there) an unconstrained intra-host
+    class is not blamed on host TCP costs it does not pay."""
+    bench = Path(__file__).parents[2] / "benchmarks/sim_validation/raw-h100" / \
+        "allreduce-2x2-10gbit-run1.json"
+    assert main(["simulate", "--device", "v100", "--network", "10gbe", "calibrate", str(bench),
+                 "-o", str(tmp_path / "cal.json")]) == 0
+    intra = capsys.readouterr().out.splitlines()[0]
+    assert intra.startswith("intra-host") and "bandwidth unconstrained" in intra
+    assert intra.endswith("measure larger messages to fit it)")

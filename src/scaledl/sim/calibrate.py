@@ -150,21 +150,26 @@ class FitResult:
                 rate = f"{'>' + str(UNCONSTRAINED_GBPS):>9s}"  # the uplink follows inter-host
                 if not derived:
                     state = ("fitted, bandwidth unconstrained (its bytes barely reach a critical "
-                             f"path: alpha carries its time; {self._unconstrained_remedy()})")
+                             f"path: alpha carries its time; {self._remedy(index)})")
             lines.append(f"{CLASS_NAMES[index]:12s} alpha {link.alpha * 1e6:9.1f} us   "
                          f"bandwidth {rate} GB/s   {state}")
         lines.append(f"fit over {self.points} measurements: rms relative error "
                      f"{self.rms_relative_error:.1%}")
         return "\n".join(lines)
 
-    def _unconstrained_remedy(self) -> str:
-        """What to do about a class whose bytes reach no critical path: larger messages, or,
-        where the prior carries host CPU costs per byte, host constants of the measured host."""
-        if self.network.cpu_beta == 0 and self.network.cpu_beta_link == 0:
+    def _remedy(self, index: int) -> str:
+        """What to do about class ``index`` when its bytes reach no critical path: larger
+        messages, or, where the prior charges host CPU per byte on that class's transfers (TCP
+        through the hosts' sockets), host costs that may outweigh the link there."""
+        net = self.network
+        tcp = (net.cpu_beta > 0 or net.cpu_beta_link > 0) if index > 0 else (
+            net.tcp_inside and net.cpu_beta > 0)
+        if not tcp:
             return "measure larger messages to fit it"
-        return ("measure larger messages, or, if they were large, the prior's host TCP costs "
-                "(the cpu device's, from a 2-core VM) outweigh the link on the measured host: "
-                "see docs/simulation.md, 'Calibration'")
+        return ("measure larger messages, or, if they were large, the prior's host TCP cost "
+                f"per byte ({net.cpu_beta * 1e9:.3g} ns/B at each end, from --device or "
+                "--socket-bandwidth) may outweigh the link on the measured host: see "
+                "docs/simulation.md, 'Calibration'")
 
 
 def _rows(points: Sequence[Point], network: Network, cores: int | None
