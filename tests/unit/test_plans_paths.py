@@ -83,3 +83,20 @@ def test_pipelined_allreduce_is_exact(spec: str, monkeypatch: pytest.MonkeyPatch
                 torch.testing.assert_close(result, want, rtol=0, atol=0)
     finally:
         registry.plan.cache_clear()
+
+
+def test_shm_across_hosts_names_the_hosts_and_what_to_use() -> None:
+    """The run-time refusal of a whole-group shm across hosts says how many hosts and offers
+    auto; a caller with other choices (the simulator) names its own."""
+    from scaledl.collectives.auto import Fabric, check_paths
+    from scaledl.collectives.schedule import Collective
+    from scaledl.topology import Topology
+
+    topo = Topology.parse("2x2", 4)
+    fabric = Fabric((0, 0, 1, 1))
+    with pytest.raises(ValueError, match="spans 2 hosts; use 'auto', 'ring', or shm inside"):
+        check_paths("shm", Collective.ALLREDUCE, topo, fabric)
+    with pytest.raises(ValueError, match="no shared-memory path"):
+        check_paths("shm", Collective.ALLREDUCE, topo, Fabric(None))
+    with pytest.raises(ValueError, match="spans 2 hosts; use ring"):
+        check_paths("shm", Collective.ALLREDUCE, topo, fabric, alternatives="ring")

@@ -126,7 +126,8 @@ def test_calibrate_reports_a_failed_write_in_one_line(
 
 
 @pytest.mark.parametrize("options,message", [
-    (["--gpus", "12", "--topology", "4x3", "--algorithm", "shm"], "spans 3 hosts"),
+    (["--gpus", "12", "--topology", "4x3", "--algorithm", "shm"],
+     "spans 3 hosts; use ring, tree, ..., or shm inside a level"),
     (["--gpus", "64", "--topology", "4x16", "--uplink", "100mbit"], "has no rack axis"),
     (["--gpus", "64", "--topology", "4x16", "--oversubscription", "4"], "has no rack axis"),
 ])

@@ -124,17 +124,20 @@ def level_options(
     return options
 
 
-def check_paths(algorithm: str, collective: Collective, topology: Topology, fabric: Fabric) -> None:
-    """Raise ``ValueError`` when ``algorithm`` needs a path the group does not have."""
+SHM_ALTERNATIVES = "'auto', 'ring', or shm inside a level (e.g. 'hierarchical[shm,ring]')"
+"""What :func:`check_paths` suggests instead of a whole-group ``shm`` the group cannot run."""
+
+
+def check_paths(algorithm: str, collective: Collective, topology: Topology, fabric: Fabric,
+                alternatives: str = SHM_ALTERNATIVES) -> None:
+    """Raise ``ValueError`` when ``algorithm`` needs a path the group does not have
+    (``alternatives``: what to use instead of a whole-group shared-memory algorithm)."""
     base, paths = parse_algorithm(algorithm)
     if ALGORITHMS[base].needs_shm and not fabric.one_host:
         where = (f"the group spans {len(set(fabric.hosts))} hosts" if fabric.hosts is not None
-                 else "the group has no shared-memory path")
-        raise ValueError(
-            f"algorithm {base!r} needs every rank of the group on one host with shared memory "
-            f"(CPU tensors, Gloo, enough /dev/shm), and {where}; use 'auto', 'hierarchical' "
-            "across hosts, or shm inside a level (e.g. hierarchical[shm,ring])"
-        )
+                 else "the group has no shared-memory path (CPU tensors, Gloo, enough /dev/shm)")
+        raise ValueError(f"algorithm {base!r} needs every rank of the group on one host with "
+                         f"shared memory, and {where}; use {alternatives}")
     if not paths:
         return
     options = level_options(base, collective, topology, fabric)

@@ -43,7 +43,9 @@ def check_job(job: Job) -> None:
             f"one of: {', '.join(simulated_algorithms(collective))}")
     topo = job.topology_value()  # hosts as it says; every host's ranks share its memory
     hosts = tuple(topo.node(rank) for rank in range(topo.world_size))
-    check_paths(job.algorithm, collective, topo, Fabric(hosts, native_stages=True))
+    check_paths(job.algorithm, collective, topo, Fabric(hosts, native_stages=True),
+                alternatives="ring, tree, ..., or shm inside a level (e.g. "
+                             "hierarchical[shm,ring])")
     if job.tau < 1:
         raise ValueError(f"--tau {job.tau} must be >= 1 (exchange every tau steps)")
     if job.tau > 1 and not timing.every_tau:
