@@ -210,9 +210,9 @@ def job_from_args(args: argparse.Namespace) -> Job:
 
 def _units(job: Job) -> str:
     """What the job's ranks run on: GPUs, or ranks of a CPU preset (cpu, knl)."""
-    from scaledl.sim.presets import device
+    from scaledl.cli.simulate_report import units_of
 
-    return "GPUs" if device(job.device).is_gpu else "ranks"
+    return units_of(job)
 
 
 def _micro(steps: int) -> str:
@@ -266,7 +266,8 @@ def run(args: argparse.Namespace) -> int:
     source = f", profile {job.profile_path}" if job.profile_path else ""
     sockets = (f" (TCP sockets {1e-9 / network.cpu_beta:.2f} GB/s per thread)"
                if network.cpu_beta > 0 and not network.tcp_inside else "")
-    head = (f"{profile.name} x {job.gpus} {job.device} {_units(job)}, topology {topology.spec}, "
+    head = (f"{profile.name} x {report.counted(job.gpus, _units(job), job.device)}, "
+            f"topology {topology.spec}, "
             f"{job.strategy}/{job.algorithm}, network {network.name}{sockets}, "
             f"batch {job.batch}/{_units(job)[:-1]}{_micro(job.accumulation)}"
             f"{', channels last' if job.channels_last else ''}"

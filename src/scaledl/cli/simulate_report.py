@@ -16,6 +16,7 @@ from scaledl.files import write_files
 from scaledl.sim.iteration import IterationResult
 from scaledl.sim.job import Job
 from scaledl.sim.network import Network
+from scaledl.sim.presets import device
 from scaledl.sim.profile_file import MeasuredProfile
 from scaledl.sim.reproduce import TARGET_POINTS, Case, Row, mean_absolute_error
 from scaledl.sim.trust import TRAITS, Band, band, count_within
@@ -23,8 +24,19 @@ from scaledl.sim.trust import TRAITS, Band, band, count_within
 __all__ = [
     "format_result", "published_check", "format_band", "format_sweep", "calibration_prior",
     "run_calibrate", "run_validate", "validation_table", "run_reproduce", "reproduction_table",
-    "format_profile",
+    "format_profile", "units_of", "counted",
 ]
+
+
+def units_of(job: Job) -> str:
+    """What ``job``'s ranks run on, in the plural: GPUs, or ranks of a CPU preset (cpu, knl)."""
+    return "GPUs" if device(job.device).is_gpu else "ranks"
+
+
+def counted(count: int, units: str, what: str = "") -> str:
+    """``count`` of ``units`` (a plural ending in s), singular for one: "1 GPU", "8 cpu ranks"."""
+    noun = units if count != 1 else units[:-1]
+    return f"{count} {what + ' ' if what else ''}{noun}"
 
 
 def format_result(r: IterationResult, units: str = "GPUs") -> str:
@@ -33,7 +45,7 @@ def format_result(r: IterationResult, units: str = "GPUs") -> str:
     one = units[:-1]
     lines = [
         f"iteration time       {r.iteration_s * 1e3:10.2f} ms   ({r.samples_per_s:,.0f} "
-        f"samples/s on {r.world_size} {units})",
+        f"samples/s on {counted(r.world_size, units)})",
         f"  compute            {r.compute_s * 1e3:10.2f} ms   (one {one}: "
         f"{r.single_gpu_s * 1e3:.2f} ms incl. update {r.update_s * 1e3:.2f} ms)",
         f"  communication      {r.communication_s * 1e3:10.2f} ms busy, "
@@ -56,8 +68,8 @@ def published_check(job: Job, efficiency: float, like: str = "this one"
     if job.ideal:
         return "", None
     if job.topology_value().world_size == 1:
-        return ("published check      none: with one rank, scaling efficiency is 100% by "
-                "definition", None)
+        return (f"published check      none: on one {units_of(job)[:-1]}, scaling efficiency "
+                "is 100% by definition", None)
     found = band(job)
     measured = job.compute_time is not None or job.profile_path is not None
     return (format_band(found, efficiency, job.device, like, measured),
