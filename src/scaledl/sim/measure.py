@@ -257,14 +257,15 @@ def measurable_device(text: str | None, option: str = "device") -> torch.device:
     if text is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", text.strip().lower())
+    use = f"{option} " if option.startswith("--") else ""  # the flag, or plain device names
     if match is None or (match[1] == "cpu" and match[2] not in (None, "0")):
-        raise ValueError(f"{option} {text!r} is not a device this can measure; use {option} "
-                         "cpu, cuda or cuda:N")
+        raise ValueError(f"{option} {text!r} is not a device this can measure; use {use}cpu, "
+                         "cuda or cuda:N")
     if match[1] == "cpu":
         return torch.device("cpu")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
-        raise ValueError(f"{option} {text}: no CUDA device here; use {option} cpu")
+        raise ValueError(f"{option} {text}: no CUDA device here; use {use}cpu")
     if match[2] is not None and int(match[2]) >= count:
         raise ValueError(f"{option} {text}: this machine has {count} CUDA device(s), cuda:0 "
                          f"to cuda:{count - 1}; pick one of them")
