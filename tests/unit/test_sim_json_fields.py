@@ -4,6 +4,8 @@ values shown short and safely, and each check's verdict and message."""
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +13,18 @@ import pytest
 from scaledl.sim.json_fields import (
     SHOWN_CHARS, integer, is_duration, is_number, is_object, is_whole, json_list, json_object,
     number, shown, string)
+
+
+@pytest.fixture
+def digit_limit() -> Iterator[None]:
+    """Python's limit on the digits of an integer's text (3.11; 0 turns it off), at its
+    default, so a 5000-digit integer cannot be written whatever the environment says."""
+    if not hasattr(sys, "set_int_max_str_digits"):
+        pytest.skip("this Python has no limit on an integer's digits")
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(4300)
+    yield
+    sys.set_int_max_str_digits(before)
 
 
 def _nested(depth: int) -> list[Any]:
@@ -38,29 +52,30 @@ def test_shown_can_be_pythons_repr(value: object, expected: str) -> None:
 
 
 @pytest.mark.parametrize("value", [
-    "x" * 10_000, list(range(10_000)), 10 ** 400, {"a": {"b": ["c" * 100]}}, b"\x00" * 100],
-    ids=["string", "list", "huge-integer", "nested", "binary"])
+    "x" * 10_000, list(range(10_000)), 10 ** 400, {"a": {"b": ["c" * 100]}}],
+    ids=["string", "list", "huge-integer", "nested"])
 @pytest.mark.parametrize("text", [repr, None], ids=["repr", "json"])
 def test_a_long_value_is_cut_to_one_short_line(value: object, text: Any) -> None:
     line = shown(value) if text is None else shown(value, text)
-    assert len(line) <= SHOWN_CHARS and "\n" not in line
-    if len(line) == SHOWN_CHARS:
-        assert line.endswith("...")
+    assert len(line) == SHOWN_CHARS and line.endswith("...") and "\n" not in line
 
 
 @pytest.mark.parametrize("value,expected", [
     (b"\x89PNG", "<bytes>"),
     (_nested(100_000), "<list>"),
-    (10 ** 5000, "<int>"),
     ({1, 2}, "<set>"),
-], ids=["binary", "nested-too-deeply", "too-many-digits", "set"])
+], ids=["binary", "nested-too-deeply", "set"])
 def test_a_value_json_cannot_write_is_shown_by_its_type(value: object, expected: str) -> None:
     assert shown(value) == expected
 
 
-def test_repr_of_binary_and_of_too_many_digits_is_safe() -> None:
+@pytest.mark.usefixtures("digit_limit")
+def test_an_integer_of_too_many_digits_is_shown_by_its_type() -> None:
+    assert shown(10 ** 5000) == "<int>" and shown(10 ** 5000, repr) == "<int>"
+
+
+def test_repr_of_binary_is_safe() -> None:
     assert shown(b"\x89PNG", repr) == "b'\\x89PNG'"
-    assert shown(10 ** 5000, repr) == "<int>"
 
 
 @pytest.mark.parametrize("value,number_,whole,duration", [
