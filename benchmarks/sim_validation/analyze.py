@@ -92,7 +92,8 @@ def noise_floor(rows: list[dict[str, Any]], rate: str,
 
 def training(raw: Path) -> list[dict[str, Any]]:
     """One row per configuration and repeat (run.sh's TRAIN_RUN): the repeat's median step
-    against the prediction with that repeat's single-worker step as the update time."""
+    against the prediction with that repeat's single-worker step as the update time, on the
+    VM's cpu device and cores (only raw/ has training files; a host.json is not applied)."""
     rows = []
     for tag, model, algorithm, layout, rate, batch in TRAIN:
         for metrics in sorted(raw.glob(f"train-{tag}-run*.metrics.jsonl")):
@@ -221,7 +222,7 @@ def main() -> None:
     (raw.parent / f"results{suffix}.json").write_text(json.dumps(
         {"collectives": coll, "training": train, "profiles": prof}, indent=1) + "\n")
     print(f"Measured on {host.machine}, replayed on {host.cores} cores"
-          + (f" with its own constants ({raw / 'host.json'})\n" if host.constants else "\n"))
+          + (f" with its own constants ({raw.name}/host.json)\n" if host.constants else "\n"))
     _print(coll, train, prof)
 
 
