@@ -38,7 +38,7 @@ from scaledl.sim.profile_file import load_profile
 MIN_BYTES, TOLERANCE = 1 << 20, 0.15
 VM = Host()
 """The VM of raw/: the cpu device's presets, 2 cores, the 2x2 run 6 files as calibration."""
-CORES, CALL, CALIBRATION_FILES = VM.cores, VM.call, VM.calibration
+CORES, CALL = VM.cores, VM.call
 TRAIN = (  # tag, model, algorithm, layout, rate, batch (as run.sh)
     ("mlp-ring-2x2-1gbit", "mlp", "ring", "2x2", "1gbit", 64),
     ("mlp-hierarchical-3x2-100mbit", "mlp", "hierarchical", "3x2", "100mbit", 64),

@@ -30,7 +30,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from analyze import MIN_BYTES, predicted_s
-from host import CONSTANTS, Host, defaults, save_host
+from host import CONSTANTS, RATES, Host, defaults, save_host
 from scaledl.sim.calibrate import Point, load_points
 
 SCALE = {"cpu_beta": 1e-9, "cpu_beta_link": 1e-9, "call": 1e-3, "overhead": 1e-5,
@@ -95,8 +95,7 @@ def main() -> None:
     host = Host(cores=args.cores, machine=args.machine)
     if args.run is not None:
         host = Host(args.cores, frozenset(f"allreduce-2x2-{rate}-run{args.run}.json"
-                                          for rate in ("100mbit", "1gbit", "10gbit")),
-                    {}, args.machine)
+                                          for rate in RATES), {}, args.machine)
     points = _points(args.raw, host)
     if not points:
         raise SystemExit(f"{args.raw}: none of the calibration files {sorted(host.calibration)}")
