@@ -8,7 +8,8 @@ presets (``used``: the P100's and K80's compute efficiency and launch cost, the 
 the A100's efficiency, and the V100's on tensor cores); the others were not used for anything.
 Each rate is at the preset's own precision (FP32 on the K80, P100 and V100, TF32 on the A100
 and H100) or, marked ``mixed``, FP16 on tensor cores (``Job.mixed_precision``).  The H100's
-rates are not published ones: this project measured them on a lent H100 (``MEASURED_H100``).
+and H200's rates are not published ones: this project measured them on the GPUs it was lent
+(``MEASURED_H100``, ``MEASURED_H200``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,22 @@ _H100_RATES = (  # model, batch, samples/s, precision
 )
 
 
+MEASURED_H200 = ("measured: scaledl's model by benchmarks/device/rates.py on a lent H200 "
+                 "(benchmarks/device/h200-2026-11-26; torch 2.11, cuDNN autotuning, synthetic "
+                 "data on the GPU, median of 10 steps)")
+"""The same twelve configurations on the one H200 a session was lent (the H100's GH100 compute
+with 1.43x its memory bandwidth): they check the h200 preset, which is the h100's with the
+H200's memory, and so the roofline's memory term against one changed variable."""
+_H200_RATES = (  # model, batch, samples/s, precision
+    ("resnet50", 64, 1969.4, "TF32"), ("resnet50", 128, 2125.5, "TF32"),
+    ("resnet50", 192, 2162.0, "TF32"), ("resnet50", 256, 2210.5, "TF32"),
+    ("resnet50", 128, 4481.9, "AMP"), ("resnet50", 256, 6020.0, "AMP"),
+    ("resnext101_32x4d", 128, 1082.0, "TF32"), ("resnext101_32x4d", 128, 2605.9, "AMP"),
+    ("efficientnet_b0", 256, 2170.3, "TF32"), ("efficientnet_b0", 256, 5137.4, "AMP"),
+    ("bert_large", 32, 212.3, "TF32"), ("bert_large", 32, 313.4, "AMP"),
+)
+
+
 _DLE_CONVNETS_RATES = {  # model: device, batch per GPU (ConvNets/configs.yml), images/s, how
     "resnext101_32x4d": (("v100", 64, 147.0, "FP32, DGX-1 16 GB"),
                          ("a100-80gb", 128, 456.0, "TF32, DGX A100"),
@@ -77,7 +94,7 @@ _DLE_CONVNETS_RATES = {  # model: device, batch per GPU (ConvNets/configs.yml), 
 
 @dataclass(frozen=True)
 class RateCheck:
-    """One single-GPU training rate, published (or, for the H100, measured here)."""
+    """One single-GPU training rate, published (or, for the H100 and H200, measured here)."""
 
     device: str
     model: str
@@ -132,12 +149,14 @@ RATE_CHECKS = (
                 f"{BERT_TF2}, {precision} with XLA, LAMB, one GPU of a {machine}", (sequence,),
                 mixed_precision=precision == "mixed precision")
       for machine, precision, sequence, batch, rate in tf2_bert_rates()),
-    *(RateCheck("h100", model, batch, rate, f"{MEASURED_H100}, {how}",
+    *(RateCheck(gpu, model, batch, rate, f"{measured}, {how}",
                 (384,) if model == "bert_large" else None, mixed_precision=how == "AMP",
                 channels_last=how == "AMP" and model != "bert_large")
-      for model, batch, rate, how in _H100_RATES),
+      for gpu, measured, rates in (("h100", MEASURED_H100, _H100_RATES),
+                                   ("h200", MEASURED_H200, _H200_RATES))
+      for model, batch, rate, how in rates),
 )
-"""The rates, presets' own first, the H100's measured ones last."""
+"""The rates, presets' own first, the H100's and H200's measured ones last."""
 
 
 def predicted_rate(check: RateCheck) -> float:

@@ -1,10 +1,11 @@
-"""What a lent H100 measured (benchmarks/device/h100-2026-11-26) against the simulator.
+"""What a lent H100 and a lent H200 measured (benchmarks/device/h100-2026-11-26,
+h200-2026-11-26) against the simulator.
 
 The profiles there were taken on CUDA by ``scaledl.sim.measure`` (``benchmarks/device/rates.py``):
-a profile predicts a batch it did not measure, the H100 rates in ``device_checks`` are the ones
-in those files, and the H100 preset (whose ``e`` is the A100's, carried over) predicts the
-convolutional networks' measured rates within 15% (-10% to +1%; EfficientNet's depthwise layers
-excepted, docs/simulation.md).
+a profile predicts a batch it did not measure, the rates in ``device_checks`` are the ones in
+those files, and the H100 and H200 presets (whose ``e`` is the A100's, carried over) predict the
+convolutional networks' measured rates within 15% (H100 -10% to +1%, H200 -6% to +15%;
+EfficientNet's depthwise layers excepted, docs/simulation.md).
 """
 
 from __future__ import annotations
@@ -20,19 +21,26 @@ from scaledl.sim.job import Job
 from scaledl.sim.presets import device
 from scaledl.sim.profile_file import load_profile
 
-RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "device" / "h100-2026-11-26"
-H100 = [c for c in RATE_CHECKS if c.device == "h100"]
+DEVICE_RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "device"
+RUN = DEVICE_RUNS / "h100-2026-11-26"
+GPUS = {"h100": (RUN, "NVIDIA H100 80GB HBM3"),
+        "h200": (DEVICE_RUNS / "h200-2026-11-26", "NVIDIA H200")}
+"""Preset: the folder of its rates and profiles, and the name CUDA gave the GPU."""
 
 
-def _measured() -> dict[tuple[str, int, bool], float]:
-    rows = [json.loads(line) for line in (RUN / "rates.jsonl").read_text().splitlines()]
+def _measured(run: Path) -> dict[tuple[str, int, bool], float]:
+    rows = [json.loads(line) for line in (run / "rates.jsonl").read_text().splitlines()]
     return {(r["model"], r["batch"], r["precision"] == "amp"): r["samples_per_s"] for r in rows}
 
 
-def test_the_profiles_were_taken_on_the_h100_with_cuda() -> None:
-    for path in RUN.glob("rate-*.json"):
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_the_profiles_were_taken_on_that_gpu_with_cuda(gpu: str) -> None:
+    run, name = GPUS[gpu]
+    paths = list(run.glob("rate-*.json"))
+    assert len(paths) == 9
+    for path in paths:
         device = load_profile(path).device
-        assert device["type"] == "cuda" and device["name"] == "NVIDIA H100 80GB HBM3", path.name
+        assert device["type"] == "cuda" and device["name"] == name, path.name
 
 
 def test_a_cuda_profile_predicts_a_batch_it_did_not_measure() -> None:
@@ -45,17 +53,21 @@ def test_a_cuda_profile_predicts_a_batch_it_did_not_measure() -> None:
     assert job.run().iteration_s == pytest.approx(measured, rel=0.15)
 
 
-def test_the_rate_table_carries_the_measured_rates() -> None:
-    measured = _measured()
-    assert len(H100) == len(measured) == 12
-    for check in H100:
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_the_rate_table_carries_the_measured_rates(gpu: str) -> None:
+    measured = _measured(GPUS[gpu][0])
+    checks = [c for c in RATE_CHECKS if c.device == gpu]
+    assert len(checks) == len(measured) == 12
+    for check in checks:
         rate = measured[(check.model, check.batch, check.mixed_precision)]
         assert check.published == pytest.approx(rate, abs=0.05)
+        assert GPUS[gpu][0].name in check.source
 
 
-@pytest.mark.parametrize("check", [c for c in H100 if c.model in ("resnet50", "resnext101_32x4d")],
-                         ids=lambda c: f"{c.model}-{c.batch}-{c.mixed_precision}")
-def test_the_h100_preset_predicts_the_measured_convnets(check: RateCheck) -> None:
+@pytest.mark.parametrize("check", [c for c in RATE_CHECKS if c.device in GPUS
+                                   and c.model in ("resnet50", "resnext101_32x4d")],
+                         ids=lambda c: f"{c.device}-{c.model}-{c.batch}-{c.mixed_precision}")
+def test_the_preset_predicts_the_measured_convnets(check: RateCheck) -> None:
     assert predicted_rate(check) == pytest.approx(check.published, rel=0.15)
 
 
