@@ -10,4 +10,21 @@ The CUDA checks are ``benchmarks/device/check.sh``.
 
 import os
 
+import pytest
+
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+FAILURE_LOG = "SCALEDL_FAILURE_LOG"
+"""A file to which each failure's report is appended as it happens (``benchmarks/device/check.sh``
+sets it): a run that a deadline stops keeps the tracebacks pytest would have printed at its end."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Append a failed test's report to ``$SCALEDL_FAILURE_LOG`` when that is set (under xdist
+    the controller sees every worker's reports, so one process writes the file)."""
+    path = os.environ.get(FAILURE_LOG)
+    if not path or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(f"== {report.nodeid} ({report.when})\n{report.longreprtext}\n"
+                  f"{report.capstderr[-4000:]}\n")

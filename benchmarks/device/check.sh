@@ -51,8 +51,11 @@ netns() {  # the emulated cluster at 10 Gbit/s with a core per rank (sim_validat
 tests() {  # the suite on the machine's own torch (another release than CI's) beside a GPU
   # -v: every failure is named as it happens, so a run the deadline stops still says which;
   # TESTS names a part of the suite (default: all of it)
+  # SCALEDL_FAILURE_LOG: each failure's traceback as it happens (tests/conftest.py), which a
+  # run the deadline stops would otherwise never print
   # shellcheck disable=SC2086  # TESTS is a list of paths
-  step tests 600 python3 -m pytest -v -rfE -n 14 --timeout 120 -p no:cacheprovider ${TESTS:-tests}
+  step tests 600 env SCALEDL_FAILURE_LOG="$work/failures.txt" python3 -m pytest -v -rfE -n 14 \
+    --timeout 120 -p no:cacheprovider ${TESTS:-tests}
 }
 for phase in ${*:-probe smoke cli rates netns}; do "$phase"; done
 pack
