@@ -25,13 +25,15 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from host import RATES, Host, load_host
-from scaledl.sim.calibrate import Point, load_points, predict
+from scaledl.sim.calibrate import Point, load_points, on_host, predict
 from scaledl.sim.job import Job
-from scaledl.sim.network import Network, ranks_per_core
+from scaledl.sim.losses import STACKS
+from scaledl.sim.network import Network
 from scaledl.sim.overlap import call_software
 from scaledl.sim.profile_file import load_profile
 
@@ -54,9 +56,9 @@ def _network(rate: str) -> Network:
 def predicted_s(point: Point, network: Network, call: float = CALL, cores: int = CORES) -> float:
     """What `scaledl simulate` predicts for ``point`` on ``network`` with its ranks sharing
     ``cores`` cores: the replayed schedule and the stack's per-call software."""
-    contention = ranks_per_core(point.topology.world_size, cores)
+    stack = replace(STACKS["scaledl"], call_overhead_s=call)
     return (predict(point, network, cores=cores)
-            + call_software(point.compiled, call, contention))
+            + call_software(point.compiled, stack, on_host(network, point, cores)))
 
 
 def collectives(raw: Path, host: Host = VM) -> list[dict[str, Any]]:

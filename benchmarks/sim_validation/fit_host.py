@@ -3,11 +3,13 @@
 The host model of `scaledl simulate` for CPU ranks talking TCP has three constants: CPU seconds
 per byte at each end of a transfer inside a host (``CPU_TCP_BETA`` in sim/presets.py), the extra
 per byte across an emulated link (``CPU_TCP_LINK_BETA``), and the scaledl stack's software cost
-per collective call (``STACKS["scaledl"]`` in sim/losses.py).  This script fits them, least
-squares on relative errors, to the points of the calibration files only (messages >= 1 MiB) with
-scipy's ``least_squares``, and prints them with the fit's residual.  For the VM of raw/ the
-calibration files are the 2x2 run 6 files at every rate (host.py): paste the values into the
-two source files, then run analyze.py; every other file stays held out.
+per collective call (``STACKS["scaledl"]`` in sim/losses.py; only ranks whose threads share
+cores pay it, so it is not fitted where every calibration point has two cores per rank).  This
+script fits them, least squares on relative errors, to the points of the calibration files only
+(messages >= 1 MiB) with scipy's ``least_squares``, and prints them with the fit's residual.
+For the VM of raw/ the calibration files are the 2x2 run 6 files at every rate (host.py):
+paste the values into the two source files, then run analyze.py; every other file stays held
+out.
 
     python benchmarks/sim_validation/fit_host.py [RAW_DIR] [--keep-loopback]
     python benchmarks/sim_validation/fit_host.py RAW_DIR --cores N --run K [--free A,B,..]
@@ -32,6 +34,7 @@ from scipy.optimize import least_squares
 from analyze import MIN_BYTES, predicted_s
 from host import CONSTANTS, RATES, Host, defaults, save_host
 from scaledl.sim.calibrate import Point, load_points
+from scaledl.sim.losses import BUSY_THREADS
 
 SCALE = {"cpu_beta": 1e-9, "cpu_beta_link": 1e-9, "call": 1e-3, "overhead": 1e-5,
          "inter_alpha": 1e-5, "intra_alpha": 1e-5}
@@ -99,7 +102,13 @@ def main() -> None:
     points = _points(args.raw, host)
     if not points:
         raise SystemExit(f"{args.raw}: none of the calibration files {sorted(host.calibration)}")
-    fitted = fit(points, host, args.free)
+    free = args.free
+    if "call" in free and all(host.cores >= BUSY_THREADS * p.topology.world_size
+                              for _, p in points):
+        free = tuple(n for n in free if n != "call")
+        print(f"call: not fitted, every calibration point has {BUSY_THREADS} cores per rank, "
+              "where the scaledl stack's call costs nothing (Stack.shared_cores_only)")
+    fitted = fit(points, host, free)
     measured = np.array([p.measured_s for _, p in points])
     errors = _predictions(points, fitted) / measured - 1
     within = int(np.sum(np.abs(errors) <= 0.15))

@@ -38,7 +38,7 @@ from scaledl.sim.collective import compile_collective
 from scaledl.sim.compiled import Compiled
 from scaledl.sim.fastreplay import cost, critical_path, evaluate
 from scaledl.sim.bench_file import RERUN, BenchRow, read_rows, row_topologies
-from scaledl.sim.network import CLASS_NAMES, Network, ranks_per_core
+from scaledl.sim.network import CLASS_NAMES, Network, on_cores
 from scaledl.topology import Topology
 
 __all__ = [
@@ -105,10 +105,8 @@ def _point(row: BenchRow, topology: str | None, placement: str) -> Point | None:
 
 
 def on_host(network: Network, point: Point, cores: int | None) -> Network:
-    """``network`` with the CPU contention of ``point``'s ranks on ``cores`` cores."""
-    if cores is None:
-        return network
-    return replace(network, cpu_contention=ranks_per_core(point.topology.world_size, cores))
+    """``network`` for ``point``'s ranks on ``cores`` cores (:func:`on_cores`)."""
+    return on_cores(network, point.topology.world_size, cores)
 
 
 def predict(point: Point, network: Network, merge_equal: bool = True,

@@ -12,7 +12,7 @@ from scaledl.sim.job_checks import check_job, simulated_algorithms
 from scaledl.sim.job_network import job_network
 from scaledl.sim.job_result import against_one_rank, fed_by_pipeline
 from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
-from scaledl.sim.network import Network, ranks_per_core
+from scaledl.sim.network import Network, on_cores, ranks_per_core
 from scaledl.sim.presets import Device, device
 from scaledl.sim.profile import ModelProfile, profile_model
 from scaledl.sim.profile_file import MeasuredProfile, load_profile
@@ -273,7 +273,8 @@ class Job:
         topo = topology if topology is not None else self.topology_value()
         prof = profile if profile is not None else self.profile()
         net = network if network is not None else self.network_value()
-        net = replace(net, cpu_contention=self.contention(topo.world_size))
+        net = on_cores(replace(net, cpu_contention=1.0, cores_per_rank=0.0), topo.world_size,
+                       None if self.ideal else self.cores)
         wire = prof.reduced_as(self.allreduce_bytes)  # compute and update stay float32's
         sim = CollectiveSimulator(topo, net, wire.itemsize)
         update = self.update_seconds(prof) * self.stretch(topo.world_size)

@@ -76,6 +76,10 @@ class Stack:
     link_efficiency: float = 1.0
     """The share of a link preset's rate the library's transfers reach on large messages, where
     measured for this library (1: the preset's rate)."""
+    shared_cores_only: bool = False
+    """The per-call cost is what ranks pay whose threads share cores (the hand-off from the
+    caller to the communicator's thread waiting for a time slice): with two cores per rank or
+    more it is none (:meth:`call_seconds`)."""
 
     def __post_init__(self) -> None:
         for what, value in (("call", self.call_overhead_s),
@@ -87,6 +91,23 @@ class Stack:
             raise ValueError(f"stack {self.name!r}: link efficiency {self.link_efficiency} "
                              "must be in (0, 1]")
 
+
+    def call_seconds(self, contention: float, cores_per_rank: float = 0.0) -> float:
+        """Software seconds of one collective call with ``contention`` ranks per core (1: a
+        core each or more) and ``cores_per_rank`` (0: not known): the per-call cost stretched
+        by the contention, or none where that cost is the sharing of cores
+        (:attr:`shared_cores_only`) and every rank has :data:`BUSY_THREADS` cores."""
+        if self.shared_cores_only and cores_per_rank >= BUSY_THREADS:
+            return 0.0
+        return self.call_overhead_s * contention
+
+
+BUSY_THREADS = 2
+"""Threads of one rank busy during a collective call: the caller's, which hands the call over,
+and its communicator's, which runs it (``scaledl.collectives.communicator``).  The scaledl
+stack's per-call cost appears with one core per rank (two ranks on this project's 2-core VM:
+0.7-1.0 ms where the replay without it gives 0.2-0.7 ms) and fits to 0 with 2.7 (six ranks on
+a 16-core host: benchmarks/sim_validation/raw-h100)."""
 
 TENSOR_OVERHEAD = 23e-6
 """PyTorch 1.4 DDP on one V100 against no DDP (pytorch/pytorch
@@ -128,7 +149,9 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
           "scaledl's executor over Gloo on this project's 2-core VM: 1.44 ms per call and per "
           "rank per core (thread hand-offs, Python, waiting for a core), fitted with the cpu "
           "device's TCP costs to the 2x2 run 6 files of benchmarks/sim_validation/raw "
-          "(presets.py, CPU_TCP_BETA)"),
+          "(presets.py, CPU_TCP_BETA); none with two cores per rank or more, where a 16-core "
+          "host's files fit it to 0 (benchmarks/sim_validation/raw-h100)",
+          shared_cores_only=True),
 )}
 
 

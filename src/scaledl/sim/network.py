@@ -112,6 +112,11 @@ class Network:
     """Ranks per CPU core when the ranks outnumber the cores (the emulated cluster: every host
     on one machine): the ranks' CPU work (transfers and reductions) of one round shares
     ``ranks / cpu_contention`` cores (equal works take this much longer)."""
+    cores_per_rank: float = 0.0
+    """CPU cores per rank where the job says how many it has (``--cores``); 0: not known.  With
+    two or more, every rank's busy threads (its own and its communicator's) have a core each,
+    and a stack whose per-call cost is the sharing of cores pays none
+    (:meth:`~scaledl.sim.losses.Stack.call_seconds`)."""
     cpu_timeshare: tuple[tuple[float, float], ...] = ()
     """What time-sharing the cores adds to TCP's CPU cost per byte: ``(ranks per core,
     multiplier)`` points, sorted, piecewise linear between them, 1 at one rank per core and the
@@ -138,6 +143,8 @@ class Network:
                 raise ValueError(f"network {what} {value} must be finite and >= 0")
         if not (math.isfinite(self.cpu_contention) and self.cpu_contention >= 1):
             raise ValueError(f"CPU contention {self.cpu_contention} must be >= 1")
+        if not (math.isfinite(self.cores_per_rank) and self.cores_per_rank >= 0):
+            raise ValueError(f"cores per rank {self.cores_per_rank} must be >= 0")
         if not (math.isfinite(self.burst_bytes) and self.burst_bytes >= 0):
             raise ValueError(f"burst {self.burst_bytes} bytes must be finite and >= 0")
         if self.chunk_bytes < 1:
@@ -209,3 +216,12 @@ def ranks_per_core(world_size: int, cores: int) -> float:
     """``Network.cpu_contention`` of ``world_size`` ranks on ``cores`` cores: ranks per core
     where they outnumber the cores, else 1."""
     return max(1.0, world_size / cores)
+
+
+def on_cores(network: Network, world_size: int, cores: int | None) -> Network:
+    """``network`` for ``world_size`` ranks on ``cores`` CPU cores (unchanged when not known):
+    its :attr:`~Network.cpu_contention` and :attr:`~Network.cores_per_rank`."""
+    if cores is None:
+        return network
+    return replace(network, cpu_contention=ranks_per_core(world_size, cores),
+                   cores_per_rank=cores / world_size)

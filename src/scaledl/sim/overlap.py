@@ -23,8 +23,8 @@ import math
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import ROTATION_MIN_RANKS, CollectiveSimulator
 from scaledl.sim.compiled import Compiled
-from scaledl.sim.losses import Cycle, Losses, advance
-from scaledl.sim.network import INTER
+from scaledl.sim.losses import Cycle, Losses, Stack, advance
+from scaledl.sim.network import INTER, Network
 from scaledl.sim.profile import ModelProfile
 
 __all__ = ["bucketed_allreduce", "cycled_allreduce", "reduce_broadcast", "padded_numel",
@@ -50,15 +50,17 @@ def call_time(sim: CollectiveSimulator, algorithm: str, collective: Collective, 
     if sim.topology.world_size == 1 or numel == 0:
         return 0.0
     padded = padded_numel(sim, numel)
-    software = call_software(sim.compiled(algorithm, collective, padded),
-                             losses.call_overhead_s, sim.network.cpu_contention)
+    software = call_software(sim.compiled(algorithm, collective, padded), losses.stack,
+                             sim.network)
     return sim.time(algorithm, collective, padded) + software
 
 
-def call_software(compiled: Compiled, call_overhead_s: float, contention: float) -> float:
-    """The stack's software seconds for one call of ``compiled``: its per-call cost stretched by
-    the ranks per core, none for a call on shared memory alone."""
-    return 0.0 if compiled.shared_memory_only else call_overhead_s * contention
+def call_software(compiled: Compiled, stack: Stack, network: Network) -> float:
+    """``stack``'s software seconds for one call of ``compiled`` on ``network``'s CPU cores
+    (:meth:`Stack.call_seconds`), none for a call on shared memory alone."""
+    if compiled.shared_memory_only:
+        return 0.0
+    return stack.call_seconds(network.cpu_contention, network.cores_per_rank)
 
 
 def bucketed_allreduce(
