@@ -46,29 +46,21 @@ were measured by this project on the one H100 a session was lent, with ``scaledl
 (the profiler of ``scaledl simulate profile``) under the recipes' settings: TF32 convolutions
 and matrix products, or float16 autocast on NHWC images (``AMP``).  Eager PyTorch without the
 recipes' fused kernels and data loaders, so the rates are a lower bound on what the device does."""
-_H100_RATES = (  # model, batch, samples/s, precision
-    ("resnet50", 64, 1689.6, "TF32"), ("resnet50", 128, 1798.4, "TF32"),
-    ("resnet50", 192, 1821.2, "TF32"), ("resnet50", 256, 1855.3, "TF32"),
-    ("resnet50", 128, 4519.0, "AMP"), ("resnet50", 256, 4860.5, "AMP"),
-    ("resnext101_32x4d", 128, 917.1, "TF32"), ("resnext101_32x4d", 128, 2354.7, "AMP"),
-    ("efficientnet_b0", 256, 1997.8, "TF32"), ("efficientnet_b0", 256, 5633.1, "AMP"),
-    ("bert_large", 32, 183.8, "TF32"), ("bert_large", 32, 268.2, "AMP"),
-)
-
-
 MEASURED_H200 = ("measured: scaledl's model by benchmarks/device/rates.py on a lent H200 "
                  "(benchmarks/device/h200-2026-11-26; torch 2.11, cuDNN autotuning, synthetic "
                  "data on the GPU, median of 10 steps)")
 """The same twelve configurations on the one H200 a session was lent (the H100's GH100 compute
 with 1.43x its memory bandwidth): they check the h200 preset, which is the h100's with the
 H200's memory, and so the roofline's memory term against one changed variable."""
-_H200_RATES = (  # model, batch, samples/s, precision
-    ("resnet50", 64, 1969.4, "TF32"), ("resnet50", 128, 2125.5, "TF32"),
-    ("resnet50", 192, 2162.0, "TF32"), ("resnet50", 256, 2210.5, "TF32"),
-    ("resnet50", 128, 4481.9, "AMP"), ("resnet50", 256, 6020.0, "AMP"),
-    ("resnext101_32x4d", 128, 1082.0, "TF32"), ("resnext101_32x4d", 128, 2605.9, "AMP"),
-    ("efficientnet_b0", 256, 2170.3, "TF32"), ("efficientnet_b0", 256, 5137.4, "AMP"),
-    ("bert_large", 32, 212.3, "TF32"), ("bert_large", 32, 313.4, "AMP"),
+_MEASURED_RATES = (  # model, batch, precision, samples/s on the H100 and on the H200
+    ("resnet50", 64, "TF32", 1689.6, 1969.4), ("resnet50", 128, "TF32", 1798.4, 2125.5),
+    ("resnet50", 192, "TF32", 1821.2, 2162.0), ("resnet50", 256, "TF32", 1855.3, 2210.5),
+    ("resnet50", 128, "AMP", 4519.0, 4481.9), ("resnet50", 256, "AMP", 4860.5, 6020.0),
+    ("resnext101_32x4d", 128, "TF32", 917.1, 1082.0),
+    ("resnext101_32x4d", 128, "AMP", 2354.7, 2605.9),
+    ("efficientnet_b0", 256, "TF32", 1997.8, 2170.3),
+    ("efficientnet_b0", 256, "AMP", 5633.1, 5137.4),
+    ("bert_large", 32, "TF32", 183.8, 212.3), ("bert_large", 32, "AMP", 268.2, 313.4),
 )
 
 
@@ -149,12 +141,12 @@ RATE_CHECKS = (
                 f"{BERT_TF2}, {precision} with XLA, LAMB, one GPU of a {machine}", (sequence,),
                 mixed_precision=precision == "mixed precision")
       for machine, precision, sequence, batch, rate in tf2_bert_rates()),
-    *(RateCheck(gpu, model, batch, rate, f"{measured}, {how}",
+    *(RateCheck(gpu, model, batch, rates[column], f"{measured}, {how}",
                 (384,) if model == "bert_large" else None, mixed_precision=how == "AMP",
                 channels_last=how == "AMP" and model != "bert_large")
-      for gpu, measured, rates in (("h100", MEASURED_H100, _H100_RATES),
-                                   ("h200", MEASURED_H200, _H200_RATES))
-      for model, batch, rate, how in rates),
+      for column, (gpu, measured) in enumerate((("h100", MEASURED_H100),
+                                                ("h200", MEASURED_H200)))
+      for model, batch, how, *rates in _MEASURED_RATES),
 )
 """The rates, presets' own first, the H100's and H200's measured ones last."""
 
