@@ -108,13 +108,16 @@ def main() -> None:
         free = tuple(n for n in free if n != "call")
         print(f"call: not fitted, every calibration point has {BUSY_THREADS} cores per rank, "
               "where the scaledl stack's call costs nothing (Stack.shared_cores_only)")
+    if not free:
+        raise SystemExit("nothing to fit: name other constants with --free")
     fitted = fit(points, host, free)
     measured = np.array([p.measured_s for _, p in points])
     errors = _predictions(points, fitted) / measured - 1
     within = int(np.sum(np.abs(errors) <= 0.15))
     rms = np.sqrt(np.mean(errors**2))
     print(f"{len(points)} calibration points; rms relative error {rms:.1%}, {within} within 15%")
-    print("   ".join(f"{name} = {value:.4g}" for name, value in defaults(fitted).items()))
+    print("   ".join(f"{name} = {value:.4g}" for name, value in defaults(fitted).items()
+                       if name in free or name != "call"))
     if args.write:
         save_host(args.raw, Host(fitted.cores,
                                  frozenset(n for n in fitted.calibration

@@ -93,3 +93,15 @@ def test_a_job_with_two_cores_per_rank_pays_no_scaledl_call() -> None:
     assert busy(4) - busy(8) == pytest.approx(buckets * call, rel=1e-6)
     assert busy(8) == busy(16)
     assert busy(2) > busy(4) + buckets * call  # two ranks per core: stretched
+
+
+def test_round_robin_easgd_masters_calls_follow_the_same_rule() -> None:
+    """The master's ``2 (P - 1)`` exchanges are calls: 1.44 ms each with a core per rank, none
+    with two (and, as before the rule, not stretched by contention)."""
+    def busy(cores: int) -> float:
+        job = Job(model="mlp", device="cpu", network="emulated-10gbit", intra="loopback",
+                  gpus=4, topology="4", strategy="easgd", batch=32, cores=cores)
+        return job.run().communication_s
+
+    assert busy(4) - busy(8) == pytest.approx(2 * 3 * STACKS["scaledl"].call_overhead_s,
+                                              rel=1e-6)

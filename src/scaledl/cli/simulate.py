@@ -128,7 +128,8 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "`scaledl cluster`): shared-memory stages slow by ranks / cores, "
                         "compute and the update by that and the device's time-sharing loss; a "
                         "collective round's TCP and reduction work shares the cores with the "
-                        "other ranks' rounds")
+                        "other ranks' rounds; with twice as many cores as ranks the scaledl "
+                        "stack's per-call cost is none (without --cores it is paid)")
     p.add_argument("--ideal", action="store_true",
                    help="the optimistic model: constant device efficiency, no stragglers, "
                         "interference, software costs or host CPU limits")

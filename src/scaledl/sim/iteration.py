@@ -155,9 +155,8 @@ def _easgd_exchange(
         return 0.0
     if timing == "round-robin":
         compiled = compile_schedules(round_robin_schedules(p, numel), p, profile.itemsize)
-        # the master's sends and receives
-        calls = 2 * (p - 1) * losses.stack.call_seconds(sim.network.cpu_contention,
-                                                        sim.network.cores_per_rank)
+        # the master's sends and receives, each a call (not stretched by contention)
+        calls = 2 * (p - 1) * losses.stack.call_seconds(1.0, sim.network.cores_per_rank)
         return makespan(compiled, cost(compiled, sim.topology, sim.network)) + calls
     from scaledl.collectives.registry import ALGORITHMS
 

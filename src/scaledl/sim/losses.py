@@ -8,7 +8,9 @@ measured profile, never fitted to a scaling result:
   framework's dispatch and the library's launch once, however small the message, so a strategy
   that issues one collective per layer pays it per layer (host CPU work: stretched by the
   network's CPU contention where ranks outnumber cores; a call on shared memory alone pays
-  only its stages, :func:`scaledl.sim.overlap.call_time`); and per gradient tensor
+  only its stages, :func:`scaledl.sim.overlap.call_time`; the scaledl stack's cost is the
+  sharing of cores itself, none with :data:`BUSY_THREADS` cores per rank,
+  :meth:`Stack.call_seconds`); and per gradient tensor
   (:attr:`Stack.tensor_overhead_s`) the wrapper's hook and bucket copy, on the backward pass.
 - **Interference** (:attr:`Losses.interference`, ``kappa``): while a collective runs, compute on
   the same device runs at ``1 / (1 + kappa)`` of its speed (NCCL kernels take SMs and memory
@@ -106,8 +108,9 @@ BUSY_THREADS = 2
 """Threads of one rank busy during a collective call: the caller's, which hands the call over,
 and its communicator's, which runs it (``scaledl.collectives.communicator``).  The scaledl
 stack's per-call cost appears with one core per rank (two ranks on this project's 2-core VM:
-0.7-1.0 ms where the replay without it gives 0.2-0.7 ms) and fits to 0 with 2.7 (six ranks on
-a 16-core host: benchmarks/sim_validation/raw-h100)."""
+0.7-1.0 ms where the replay without it gives 0.2-0.7 ms), fits to 0 with four (four ranks on a
+16-core host, benchmarks/sim_validation/raw-h100's calibration files), and its six ranks' held-out
+points (2.7 cores each) agree better without it (53 of 72 within 15%, 44 with it)."""
 
 TENSOR_OVERHEAD = 23e-6
 """PyTorch 1.4 DDP on one V100 against no DDP (pytorch/pytorch
@@ -150,7 +153,7 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
           "rank per core (thread hand-offs, Python, waiting for a core), fitted with the cpu "
           "device's TCP costs to the 2x2 run 6 files of benchmarks/sim_validation/raw "
           "(presets.py, CPU_TCP_BETA); none with two cores per rank or more, where a 16-core "
-          "host's files fit it to 0 (benchmarks/sim_validation/raw-h100)",
+          "host's four ranks fit it to 0 (benchmarks/sim_validation/raw-h100)",
           shared_cores_only=True),
 )}
 
