@@ -51,7 +51,8 @@ MEASURED_H200 = ("measured: scaledl's model by benchmarks/device/rates.py on a l
                  "data on the GPU, median of 10 steps)")
 """The same twelve configurations on the one H200 a session was lent (the H100's GH100 compute
 with 1.43x its memory bandwidth): they check the h200 preset, which is the h100's with the
-H200's memory, and so the roofline's memory term against one changed variable."""
+H200's memory, and so the roofline's memory term (the only GPU specification that differs; the
+two hosts differ too)."""
 _MEASURED_RATES = (  # model, batch, precision, samples/s on the H100 and on the H200
     ("resnet50", 64, "TF32", 1689.6, 1969.4), ("resnet50", 128, "TF32", 1798.4, 2125.5),
     ("resnet50", 192, "TF32", 1821.2, 2162.0), ("resnet50", 256, "TF32", 1855.3, 2210.5),

@@ -93,7 +93,6 @@ class Stack:
             raise ValueError(f"stack {self.name!r}: link efficiency {self.link_efficiency} "
                              "must be in (0, 1]")
 
-
     def call_seconds(self, contention: float, cores_per_rank: float = 0.0) -> float:
         """Software seconds of one collective call with ``contention`` ranks per core (1: a
         core each or more) and ``cores_per_rank`` (0: not known): the per-call cost stretched
