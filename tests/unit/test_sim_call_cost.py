@@ -11,6 +11,7 @@ import pytest
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import CollectiveSimulator, compile_collective
 from scaledl.sim.losses import STACKS, Losses
+from scaledl.sim.network import on_cores
 from scaledl.sim.overlap import call_time
 from scaledl.sim.job import Job
 from scaledl.sim.presets import build_network
@@ -93,6 +94,17 @@ def test_a_job_with_two_cores_per_rank_pays_no_scaledl_call() -> None:
     assert busy(4) - busy(8) == pytest.approx(buckets * call, rel=1e-6)
     assert busy(8) == busy(16)
     assert busy(2) > busy(4) + buckets * call  # two ranks per core: stretched
+
+
+def test_cores_set_the_networks_contention_and_no_cores_clear_it() -> None:
+    """``on_cores`` owns both fields: a network that an earlier call put on 2 cores is back to
+    no contention and unknown cores when the next job names none."""
+    network = build_network("emulated-10gbit", "loopback", 7e-11)
+    shared = on_cores(network, 4, 2)
+    assert (shared.cpu_contention, shared.cores_per_rank) == (2.0, 0.5)
+    cleared = on_cores(shared, 4, None)
+    assert (cleared.cpu_contention, cleared.cores_per_rank) == (1.0, 0.0)
+    assert cleared == network
 
 
 def test_round_robin_easgd_masters_calls_follow_the_same_rule() -> None:

@@ -273,8 +273,7 @@ class Job:
         topo = topology if topology is not None else self.topology_value()
         prof = profile if profile is not None else self.profile()
         net = network if network is not None else self.network_value()
-        net = on_cores(replace(net, cpu_contention=1.0, cores_per_rank=0.0), topo.world_size,
-                       None if self.ideal else self.cores)
+        net = on_cores(net, topo.world_size, None if self.ideal else self.cores)
         wire = prof.reduced_as(self.allreduce_bytes)  # compute and update stay float32's
         sim = CollectiveSimulator(topo, net, wire.itemsize)
         update = self.update_seconds(prof) * self.stretch(topo.world_size)

@@ -219,9 +219,10 @@ def ranks_per_core(world_size: int, cores: int) -> float:
 
 
 def on_cores(network: Network, world_size: int, cores: int | None) -> Network:
-    """``network`` for ``world_size`` ranks on ``cores`` CPU cores (unchanged when not known):
-    its :attr:`~Network.cpu_contention` and :attr:`~Network.cores_per_rank`."""
+    """``network`` for ``world_size`` ranks on ``cores`` CPU cores: its
+    :attr:`~Network.cpu_contention` and :attr:`~Network.cores_per_rank` (without ``cores``, the
+    defaults: no contention, cores not known), whatever an earlier call set."""
     if cores is None:
-        return network
+        return replace(network, cpu_contention=1.0, cores_per_rank=0.0)
     return replace(network, cpu_contention=ranks_per_core(world_size, cores),
                    cores_per_rank=cores / world_size)
