@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,8 @@ import torch
 from scaledl.data import ArrayDataset, available_datasets, declared_shape, load_dataset
 from scaledl.data.datasets import FASHION_MNIST_DIR, MNIST_STATS
 from scaledl.data.synthetic import parse_synthetic
-from scaledl.data.formats import CIFAR10_RECORD_BYTES
+from scaledl.data import formats
+from scaledl.data.formats import CIFAR10_RECORD_BYTES, read_digits
 
 
 # -- digits ---------------------------------------------------------------------------------------
@@ -27,6 +30,36 @@ def test_digits_shapes_classes_and_stable_split() -> None:
     again = load_dataset("digits", split="test", seed=7)
     assert torch.equal(test.features, again.features) and torch.equal(test.labels, again.labels)
     assert set(test.labels.tolist()) == set(range(10))
+
+
+def test_digits_are_scikit_learns_values_read_without_importing_it() -> None:
+    """The table scaledl reads from scikit-learn's CSV is ``load_digits``'s, and loading the
+    dataset in a fresh process imports neither scikit-learn nor SciPy (about a second of CPU
+    in every training process)."""
+    from sklearn.datasets import load_digits
+
+    bunch, table = load_digits(), read_digits()
+    assert np.array_equal(table[:, :-1], bunch.data) and table.dtype == bunch.data.dtype
+    assert np.array_equal(table[:, -1].astype(int), bunch.target)
+    assert not table.flags.writeable
+    probe = ("import sys; from scaledl.data import load_dataset; load_dataset('digits'); "
+             "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_digits_come_from_load_digits_where_the_csv_is_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    expected = read_digits().copy()
+    monkeypatch.setattr(formats, "DIGITS_CSV", ("no", "such", "digits.csv.gz"))
+    read_digits.cache_clear()
+    try:
+        assert np.array_equal(read_digits(), expected)
+    finally:
+        read_digits.cache_clear()
 
 
 # -- IDX ------------------------------------------------------------------------------------------

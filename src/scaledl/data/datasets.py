@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from scaledl.data.formats import (
-    IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, find_file, read_cifar10_batches, read_idx, read_npz,
+    IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, find_file, read_cifar10_batches, read_digits, read_idx,
+    read_npz,
 )
 from scaledl.data.synthetic import make_synthetic, parse_synthetic
 
@@ -140,16 +141,14 @@ def _channel_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _load_digits(request: DatasetRequest) -> ArrayDataset:
-    from sklearn.datasets import load_digits  # lazy: scikit-learn is only needed here
-
-    bunch = load_digits()
-    images = (bunch.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    table = read_digits()
+    images = (table[:, :-1] / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
     order = np.random.default_rng(DIGITS_SPLIT_SEED).permutation(len(images))
     test_count = int(np.ceil(len(images) * DIGITS_TEST_FRACTION))
     train, test = order[test_count:], order[:test_count]
     chosen = train if request.split == "train" else test
     mean, std = _channel_stats(images[train])
-    labels = torch.from_numpy(bunch.target[chosen].astype(np.int64))
+    labels = torch.from_numpy(table[chosen, -1].astype(np.int64))
     return ArrayDataset(_standardize(images[chosen], mean, std), labels, 10, request.name)
 
 
