@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import ndtr  # type: ignore[import-untyped]
 
 __all__ = [
     "Cycle", "Stack", "STACKS", "NCCL1_LINK_EFFICIENCY", "stack", "Losses", "IDEAL",
@@ -207,6 +206,9 @@ def expected_max_normal(n: int) -> float:
         raise ValueError(f"need at least one rank, got {n}")
     if n == 1:
         return 0.0
+    # imported here: the CLI, which every training process imports, need not load SciPy
+    from scipy.special import ndtr  # type: ignore[import-untyped]
+
     x = np.linspace(-9.0, 9.0 + math.sqrt(2 * math.log(n)), 20001)
     density = n * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi) * ndtr(x) ** (n - 1)
     y = x * density
