@@ -148,7 +148,7 @@ def read_digits() -> np.ndarray:
     file is not found (another layout of scikit-learn), ``load_digits`` itself gives them."""
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     roots = list(spec.submodule_search_locations or []) if spec is not None else []
-    found = [Path(root, *DIGITS_CSV) for root in roots if Path(root, *DIGITS_CSV).is_file()]
+    found = [path for root in roots if (path := Path(root, *DIGITS_CSV)).is_file()]
     if found:
         with gzip.open(found[0], "rt") as rows:
             table = np.loadtxt(rows, delimiter=",")
