@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that need a GPU machine (the `device` tool lends one to some sessions), as one script
 # with a deadline: every phase gets what is left, and results.tgz is rewritten after each.
-#   bash benchmarks/device/check.sh [probe] [smoke] [cli] [rates] [ops] [netns] [tests]
+#   bash benchmarks/device/check.sh [probe] [smoke] [cli] [rates] [ops] [netns] [mpi] [tests]
 #   (default: probe smoke cli rates netns; ops times every aten operation, tests runs the whole
 #   suite on the machine's torch with a CUDA device present)
 # Needs only the machine's python3 with torch; scaledl runs from src/ (PYTHONPATH).
@@ -47,6 +47,15 @@ netns() {  # the emulated cluster at 10 Gbit/s with a core per rank (sim_validat
   [ -d .device-carry/iproute2 ] && source benchmarks/device/iproute2.sh use
   step netns 200 env OUT="$work/sim_validation" RATES=10gbit RUNS="1 2" ITERS=10 \
     bash benchmarks/sim_validation/run.sh collectives tcp
+}
+mpi() {  # why Open MPI jobs on one host failed on the H200's host while those with -H host:slots
+  # passed: the slots Open MPI counts, /dev/shm (its shared-memory transport, used on one host
+  # only), whether the host name resolves, and 2- and 3-rank jobs on one host with their
+  # bindings and their own error messages
+  step mpi 60 bash -c 'nproc; df -h /dev/shm; hostname; getent hosts "$(hostname)";
+mpirun.openmpi --version | head -n 1; mpirun.openmpi --allow-run-as-root --display-allocation -np 1 true;
+for n in 2 3; do mpirun.openmpi --allow-run-as-root --report-bindings -np $n python3 -c "print(\"rank ok\")";
+echo "rc $? for $n ranks"; done'
 }
 tests() {  # the suite on the machine's own torch (another release than CI's) beside a GPU
   # -v: every failure is named as it happens, so a run the deadline stops still says which;
