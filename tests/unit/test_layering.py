@@ -8,6 +8,8 @@ cli).  ``scaledl/__init__.py`` is the public facade and may import anything.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,16 @@ def test_the_console_check_can_fail(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("import argparse\nfrom rich.table import Table\nprint('x')\n")
     assert len(_console_uses(sample)) == 3
+
+
+def test_the_cli_every_worker_imports_leaves_out_what_training_does_not_use() -> None:
+    """``scaledl train`` runs each worker as ``python -m scaledl.cli.main``, so whatever the CLI
+    imports every worker imports: SciPy (the simulator's statistics and fits), scikit-learn
+    (the digits are read from its CSV) and matplotlib (rank 0 loads it for the plots) wait
+    until they are used (docs/training.md, "What a short run costs before it trains")."""
+    code = ("import sys, scaledl.cli.main; print(sorted(m for m in "
+            "('scipy', 'sklearn', 'matplotlib') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
