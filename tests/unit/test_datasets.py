@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ import torch
 from scaledl.data import ArrayDataset, available_datasets, declared_shape, load_dataset
 from scaledl.data.datasets import FASHION_MNIST_DIR, MNIST_STATS
 from scaledl.data.synthetic import parse_synthetic
+from tests.helpers_imports import modules_loaded_by
 from scaledl.data import formats
 from scaledl.data.formats import CIFAR10_RECORD_BYTES, read_digits
 
@@ -42,12 +41,9 @@ def test_digits_are_scikit_learns_values_read_without_importing_it() -> None:
     assert np.array_equal(table[:, :-1], bunch.data) and table.dtype == bunch.data.dtype
     assert np.array_equal(table[:, -1].astype(int), bunch.target)
     assert not table.flags.writeable
-    probe = ("import sys; from scaledl.data import load_dataset; load_dataset('digits'); "
-             "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]"
+    loaded = modules_loaded_by("from scaledl.data import load_dataset; load_dataset('digits')",
+                               ("sklearn", "scipy"))
+    assert loaded == []
 
 
 def test_digits_come_from_load_digits_where_the_csv_is_elsewhere(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,15 +10,12 @@ from torch import nn
 
 from scaledl.integrations.accelerate import register_comm_hook
 from tests.harness import run_ranks
+from tests.helpers_imports import modules_loaded_by
 
 
 def test_import_scaledl_imports_no_framework() -> None:
-    code = ("import sys, scaledl, scaledl.integrations; "
-            "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'accelerate') "
-            "if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip() == "[]"
+    assert modules_loaded_by("import scaledl, scaledl.integrations",
+                             ("lightning", "pytorch_lightning", "accelerate")) == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("lightning") is None,

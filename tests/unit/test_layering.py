@@ -8,11 +8,11 @@ cli).  ``scaledl/__init__.py`` is the public facade and may import anything.
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers_imports import modules_loaded_by
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "scaledl"
 
@@ -154,9 +154,4 @@ def test_the_cli_every_worker_imports_leaves_out_what_training_does_not_use() ->
     imports every worker imports: SciPy (the simulator's statistics and fits), scikit-learn
     (the digits are read from its CSV) and matplotlib (rank 0 loads it for the plots) wait
     until they are used (docs/training.md, "What a short run costs before it trains")."""
-    code = ("import sys, scaledl.cli.main; print(sorted(m for m in "
-            "('scipy', 'sklearn', 'matplotlib') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]"
+    assert modules_loaded_by("import scaledl.cli.main", ("scipy", "sklearn", "matplotlib")) == []
