@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from scaledl.collectives.auto import CostModel
 from scaledl.collectives.cost import reduce_scatter_is_allreduce
 from scaledl.sim.losses import stack
+from scaledl.sim.device_model import Device
 from scaledl.sim.network import LinkClass, Network
 from scaledl.sim.presets import TCP_LINKS, build_network, burst_bytes, device
 
@@ -57,10 +58,29 @@ def job_network(job: Job) -> Network:
                           uplink=None if net.uplink is None else _share(net.uplink, share))
         gloo = dev.backend == "gloo"
         sockets = gloo or net.inter.name in TCP_LINKS
-        beta = dev.tcp_beta if job.socket_gbps is None else 1e-9 / job.socket_gbps
-        net = replace(net, cpu_beta=beta if sockets else 0.0, tcp_inside=gloo,
-                      cpu_beta_link=dev.tcp_link_beta, cpu_timeshare=dev.tcp_timeshare)
+        net = replace(net, cpu_beta=_socket_beta(job, dev) if sockets else 0.0,
+                      tcp_inside=gloo, cpu_beta_link=dev.tcp_link_beta,
+                      cpu_timeshare=dev.tcp_timeshare)
     return net
+
+
+def _socket_beta(job: Job, dev: Device) -> float:
+    """Host CPU seconds per byte at each end of a socket: ``--socket-bandwidth`` if given,
+    else a CPU profile's loopback stream (when it measured one) where Gloo moves the bytes (the
+    host the profile was taken on; docs/simulation.md, "Measured profiles"), else the device
+    preset's.
+
+    A CUDA profile's stream is not used: a GPU host's sockets are NCCL's, whose preset rate
+    (``GPU_HOST_TCP_BETA``) includes its proxy thread and copies, which a raw stream does not.
+    A stream measures the host's TCP stack only; what a link beyond the host adds
+    (``tcp_link_beta``) stays the preset's."""
+    if job.socket_gbps is not None:
+        return 1e-9 / job.socket_gbps
+    measured = job.measured()
+    if (measured is not None and dev.backend == "gloo" and measured.tcp_beta > 0
+            and measured.device.get("type") == "cpu"):
+        return measured.tcp_beta
+    return dev.tcp_beta
 
 
 def _override(link: LinkClass, latency_us: float | None, gbps: float | None) -> LinkClass:
