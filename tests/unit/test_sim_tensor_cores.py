@@ -245,7 +245,8 @@ def test_a_profile_measured_under_autocast_says_so(
 
 def test_the_hopper_presets_differ_in_memory_only() -> None:
     h100, h200 = DEVICES["h100"], DEVICES["h200"]
-    assert replace_job(h200, name="h100", memory_gbps=h100.memory_gbps, source=h100.source) == h100
+    assert replace_job(h200, name="h100", memory_gbps=h100.memory_gbps, source=h100.source,
+                       cuda_names=h100.cuda_names) == h100
     assert (h100.memory_gbps, h200.memory_gbps) == (3350.0, 4800.0)
 
     def rate(device: str) -> float:

@@ -24,6 +24,7 @@ from scaledl.cli.bench_collectives import parse_bytes
 from scaledl.cli.simulate_checks import (
     check_outputs,
     check_profile_matches,
+    profile_device,
     check_sweep_outputs,
     input_shape,
     refuse_unused_options,
@@ -59,7 +60,8 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                    help="collective algorithm (default: ring; tree for reduce-broadcast): "
                         + ", ".join(a for a, algo in ALGORITHMS.items() if algo.scheduled))
     p.add_argument("--strategy", default="allreduce", choices=simulated_strategies())
-    p.add_argument("--device", default=None, help=f"one of {', '.join(DEVICES)} (default p100)")
+    p.add_argument("--device", default=None,
+                   help=f"one of {', '.join(DEVICES)} (default: a --profile's, else p100)")
     p.add_argument("--network", default=None,
                    help=f"inter-host link: {', '.join([*LINKS, *ALIASES])} (default ib-edr)")
     p.add_argument("--intra", default=None, help="intra-host link preset (default: the device's)")
@@ -192,7 +194,9 @@ def job_from_args(args: argparse.Namespace) -> Job:
     return Job(
         model=args.model or "resnet50", input_shape=shape, gpus=gpus, topology=args.topology,
         algorithm=args.algorithm or DEFAULT_ALGORITHMS.get(args.strategy, "ring"),
-        strategy=args.strategy, device=args.device or "p100", network=args.network or "ib-edr",
+        strategy=args.strategy,
+        device=args.device or profile_device(args.profile_file) or "p100",
+        network=args.network or "ib-edr",
         intra=args.intra,
         uplink=args.uplink, oversubscription=args.oversubscription, batch=args.batch,
         bucket_mb=args.bucket_mb, tau=args.tau, overlap=not args.no_overlap,

@@ -11,9 +11,11 @@ from typing import Any
 
 from scaledl.cli.paths import check_output_file
 from scaledl.sim.job import Job
+from scaledl.sim.presets import DEVICES
 
 __all__ = ["ACTION_OPTIONS", "LINK_OPTIONS", "check_outputs", "check_sweep_outputs",
-           "refuse_unused_options", "check_profile_matches", "input_shape"]
+           "refuse_unused_options", "check_profile_matches", "input_shape",
+           "profile_device"]
 
 
 LINK_OPTIONS = ("device", "network", "intra", "uplink", "oversubscription", "inter_latency",
@@ -89,6 +91,22 @@ _ACTION_READS = {
     "validate": ("replays collective measurements, not a training job",
                  "the device, network, link and --calibration options apply"),
 }
+
+
+def profile_device(profile_file: Path | None) -> str | None:
+    """``--device``'s default beside ``--profile``: the preset of the device the profile was
+    measured on (``cpu``, or the most specific GPU preset that names its GPU); None without a
+    profile.  ``ValueError`` for a GPU that no preset names, asking for ``--device``."""
+    measured = None if profile_file is None else Job(profile_path=profile_file).measured()
+    if measured is None:
+        return None
+    named = measured.device_presets()
+    if not named:
+        gpus = ", ".join(name for name, dev in DEVICES.items() if dev.is_gpu)
+        raise ValueError(f"the profile {profile_file} was measured on "
+                         f"{measured.device.get('name', 'a GPU')}, which no device preset "
+                         f"names; give --device with the closest of {gpus}")
+    return named[0]
 
 
 def check_profile_matches(args: argparse.Namespace, job: Job) -> Job:

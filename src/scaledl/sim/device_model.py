@@ -3,6 +3,7 @@ loss terms' parameters (the presets with their sources are in :mod:`scaledl.sim.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = ["Device"]
@@ -58,6 +59,17 @@ class Device:
     backend: str = "nccl"
     """The library of the backend's own collectives on this device ('nccl' on GPUs, 'gloo' on
     the cpu device, 'mpi' on KNL): Gloo's reduce_scatter is a whole allreduce."""
+    cuda_names: tuple[str, ...] = ()
+    """Words that name this GPU in ``torch.cuda.get_device_name`` (every one must be a word
+    of it, in any case: ``("A100", "80GB")``): how a CUDA profile finds its preset; empty off
+    GPUs."""
+
+    def names(self, gpu_name: str) -> bool:
+        """Whether the CUDA device ``gpu_name`` (``"NVIDIA H100 80GB HBM3"``) is this preset's
+        GPU: every one of its ``cuda_names`` is one of its words (``A100`` names neither an
+        ``RTX A1000`` nor a ``GH200``'s ``H200``)."""
+        words = set(re.split(r"[^0-9A-Z]+", gpu_name.upper()))
+        return bool(self.cuda_names) and all(w.upper() in words for w in self.cuda_names)
 
     @property
     def is_gpu(self) -> bool:

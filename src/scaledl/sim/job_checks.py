@@ -116,6 +116,30 @@ def check_job(job: Job) -> None:
                                        ("--fusion-mb", job.fusion_mb, "MiB", False)):
         if value is not None:
             _check_cycle_option(job, option, value, unit, zero)
+    if job.profile_path is not None:
+        _check_profile_device(job)
+
+
+def _check_profile_device(job: Job) -> None:
+    """A measured profile's times are its device's: a CPU profile predicts CPU ranks (cpu,
+    knl), a CUDA one the GPU presets that name its GPU (any GPU preset when none does), never
+    silently another device's (``scaledl simulate`` defaults ``--device`` to the profile's)."""
+    measured = job.measured()
+    assert measured is not None
+    dev, named = device(job.device), measured.device_presets()
+    if measured.on_cpu:
+        fits, where = not dev.is_gpu, "a CPU"
+    else:
+        gpu = str(measured.device.get("name", "an unnamed GPU"))
+        fits = dev.name in named if named else dev.is_gpu
+        where = f"{gpu} ({', '.join(named)})" if named else gpu
+    if not fits:
+        use = (f"drop --device ({named[0]} is used)" if named else
+               "give the GPU preset closest to it")
+        measure = "--on cuda" if dev.is_gpu else "--on cpu"
+        raise ValueError(f"--device {job.device} but the profile {job.profile_path} was "
+                         f"measured on {where}; {use}, or profile the model on "
+                         f"{job.device} hardware (`scaledl simulate profile {measure}`)")
 
 
 def _check_ideal(job: Job) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from scaledl.sim.device_model import Device
 from scaledl.sim.network import LinkClass, Network
 
-__all__ = ["Device", "DEVICES", "LINKS", "TCP_LINKS", "device", "link", "build_network",
-           "burst_bytes", "DEFAULT_INTRA", "INSIDE_HOST_LINKS"]
+__all__ = ["Device", "DEVICES", "devices_named", "LINKS", "TCP_LINKS", "device", "link",
+           "build_network", "burst_bytes", "DEFAULT_INTRA", "INSIDE_HOST_LINKS"]
 
 CPU_INTERFERENCE, CPU_JITTER = 0.173, 0.123
 """Measured by `scaledl simulate profile` for ResNet-20 on one thread of this VM
@@ -118,11 +118,14 @@ THREADS_PER_SM = 2048
 
 def _gpu(name: str, peak_tflops: float, efficiency: float, memory_gbps: float, intra: str,
          source: str, *, sms: int, compute_efficiency: float, launch_s: float,
-         tensor_cores: bool = False, mixed: tuple[float, float] = (0.0, 0.0)) -> Device:
+         tensor_cores: bool = False, mixed: tuple[float, float] = (0.0, 0.0),
+         cuda_names: tuple[str, ...] = ()) -> Device:
     """A GPU preset: ``sms`` full multiprocessors fill it; every GPU shares the measured
     compute-communication interference and jitter; ``tensor_cores``: its peak is tensor-core
-    math (``Device.nhwc_convolutions``); ``mixed``: its FP16/BF16 tensor-core peak and ``e``."""
+    math (``Device.nhwc_convolutions``); ``mixed``: its FP16/BF16 tensor-core peak and ``e``;
+    ``cuda_names``: the words CUDA names it by (default: the preset's name, upper case)."""
     return Device(name, peak_tflops, efficiency, memory_gbps, intra, source,
+                  cuda_names=cuda_names or (name.upper(),),
                   compute_efficiency=compute_efficiency, fill_threads=sms * THREADS_PER_SM,
                   launch_s=launch_s, interference=GPU_INTERFERENCE, jitter_cv=GPU_JITTER,
                   tcp_beta=GPU_HOST_TCP_BETA, nhwc_convolutions=tensor_cores,
@@ -135,7 +138,8 @@ def _a100(name: str, memory_gbps: float, part: str, memory: str) -> Device:
                 f"NVIDIA A100 {part} SXM datasheet: 156 TFLOP/s TF32 and 312 FP16/BF16 tensor "
                 f"(dense), {memory_gbps:g} GB/s {memory}; 108 SMs x 2048",
                 sms=108, compute_efficiency=A100_EFFICIENCY, launch_s=MODERN_LAUNCH,
-                tensor_cores=True, mixed=(312.0, A100_EFFICIENCY))
+                tensor_cores=True, mixed=(312.0, A100_EFFICIENCY),
+                cuda_names=("A100", part) if part == "80GB" else ("A100",))
 
 
 def _hopper(name: str, memory_gbps: float, datasheet: str, memory: str) -> Device:
@@ -255,6 +259,13 @@ def device(name: str) -> Device:
     if found is None:
         raise ValueError(f"unknown device {name!r}; choose one of: {', '.join(DEVICES)}")
     return found
+
+
+def devices_named(gpu_name: str) -> tuple[str, ...]:
+    """The GPU presets whose GPU CUDA calls ``gpu_name``, the most specific first
+    (``"NVIDIA A100-SXM4-80GB"``: ``a100-80gb``, then ``a100``); empty when none is."""
+    found = [d for d in DEVICES.values() if d.names(gpu_name)]
+    return tuple(d.name for d in sorted(found, key=lambda d: -len(d.cuda_names)))
 
 
 def link(name: str) -> LinkClass:

@@ -33,6 +33,7 @@ from scaledl.files import write_files
 from scaledl.sim.compute import MeasuredCompute
 from scaledl.sim.json_fields import (
     integer, is_whole, json_list, json_object, number, shown, string)
+from scaledl.sim.presets import devices_named
 from scaledl.sim.profile import Layer, ModelProfile, profile_model
 
 __all__ = ["SCHEMA", "ModuleTimes", "MeasuredProfile", "load_profile", "save_profile"]
@@ -94,6 +95,18 @@ class MeasuredProfile:
         """The optimizer step (the median over batches: it does not depend on the batch)."""
         ordered = sorted(self.update_s)
         return ordered[len(ordered) // 2]
+
+    @property
+    def on_cpu(self) -> bool:
+        """Measured on a CPU (else on CUDA)."""
+        return self.device.get("type") == "cpu"
+
+    def device_presets(self) -> tuple[str, ...]:
+        """The device presets of the device it was measured on: ``cpu`` for a CPU, the GPU
+        presets whose GPU CUDA named (most specific first), none for a GPU no preset is."""
+        if self.on_cpu:
+            return ("cpu",)
+        return devices_named(str(self.device.get("name", "")))
 
     def untimed(self, layers: Sequence[Layer]) -> str | None:
         """The first of ``layers`` (in order) that no module's times are for; None when every
