@@ -25,8 +25,9 @@ from scaledl.sim.measure import measure_profile
 from scaledl.sim.profile_file import MeasuredProfile, save_profile
 from tests.helpers_cli import one_error
 
-QUIET_CPU = ["--device", "cpu", "--network", "1gbit", "--gpus", "2"]
-"""A ``simulate`` command line that prints no warning of its own."""
+QUIET_CPU = ["--device", "cpu", "--network", "1gbit", "--gpus", "2", "--batch", "4"]
+"""A ``simulate`` command line that prints no warning of its own (at a batch the profiles of
+``measured`` hold)."""
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +232,27 @@ def test_a_quiet_profile_gives_no_warning(tmp_path: Path, measured: MeasuredProf
     save_profile(replace(measured, forward_backward_s=(0.001, 0.0009)), path)  # noise
     assert main(["simulate", "--profile", str(path), *QUIET_CPU]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batch, warned", [(1, True), (2, False), (3, False), (4, False),
+                                           (8, True)])
+def test_a_batch_the_profile_did_not_bracket_warns(
+        batch: int, warned: bool, tmp_path: Path, measured: MeasuredProfile,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Between measured batches the times are interpolated; outside them, extended, which the
+    user is told in one line naming the profile and the command that measures the batch."""
+    path = tmp_path / "quiet.json"
+    save_profile(replace(measured, forward_backward_s=(0.001, 0.0009)), path)
+    args = ["simulate", "--profile", str(path), *QUIET_CPU[:-1], str(batch)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    if not warned:
+        assert err == ""
+        return
+    wanted = ",".join(map(str, sorted({2, 4, batch})))
+    assert err.count("\n") == 1 and err.startswith(f"scaledl: warning: batch {batch} is "
+                                                   f"outside the batches the profile {path} "
+                                                   "measured (2, 4)")
+    assert f"`scaledl simulate profile --batches {wanted}`" in err
+    assert main([*args, "--compute-time", "0.01"]) == 0  # the profile's times are not used
+    assert capsys.readouterr().err == ""

@@ -1,7 +1,8 @@
 """The warnings ``scaledl simulate`` prints on stderr before a prediction: where the model is
 known to be optimistic for the job asked (one host's shared memory with more ranks than cores,
 a device preset pricing a model its published rates do not bear out, a profile measured on a
-busy machine).  Each is one ``scaledl: warning:`` line; the prediction still runs."""
+busy machine or at other batches than the one asked).  Each is one ``scaledl: warning:`` line;
+the prediction still runs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from scaledl.sim.profile_file import MeasuredProfile
 from scaledl.topology import Topology
 
 __all__ = ["warn_on_one_host_oversubscription", "warn_on_busy_profile",
-           "warn_on_unchecked_compute"]
+           "warn_on_unchecked_compute", "warn_on_unmeasured_batch"]
 
 
 def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
@@ -62,3 +63,19 @@ def warn_on_unchecked_compute(job: Job) -> None:
               "BERT-base, docs/simulation.md), which moves the share of a step communication "
               "takes; pass the rate you measured (--compute-time) or a profile (--profile)",
               file=sys.stderr)
+
+
+def warn_on_unmeasured_batch(job: Job, profile: MeasuredProfile) -> None:
+    """Say so when the batch lies outside the batches ``profile`` measured: its layer times
+    are then the nearest two points' straight line extended (a single point's, scaled in
+    proportion), which misses what changes there (a GPU's launch-bound floor at small
+    batches, a CPU's caches at large ones).  Not with ``--ideal`` or ``--compute-time``, which
+    do not take the profile's times."""
+    low, high = min(profile.batches), max(profile.batches)
+    if job.ideal or job.compute_time is not None or low <= job.batch <= high:
+        return
+    wanted = ",".join(map(str, sorted({*profile.batches, job.batch})))
+    print(f"scaledl: warning: batch {job.batch} is outside the batches the profile "
+          f"{job.profile_path} measured ({', '.join(map(str, profile.batches))}): its layer "
+          "times are extended from them in a straight line, not measured; profile that batch "
+          f"too (`scaledl simulate profile --batches {wanted}`)", file=sys.stderr)
