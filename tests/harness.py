@@ -110,6 +110,7 @@ def run_ranks(
     values: dict[int, Any] = {}
     failures: list[str] = []
     deadline = time.monotonic() + timeout
+    finished = False  # every rank reported a value: give them time to leave their group
     try:
         while len(values) < world_size and not failures:
             try:
@@ -121,9 +122,10 @@ def run_ranks(
                 values[rank] = value
             else:
                 failures.append(f"rank {rank} failed:\n{value}")
+        finished = not failures
     finally:
         for proc in procs:
-            proc.join(timeout=5.0 if not failures else 0.5)
+            proc.join(timeout=5.0 if finished else 0.5)
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5.0)
