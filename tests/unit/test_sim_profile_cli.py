@@ -256,3 +256,28 @@ def test_a_batch_the_profile_did_not_bracket_warns(
     assert f"`scaledl simulate profile --batches {wanted}`" in err
     assert main([*args, "--compute-time", "0.01"]) == 0  # the profile's times are not used
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("threads, ranks, cores, warned", [
+    (2, 2, 2, True), (2, 1, 2, False), (1, 2, 2, False), (2, 2, 4, False), (4, 2, 8, False)])
+def test_a_threaded_profile_on_shared_cores_warns(
+        threads: int, ranks: int, cores: int, warned: bool, tmp_path: Path,
+        measured: MeasuredProfile, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cores`` prices ranks of one thread each: a profile that several threads measured is
+    too fast for ranks that get fewer cores than it had, and the user is told so."""
+    path = tmp_path / "threads.json"
+    save_profile(replace(measured, forward_backward_s=(0.001, 0.0009),
+                         device={**measured.device, "threads": threads}), path)
+    args = ["simulate", "--profile", str(path), "--network", "1gbit", "--batch", "4",
+            "--gpus", str(ranks), "--cores", str(cores)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    if not warned:
+        assert err == ""
+        return
+    assert err.count("\n") == 1 and err.startswith(
+        f"scaledl: warning: the profile {path} was measured with {threads} threads, and "
+        f"{ranks} ranks on {cores} cores get fewer each")
+    assert "`scaledl simulate profile --threads 1`" in err
+    assert main([*args, "--compute-time", "0.01"]) == 0  # the profile's times are not used
+    assert capsys.readouterr().err == ""

@@ -262,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
     if measured is not None and job.profile_path is not None:
         warnings.warn_on_busy_profile(measured, Path(job.profile_path))
         warnings.warn_on_unmeasured_batch(job, measured)
+        warnings.warn_on_threaded_profile(job, measured)
     topology, network = job.topology_value(), job.network_value()
     warnings.warn_on_one_host_oversubscription(job, topology)
     profile = job.profile()  # a malformed model or shape is the one line before any warning

@@ -1,8 +1,8 @@
 """The warnings ``scaledl simulate`` prints on stderr before a prediction: where the model is
 known to be optimistic for the job asked (one host's shared memory with more ranks than cores,
 a device preset pricing a model its published rates do not bear out, a profile measured on a
-busy machine or at other batches than the one asked).  Each is one ``scaledl: warning:`` line;
-the prediction still runs."""
+busy machine, at other batches than the one asked, or with more threads than a rank gets).
+Each is one ``scaledl: warning:`` line; the prediction still runs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from scaledl.sim.profile_file import MeasuredProfile
 from scaledl.topology import Topology
 
 __all__ = ["warn_on_one_host_oversubscription", "warn_on_busy_profile",
-           "warn_on_unchecked_compute", "warn_on_unmeasured_batch"]
+           "warn_on_unchecked_compute", "warn_on_unmeasured_batch", "warn_on_threaded_profile"]
 
 
 def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
@@ -79,3 +79,19 @@ def warn_on_unmeasured_batch(job: Job, profile: MeasuredProfile) -> None:
           f"{job.profile_path} measured ({', '.join(map(str, profile.batches))}): its layer "
           "times are extended from them in a straight line, not measured; profile that batch "
           f"too (`scaledl simulate profile --batches {wanted}`)", file=sys.stderr)
+
+
+def warn_on_threaded_profile(job: Job, profile: MeasuredProfile) -> None:
+    """Say so when a CPU profile measured with several threads meets ``--cores`` that cannot
+    give every rank as many: ``--cores`` stretches a rank's measured time by ranks per core, as
+    if each rank ran one thread (as torchrun's ``OMP_NUM_THREADS=1`` runs them), so a profile
+    that several threads sped up is priced too fast there."""
+    threads = profile.device.get("threads", 1)
+    if (job.cores is None or job.ideal or job.compute_time is not None or not profile.on_cpu
+            or not isinstance(threads, int) or threads <= 1 or job.gpus * threads <= job.cores):
+        return
+    print(f"scaledl: warning: the profile {job.profile_path} was measured with {threads} "
+          f"threads, and {job.gpus} ranks on {job.cores} cores get fewer each: --cores "
+          "stretches a one-thread rank's time, so this prediction is optimistic; profile with "
+          "the threads each rank will run (`scaledl simulate profile --threads 1`)",
+          file=sys.stderr)
