@@ -102,3 +102,37 @@ def test_tidy_run_dir_removes_what_killed_writers_leave(tmp_path: Path) -> None:
                                               ".tmp-checkpoint-step000006.pt.0a1b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-step000003.pt", "latest"]
     assert tidy_run_dir(tmp_path / "missing") == []
+
+
+def test_a_fresh_run_clears_every_output_of_an_earlier_one(tmp_path: Path) -> None:
+    """An earlier run's checkpoints, metrics, summary, timeline, plots and sample log all go,
+    so a fresh run that fails early leaves nothing that reads as its own; the user's other
+    files stay."""
+    from scaledl.train.resume import clear_old_run
+
+    _checkpoint(tmp_path, 3, "job")
+    for name in ("metrics.jsonl", "summary.json", "timeline.json", "loss.png", "accuracy.png",
+                 "notes.txt"):
+        (tmp_path / name).write_text("earlier run")
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "rank-00000.jsonl").write_text("{}")
+    clear_old_run(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_a_failed_run_says_whether_a_checkpoint_is_left_to_resume(
+        checkpointed: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from scaledl.cli.train import _report_failure
+
+    if checkpointed:
+        _checkpoint(tmp_path, 3, "job")
+    config = build_config({}, {"out": str(tmp_path)})
+    with caplog.at_level("ERROR"):
+        _report_failure(137, config)
+    message = caplog.records[-1].getMessage()
+    assert message.startswith("training failed (exit code 137)")
+    if checkpointed:
+        assert "keeps the last good checkpoint (--resume auto continues from it)" in message
+    else:
+        assert "before its first checkpoint; there is nothing to resume" in message

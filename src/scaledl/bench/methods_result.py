@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scaledl.bench.methods import BenchSpec, Method, ranks
-from scaledl.train.metrics import read_metrics
+from scaledl.train.metrics import SUMMARY_NAME, read_metrics
 
 __all__ = ["MethodResult", "read_result", "failed_result", "time_to_target", "median_result"]
 
@@ -116,7 +116,7 @@ def _curve(records: list[dict[str, Any]], start: float, steps_per_epoch: float
 def _staleness(run_dir: Path, summary: dict[str, Any]) -> float | None:
     """Mean staleness over the workers (``summary.json``), else rank 0's (summary record)."""
     try:
-        result = json.loads((run_dir / "summary.json").read_text())["result"]
+        result = json.loads((run_dir / SUMMARY_NAME).read_text())["result"]
         values = [v for v in result.get("staleness_per_worker") or [] if v is not None]
     except (OSError, ValueError, KeyError, TypeError):
         values = []

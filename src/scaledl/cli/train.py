@@ -195,11 +195,22 @@ def run(args: argparse.Namespace) -> int:
 
         tidy_run_dir(Path(config.run.out))
     if code not in (0, 2) and not under_launcher():
-        restarts = config.run.max_restarts
-        log.error("training failed (exit code %d)%s; the run directory keeps the last good "
-                  "checkpoint (--resume auto continues from it)", code,
-                  f" after {restarts} restart(s)" if restarts else "")
+        _report_failure(code, config)
     return code
+
+
+def _report_failure(code: int, config: TrainConfig) -> None:
+    """The launcher's last line for a failed run: whether a checkpoint survives to resume."""
+    from scaledl.train.checkpoint import list_checkpoints
+
+    restarts = config.run.max_restarts
+    after = f" after {restarts} restart(s)" if restarts else ""
+    if list_checkpoints(Path(config.run.out)):
+        log.error("training failed (exit code %d)%s; the run directory keeps the last good "
+                  "checkpoint (--resume auto continues from it)", code, after)
+    else:
+        log.error("training failed (exit code %d)%s before its first checkpoint; there is "
+                  "nothing to resume: run it again from the start", code, after)
 
 
 def _check_launched_workers(workers: int | None, min_workers: int | None) -> None:
@@ -261,8 +272,10 @@ def _worker(config: TrainConfig) -> int:
 
 
 def _report(result: dict[str, Any], config: TrainConfig) -> None:
+    from scaledl.train.metrics import SUMMARY_NAME
+
     out = Path(result["out"])
-    (out / "summary.json").write_text(json.dumps(
+    (out / SUMMARY_NAME).write_text(json.dumps(
         {"config": config.to_dict(), "result": result}, indent=2, default=str
     ))
     servers = result["world_size"] - result["workers"]

@@ -38,12 +38,16 @@ from typing import Any, TextIO
 __all__ = [
     "MetricsWriter", "read_metrics", "StepTimer", "StepTimes", "RunStats", "RunSummary",
     "METRICS_NAME",
+    "SUMMARY_NAME",
 ]
 
 log = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.jsonl"
 """File name of the step metrics in a run directory."""
+
+SUMMARY_NAME = "summary.json"
+"""File name of the summary ``scaledl train`` writes into a run directory when the run ends."""
 
 
 class MetricsWriter:

@@ -15,9 +15,12 @@ from typing import Any
 
 from scaledl.train.metrics import read_metrics
 
-__all__ = ["plot_metrics", "run_title"]
+__all__ = ["plot_metrics", "run_title", "PLOTS"]
 
 log = logging.getLogger(__name__)
+
+PLOTS = (("loss", "loss", "test_loss"), ("accuracy", "accuracy", "test_accuracy"))
+"""Each plot of a run: its file's stem (``loss.png``) and the train and test metrics on it."""
 
 
 def run_title(records: Sequence[dict[str, Any]]) -> str | None:
@@ -55,8 +58,7 @@ def plot_metrics(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, train_key, test_key in (("loss", "loss", "test_loss"),
-                                      ("accuracy", "accuracy", "test_accuracy")):
+    for name, train_key, test_key in PLOTS:
         train = _series(steps, train_key)
         test = _series(evals, test_key)
         if not train and not test:

@@ -19,7 +19,10 @@ from scaledl.train.checkpoint import (
 )
 from scaledl.train.config import TrainConfig
 from scaledl.train.finish import REPORTS_DIR
-from scaledl.train.metrics import METRICS_NAME
+from scaledl.train.metrics import METRICS_NAME, SUMMARY_NAME
+from scaledl.train.plots import PLOTS
+from scaledl.train.sample_log import SAMPLES_DIR
+from scaledl.train.timeline import TIMELINE_NAME
 
 __all__ = ["Resume", "find_resume", "clear_old_run", "check_resumable", "tidy_run_dir",
            "JOB_KEY"]
@@ -60,13 +63,18 @@ def find_resume(config: TrainConfig, out: Path, job: str | None) -> Resume:
 
 
 def clear_old_run(out: Path) -> None:
-    """A fresh run owns its directory: an older run's checkpoints would outrank its own, and
-    its metrics would mix with the new ones."""
+    """A fresh run owns its directory: an older run's checkpoints would outrank its own, its
+    metrics would mix with the new ones, and its summary, timeline, plots and sample log would
+    stand beside them as if this run's (a run that fails before it ends writes none of its
+    own)."""
     old = list_checkpoints(out)
     for _, path in old:
         path.unlink(missing_ok=True)
-    (out / LATEST_NAME).unlink(missing_ok=True)
-    (out / METRICS_NAME).unlink(missing_ok=True)
+    outputs = [LATEST_NAME, METRICS_NAME, SUMMARY_NAME, TIMELINE_NAME,
+               *(f"{stem}.png" for stem, _, _ in PLOTS)]
+    for name in outputs:
+        (out / name).unlink(missing_ok=True)
+    shutil.rmtree(out / SAMPLES_DIR, ignore_errors=True)
     if old:
         log.info("fresh run: removed %d checkpoints of an earlier run from %s (use --resume "
                  "auto to continue a run instead)", len(old), out)
