@@ -273,6 +273,20 @@ def test_declared_shapes_are_what_the_loaders_load(tmp_path: Path) -> None:
     loads = {"digits": None, "mnist": tmp_path / "mnist", "cifar10": tmp_path / "cifar",
              "synthetic": None, "synthetic:3x75x75:7": None, "synthetic:64:5": None}
     for name, directory in loads.items():
-        dataset = load_dataset(name, directory, synthetic_size=4)
+        size = 4 if name.startswith("synthetic") else None
+        dataset = load_dataset(name, directory, synthetic_size=size)
         assert declared_shape(name) == (dataset.input_shape, dataset.num_classes), name
     assert declared_shape("npz") is None
+
+
+@pytest.mark.parametrize("name, options, told", [
+    ("digits", {"synthetic_size": 100}, "synthetic_size 100 (--synthetic-size) sizes the "
+     "synthetic data set, and digits has its own size"),
+    ("mnist", {"synthetic_size": 100}, "and mnist has its own size"),
+    ("digits", {"data_dir": "/nonexistent"}, "data_dir /nonexistent (--data-dir) names files "
+     "to read, and digits ships with scaledl"),
+    ("synthetic:64:5", {"data_dir": "/tmp"}, "and synthetic:64:5 is generated"),
+])
+def test_an_option_the_data_set_does_not_read_is_refused(
+        name: str, options: dict[str, object], told: str) -> None:
+    assert told in _error(lambda: load_dataset(name, **options))  # type: ignore[arg-type]

@@ -267,6 +267,11 @@ _LOADERS: dict[str, Callable[[DatasetRequest], ArrayDataset]] = {
 }
 
 
+_FROM_FILES = frozenset({"mnist", "fashion-mnist", "cifar10", "npz"})
+"""The data sets read from files (``data_dir``); digits ships with the package and synthetic is
+generated."""
+
+
 _SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
     "digits": ((1, 8, 8), 10), "mnist": ((1, 28, 28), 10), "fashion-mnist": ((1, 28, 28), 10),
     "cifar10": ((3, 32, 32), 10),
@@ -300,6 +305,7 @@ def load_dataset(
         raise ValueError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
     if split not in SPLITS:
         raise ValueError(f"split {split!r} is not one of {SPLITS}")
+    _check_options(name, family, data_dir, synthetic_size)
     directory = None if data_dir is None else Path(data_dir).expanduser()
     request = DatasetRequest(name.lower(), directory, split, seed, synthetic_size)
     dataset = _LOADERS[family](request)
@@ -308,3 +314,17 @@ def load_dataset(
         name, split, len(dataset), dataset.input_shape, dataset.num_classes,
     )
     return dataset
+
+
+def _check_options(name: str, family: str, data_dir: str | Path | None,
+                   synthetic_size: int | None) -> None:
+    """An option the data set would not read is refused, not ignored."""
+    if synthetic_size is not None and family != "synthetic":
+        raise ValueError(f"synthetic_size {synthetic_size} (--synthetic-size) sizes the "
+                         f"synthetic data set, and {name} has its own size; drop it, or train "
+                         "on --dataset synthetic")
+    if data_dir is not None and family not in _FROM_FILES:
+        where = "ships with scaledl" if family == "digits" else "is generated"
+        raise ValueError(f"data_dir {data_dir} (--data-dir) names files to read, and {name} "
+                         f"{where}; drop it, or name a data set read from files "
+                         f"({', '.join(sorted(_FROM_FILES))})")
