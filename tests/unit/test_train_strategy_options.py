@@ -101,3 +101,28 @@ def test_models_that_fit_their_data_pass_and_npz_waits_for_its_files() -> None:
     validate_config(_config(model="inception_v3", dataset="synthetic:3x75x75:10"), 2)
     validate_config(_config(model="resnet20", dataset="cifar10"), 2)
     validate_config(_config(model="inception_v3", dataset="npz"), 2)  # shape only in the files
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"strategy": "async-sgd", "momentum": 0.5},
+     "momentum 0.5 is not applied by async-sgd, whose update takes none; drop it (of the server "
+     "strategies, async-measgd, async-msgd apply momentum)"),
+    ({"strategy": "hogwild-easgd", "momentum": 0.3}, "not applied by hogwild-easgd"),
+    ({"strategy": "async-sgd", "bucket_mb": 1.0},
+     "bucket_mb 1.0 sizes the gradient buckets of allreduce, and async-sgd has none; drop it"),
+    ({"strategy": "reduce-broadcast", "bucket_mb": 4.0}, "reduce-broadcast has none"),
+])
+def test_a_run_value_the_strategy_does_not_read_is_refused(
+        overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        validate_config(_config(**overrides), 2)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"strategy": "async-sgd", "momentum": 0.0},  # what it does anyway (the bench passes it)
+    {"strategy": "async-sgd", "momentum": 0.9},  # the default
+    {"strategy": "async-msgd", "momentum": 0.5}, {"strategy": "local-sgd", "momentum": 0.5},
+    {"strategy": "allreduce", "bucket_mb": 1.0},
+])
+def test_run_values_the_strategy_reads_pass(overrides: dict[str, object]) -> None:
+    validate_config(_config(**overrides), 2)

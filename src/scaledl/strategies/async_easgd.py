@@ -54,6 +54,7 @@ class AsyncEASGD(ParameterServerStrategy):
     periodic = elastic = True
     options = ServerElasticOptions
     locked = True
+    applies_momentum = False
     comparison = MethodRow(90, "Async EASGD", tau=1, counterpart="async-sgd")
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
@@ -112,6 +113,7 @@ class AsyncMEASGD(AsyncEASGD):
 
     name = "async-measgd"
     keywords: ClassVar[tuple[str, ...]] = AsyncEASGD.keywords + ("momentum",)
+    applies_momentum = True
     comparison = MethodRow(100, "Async MEASGD", momentum=True, tau=1, counterpart="async-msgd")
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *,

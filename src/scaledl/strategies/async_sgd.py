@@ -42,6 +42,7 @@ class AsyncSGD(ParameterServerStrategy):
     name = "async-sgd"
     rule = "sgd"
     locked = True
+    applies_momentum = False
     comparison = MethodRow(60, "Async SGD")
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *, servers: int = 0,
@@ -95,6 +96,7 @@ class AsyncMSGD(AsyncSGD):
 
     name = "async-msgd"
     keywords: ClassVar[tuple[str, ...]] = AsyncSGD.keywords + ("momentum",)
+    applies_momentum = True
     comparison = MethodRow(70, "Async MSGD", momentum=True)
 
     def __init__(self, module: nn.Module, optimizer: Optimizer, *,

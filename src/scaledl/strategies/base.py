@@ -57,6 +57,9 @@ class Strategy(ABC):
     """Pulls the workers toward a center variable (takes ``alpha``, or ``rho``)."""
     server: ClassVar[bool] = False
     """Served by a parameter server (dedicated ranks, or threads beside rank 0)."""
+    applies_momentum: ClassVar[bool] = True
+    """Its update applies momentum (the optimizer's, or its own of that value); False where it
+    takes none, so that a ``momentum`` the user sets is refused rather than ignored."""
     keywords: ClassVar[tuple[str, ...]] = COLLECTIVE_KEYWORDS
     """The run's values the trainer passes to the constructor, besides the module, the
     optimizer and the keywords of :attr:`options` (``algorithm``, ``topology``, ``timeline``,

@@ -21,12 +21,13 @@ from scaledl.data import (
 )
 from scaledl.models import available_models, build_model
 from scaledl.strategies import Strategy, build_strategy
-from scaledl.strategies.catalogue import strategy_class
+from scaledl.strategies.catalogue import strategies, strategy_class
 from scaledl.strategies.options import ElasticOptions
 from scaledl.sync.propagation import ROOTED_ALGORITHMS
 from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology, parse_axes
-from scaledl.train.config import TrainConfig
+from scaledl.train.config import OptimConfig, TrainConfig
+from scaledl.train.parallel_config import ParallelConfig
 
 __all__ = ["validate_config", "RunParts", "build_run", "algorithms_for", "elastic_alpha"]
 
@@ -50,6 +51,25 @@ def elastic_alpha(config: TrainConfig, workers: int) -> float:
                                                                              config.optim.lr)
 
 
+def _check_run_values(config: TrainConfig) -> None:
+    """A bucket size or momentum set for a strategy that does not read it is refused, not
+    ignored (set: other than the default, as for the strategies' own options; a momentum of 0
+    says what such a strategy does, and is accepted)."""
+    cls, parallel = strategy_class(config.parallel.strategy), config.parallel
+    bucket_default = ParallelConfig.__dataclass_fields__["bucket_mb"].default
+    if parallel.bucket_mb != bucket_default and "bucket_mb" not in cls.keywords:
+        takers = [name for name in strategies() if "bucket_mb" in strategy_class(name).keywords]
+        raise ValueError(f"bucket_mb {parallel.bucket_mb} sizes the gradient buckets of "
+                         f"{', '.join(takers)}, and {cls.name} has none; drop it")
+    unset = (0.0, OptimConfig.__dataclass_fields__["momentum"].default)  # none, or the default
+    if config.optim.momentum not in unset and not cls.applies_momentum:
+        served = [name for name in strategies() if strategy_class(name).server
+                  and strategy_class(name).applies_momentum]
+        raise ValueError(f"momentum {config.optim.momentum} is not applied by {cls.name}, whose "
+                         f"update takes none; drop it (of the server strategies, "
+                         f"{', '.join(served)} apply momentum)")
+
+
 def validate_config(config: TrainConfig, workers: int) -> None:
     """Raise ``ValueError`` (one line: the value and the fix) for anything that cannot run."""
     if config.model.name not in available_models():
@@ -66,6 +86,7 @@ def validate_config(config: TrainConfig, workers: int) -> None:
     strategy = config.parallel.strategy
     strategy_class(strategy)  # a one-line error naming the known ones
     config.parallel.strategy_options().check_job(workers, config.optim.lr)
+    _check_run_values(config)
     allowed = algorithms_for(strategy, config.parallel.easgd_form or "tree")
     if config.parallel.algorithm not in allowed:
         raise ValueError(f"algorithm {config.parallel.algorithm!r} does not work with strategy "
