@@ -150,3 +150,21 @@ def test_missing_or_malformed_toml_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=str(broken)) as info:
         load_toml(broken)
     assert "\n" not in str(info.value)
+
+
+def test_without_a_bar_rank_0_logs_every_log_every_steps(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``log_every`` sets the steps between log lines when there is no progress bar, and the
+    last step is always logged."""
+    from scaledl.train.progress import LogProgress
+
+    progress = LogProgress(3)
+    progress.start(total=8, done=0)
+    with caplog.at_level("INFO", logger="scaledl.train.progress"):
+        for step in range(8):
+            progress.advance(1.0 / (step + 1), 0.5, 100.0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line.split(":")[0] for line in lines] == ["step 3/8", "step 6/8", "step 8/8"]
+    assert lines[0] == "step 3/8: loss 0.3333, accuracy 0.500, 100 samples/s"
+    with pytest.raises(ValueError, match="log_every 0 must be at least 1 step"):
+        LogProgress(0)

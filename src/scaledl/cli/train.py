@@ -61,6 +61,8 @@ _RUN_FLAGS: tuple[Flag, ...] = (
     ("min_workers", int, "go on with fewer workers, down to this many, when one does not "
                          "come back (elastic; default: all are needed)"),
     ("eval_every", int, "steps between test evaluations (default: every epoch)"),
+    ("log_every", int, "steps between log lines of loss and accuracy when there is no "
+                       "progress bar (--no-progress; default 10)"),
     ("timeout_s", float, "seconds a blocking call may take before a dead peer is reported"),
     ("synthetic_size", int, "samples of the synthetic data set"),
 )

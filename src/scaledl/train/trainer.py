@@ -41,7 +41,7 @@ from scaledl.strategies.catalogue import strategy_class
 from scaledl.train.config import TrainConfig
 from scaledl.train.metrics import METRICS_NAME, MetricsWriter, RunStats, StepTimes
 from scaledl.train.plots import plot_metrics
-from scaledl.train.progress import NoProgress, StepProgress
+from scaledl.train.progress import LogProgress, NoProgress, StepProgress
 from scaledl.train.restarts import job_id, restart_record, restart_totals
 from scaledl.train.resume import JOB_KEY, check_resumable, clear_old_run, find_resume
 from scaledl.train.sample_log import SampleLog
@@ -61,8 +61,10 @@ class Trainer:
         self.config = config
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         shown = self.rank == 0 and config.run.progress and progress is not None
-        self.progress: StepProgress = progress if shown and progress else NoProgress()
-        """Told of every step on rank 0 when ``run.progress`` is on (the CLI draws a bar)."""
+        self.progress: StepProgress = progress if shown and progress else \
+            LogProgress(config.run.log_every) if self.rank == 0 else NoProgress()
+        """Told of every step on rank 0: the CLI's bar when ``run.progress`` is on, else a log
+        line every ``run.log_every`` steps."""
         self.out = Path(config.run.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.timeline = Timeline(self.rank)
