@@ -46,6 +46,7 @@ def test_config_is_frozen() -> None:
     (ParallelConfig, "topology", "2xq"),
     (ParallelConfig, "bucket_mb", 0.0),
     (ParallelConfig, "timeout_s", -1.0),
+    (ParallelConfig, "timeout_s", 0.01),
     (RunConfig, "checkpoint_every", 0),
     (RunConfig, "log_every", 0),
     (RunConfig, "seed", -3),

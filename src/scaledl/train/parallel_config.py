@@ -16,7 +16,11 @@ from scaledl.strategies.catalogue import option_fields, option_takers, strategy_
 from scaledl.strategies.options import StrategyOptions
 from scaledl.topology import parse_axes
 
-__all__ = ["ParallelConfig", "check_types"]
+__all__ = ["ParallelConfig", "check_types", "MIN_TIMEOUT_S"]
+
+MIN_TIMEOUT_S = 1.0
+"""The shortest ``timeout_s``: below it Gloo's rendezvous and connections fail inside torch
+(a C++ stack dump at 0.01 s) before a worker could be late."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,10 @@ class ParallelConfig:
             parse_axes(self.topology)
         if not self.bucket_mb > 0:
             raise ValueError(f"bucket_mb {self.bucket_mb} must be positive, e.g. 25")
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout_s {self.timeout_s} must be positive, e.g. 60")
+        if not self.timeout_s >= MIN_TIMEOUT_S:
+            raise ValueError(f"timeout_s {self.timeout_s} is too short for workers to connect "
+                             f"and a collective to finish; give at least {MIN_TIMEOUT_S:g} s "
+                             "(default 60)")
 
 def check_types(instance: Any) -> None:
     """Raise ``ValueError`` when a field holds a value of the wrong type (TOML typos); accept
