@@ -117,6 +117,18 @@ def test_bad_output_or_port_is_refused_before_the_work(
     _refused([arg.format(**names) for arg in argv], needle.format(**names), capsys)
 
 
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--model", "gpt2"], "--model gpt2 reads token ids, and bench train feeds random float"),
+    (["--model", "bert_base", "--input-shape", "8"], "--model bert_base reads token ids"),
+    (["--model", "resnet20", "--input-shape", "3x0x5"], "--input-shape '3x0x5' is not positive"),
+    (["--model", "alexnet", "--input-shape", "3x8x8"], "alexnet needs images of at least 64x64"),
+])
+def test_bench_train_checks_its_model_before_launch(
+    no_work: None, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str,
+) -> None:
+    _refused(["bench", "train", "--workers", "2", *argv], needle, capsys)
+
+
 def test_bench_calibration_file_is_checked(
     no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

@@ -12,7 +12,6 @@ from typing import Any
 from scaledl.bench.train import TrainBenchConfig, default_input_shape
 from scaledl.cli.launch import run_distributed
 from scaledl.cli.paths import check_output_file, check_plot_file
-from scaledl.topology import parse_axes
 
 __all__ = ["add_parser", "run"]
 
@@ -39,15 +38,29 @@ def add_parser(kinds: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> TrainBenchConfig:
+    """The benchmark's job, every part checked before a worker starts: the model builds for the
+    sample shape (on the meta device: no memory, no arithmetic) and reads what the benchmark
+    feeds it, random float samples."""
+    import torch
+
     from scaledl import collectives
-    from scaledl.models import available_models
+    from scaledl.cli.simulate_checks import input_shape
+    from scaledl.models import available_models, build_model
+    from scaledl.sim.profile import TOKEN_MODELS
 
     if args.model not in available_models():
         raise ValueError(f"unknown model {args.model!r}; use one of: "
                          f"{', '.join(available_models())}")
+    if args.model in TOKEN_MODELS:
+        raise ValueError(f"--model {args.model} reads token ids, and bench train feeds random "
+                         "float samples; benchmark an image or vector model, or predict "
+                         f"{args.model} with `scaledl simulate --model {args.model}`")
     if args.algorithm != "auto":
         collectives.lookup(args.algorithm, "allreduce")
-    shape = parse_axes(args.input_shape) if args.input_shape else default_input_shape(args.model)
+    shape = input_shape(args.input_shape) if args.input_shape else \
+        default_input_shape(args.model)
+    with torch.device("meta"):
+        build_model(args.model, shape, 10)  # the model's own one-line error for the shape
     return TrainBenchConfig(args.model, shape, 10, args.batch_size, args.steps, args.warmup,
                             args.repeats, args.algorithm, args.bucket_mb)
 
