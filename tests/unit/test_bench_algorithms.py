@@ -181,6 +181,9 @@ def test_selection_and_spec_reject_bad_values() -> None:
     (["--target", "0"], "--target 0.0 must be a test accuracy in (0, 1]"),
     (["--dataset", "nope"], "unknown dataset 'nope' for --dataset"),
     (["--repeats", "0"], "--repeats 0 must be at least 1"),
+    (["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "/nonexistent/mnist"),
+    (["--dataset", "digits", "--data-dir", "/tmp"], "data_dir /tmp (--data-dir) names files"),
+    (["--dataset", "auto", "--data-dir", "/nonexistent/f"], "no Fashion-MNIST files there"),
 ])
 def test_cli_bad_input_is_one_line(args: list[str], message: str,
                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -188,3 +191,20 @@ def test_cli_bad_input_is_one_line(args: list[str], message: str,
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("scaledl: error: ") and message in err[0]
+
+
+def test_a_data_dir_reaches_every_run_and_its_files_are_read_first(tmp_path: Path) -> None:
+    """The data set loads before any run starts, from ``--data-dir``, which every method's
+    ``scaledl train`` then gets."""
+    from scaledl.bench.methods import check_loads
+    from tests.unit.test_datasets import _write_mnist
+
+    with pytest.raises(ValueError, match="--data-dir"):
+        check_loads(BenchSpec(workers=2, dataset="mnist"))
+    _write_mnist(tmp_path)
+    _write_mnist(tmp_path, "t10k")
+    spec = BenchSpec(workers=2, dataset="mnist", data_dir=str(tmp_path))
+    check_loads(spec)
+    args = train_command(METHODS["async-sgd"], spec, Path("out"))
+    assert args[args.index("--data-dir") + 1] == str(tmp_path)
+    assert "--data-dir" not in train_command(METHODS["async-sgd"], SPEC, Path("out"))

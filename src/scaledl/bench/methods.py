@@ -121,6 +121,8 @@ class BenchSpec:
     eval_every: int = 50
     target: float = 0.9
     timeout_s: float = 600.0
+    data_dir: str | None = None
+    """Where the data set's files are (``scaledl train --data-dir``); None: its default."""
 
     def __post_init__(self) -> None:
         if self.workers < 2:
@@ -189,6 +191,8 @@ def train_command(method: Method, spec: BenchSpec, out: Path) -> list[str]:
         "--seed", str(spec.seed), "--eval-every", str(spec.eval_every),
         "--out", str(out), "--no-progress",
     ]
+    if spec.data_dir is not None:
+        args += ["--data-dir", spec.data_dir]
     if method.needs_server:
         args += ["--servers", "1"]
     if method.tau is not None:
@@ -198,20 +202,34 @@ def train_command(method: Method, spec: BenchSpec, out: Path) -> list[str]:
     return args
 
 
-def resolve_dataset(name: str) -> str:
-    """``auto``: Fashion-MNIST when its files load, else digits; other names are checked."""
+def resolve_dataset(name: str, data_dir: str | None = None) -> str:
+    """``auto``: Fashion-MNIST when its files load (from ``data_dir`` if given), else digits;
+    other names are checked (:func:`check_loads` reads them)."""
     from scaledl.data import available_datasets, load_dataset
 
     if name == "auto":
         try:
-            load_dataset("fashion-mnist", None, "test", 0)
+            load_dataset("fashion-mnist", data_dir, "test", 0)
         except ValueError:
+            if data_dir is not None:
+                raise ValueError(f"--dataset auto with --data-dir {data_dir}: no Fashion-MNIST "
+                                 "files there; name the data set of those files with "
+                                 "--dataset") from None
             return "digits"
         return "fashion-mnist"
     if name.split(":")[0] not in available_datasets():
         raise ValueError(f"unknown dataset {name!r} for --dataset; use auto or one of: "
                          f"{', '.join(available_datasets())}")
     return name
+
+
+def check_loads(spec: BenchSpec) -> None:
+    """Both splits of the spec's data set load, before any run starts: otherwise every run
+    would fail alike (its own one-line error, e.g. MNIST's files missing: ``--data-dir``)."""
+    from scaledl.data import load_dataset
+
+    for split in ("train", "test"):
+        load_dataset(spec.dataset, spec.data_dir, split, spec.seed)
 
 
 def check_model(name: str) -> str:

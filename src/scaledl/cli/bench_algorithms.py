@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from scaledl.bench.methods import (
-    METHODS, BenchSpec, available_methods, check_model, default_target, resolve_dataset,
-    select_methods,
+    METHODS, BenchSpec, available_methods, check_loads, check_model, default_target,
+    resolve_dataset, select_methods,
 )
 from scaledl.bench.methods_report import COLUMNS, table_row
 from scaledl.bench.methods_result import MethodResult
@@ -42,6 +42,8 @@ def add_parser(kinds: Any) -> None:
     p.add_argument("--dataset", default="auto",
                    help="auto (fashion-mnist when installed, else digits), digits, "
                         "fashion-mnist, ...")
+    p.add_argument("--data-dir", default=None,
+                   help="where the data set's files are (mnist, fashion-mnist, cifar10, npz)")
     p.add_argument("--model", default="mlp", help="model name (default mlp)")
     p.add_argument("--batch-size", type=int, default=32, help="samples per worker per step")
     p.add_argument("--lr", type=float, default=0.05, help="learning rate (default 0.05)")
@@ -70,13 +72,16 @@ def build_spec(args: argparse.Namespace) -> BenchSpec:
     if args.repeats < 1:
         raise ValueError(f"--repeats {args.repeats} must be at least 1")
     model = check_model(args.model)
-    dataset = resolve_dataset(args.dataset)
+    dataset = resolve_dataset(args.dataset, args.data_dir)
     target = default_target(dataset) if args.target is None else args.target
-    return BenchSpec(
+    spec = BenchSpec(
         workers=args.workers, epochs=args.epochs, dataset=dataset, model=model,
         batch_size=args.batch_size, lr=args.lr, momentum=args.momentum, seed=args.seed,
         eval_every=args.eval_every, target=target, timeout_s=args.timeout,
+        data_dir=args.data_dir,
     )
+    check_loads(spec)
+    return spec
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
