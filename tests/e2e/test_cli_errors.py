@@ -89,6 +89,7 @@ def test_train_out_that_cannot_be_a_run_directory(
 
 
 OUTPUT_CASES = [
+    (["bench", "collectives", "--p2p-bytes", "0"], "--p2p-bytes 0 must be at least 1 byte"),
     (["bench", "collectives", "--json", "{dir}"], "--json {dir} is a directory"),
     (["bench", "collectives", "--plot", "{dir}"], "--plot {dir} is a directory"),
     (["bench", "collectives", "--json", "{under_file}"], "which is a file"),

@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from scaledl.bench.collectives import DTYPES, BenchConfig, select_algorithms
+from scaledl.bench.collectives import DEFAULT_ALGORITHMS, DTYPES, BenchConfig, select_algorithms
 from scaledl.bench.report import (
     BenchReport, Measurement, format_bytes, header_lines, native_ratios,
 )
@@ -82,9 +82,10 @@ def add_parser(kinds: Any) -> None:
     p.add_argument("--collectives", default="allreduce",
                    help=f"comma list of {', '.join(c.value for c in Collective)}")
     p.add_argument("--algorithms", default=None,
-                   help="comma list, or 'all' (every one but auto); default ring, multiring, "
-                        f"halving_doubling, native (tree, chain, native for broadcast and "
-                        f"reduce); choices: {names}")
+                   help="comma list, or 'all' (every one but auto); default "
+                        f"{', '.join(DEFAULT_ALGORITHMS)} (tree and chain instead of the first "
+                        f"three for broadcast and reduce; shm only inside one host); choices: "
+                        f"{names}")
     p.add_argument("--min-bytes", default="4K", help="smallest message, e.g. 4K (default)")
     p.add_argument("--max-bytes", default="256M", help="largest message, e.g. 256M (default)")
     p.add_argument("--step-factor", type=int, default=4, help="size multiplier per step")
@@ -114,6 +115,8 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     sizes = message_sizes(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes),
                           args.step_factor)
     chunk = parse_bytes(args.chunk_bytes) if args.chunk_bytes is not None else None
+    if parse_bytes(args.p2p_bytes) < 1:
+        raise ValueError(f"--p2p-bytes {args.p2p_bytes} must be at least 1 byte (default 64M)")
     config = BenchConfig(
         algorithms=algorithms, sizes=tuple(sizes), dtype=args.dtype, iters=args.iters,
         warmup=args.warmup, target_seconds=args.target_seconds, topology=args.topology,

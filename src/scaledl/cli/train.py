@@ -93,7 +93,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar")
     parser.add_argument("--log-samples", dest="log_samples", action="store_true", default=None,
-                        help="write every step's sample indices to samples/rank-N.jsonl")
+                        help="write every step's sample indices to samples/rank-NNNNN.jsonl")
     parser.add_argument("--inject-fault", dest="inject_fault", default=None, metavar="SPEC",
                         help=f"rehearse a failure, e.g. rank:1,step:5,kind:crash (sets "
                              f"{FAULT_ENV}; see docs/reliability.md)")

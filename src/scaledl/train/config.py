@@ -131,7 +131,7 @@ class RunConfig:
     """Go on with fewer workers, down to this many, when one does not come back (elastic);
     ``None``: the job needs all its workers."""
     log_samples: bool = False
-    """Write every step's sample indices to ``samples/rank-N.jsonl`` (data coverage audit)."""
+    """Write every step's sample indices to ``samples/rank-NNNNN.jsonl`` (data coverage audit)."""
     eval_every: int | None = None
     """Steps between evaluations of the test accuracy; ``None`` evaluates once per epoch."""
     log_every: int = 10
