@@ -14,6 +14,11 @@ from scaledl.files import write_files
 from tests.helpers_cli import one_error
 
 
+MLP_PROFILE = str(Path(__file__).resolve().parents[2] / "benchmarks" / "sim_validation" / "raw"
+                  / "profile-mlp.json")
+"""A CPU profile this project measured (the MLP on the 2-core VM)."""
+
+
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert main(argv) == 2
     return one_error(capsys)
@@ -31,6 +36,18 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["--tau", "5"], "--tau 5 applies to the EASGD strategies"),
     (["--topology", ""], "topology '' is not a list of positive integers"),
     (["--topology", "", "--gpus", "4"], "topology '' is not a list of positive integers"),
+    (["--ideal", "--device", "cpu", "--cores", "2"], "--cores 2 does not apply to --ideal"),
+    (["--ideal", "--socket-bandwidth", "2"], "--socket-bandwidth 2.0 does not apply to --ideal"),
+    (["--device", "p100", "--gpus", "16", "--cores", "2"],
+     "--cores 2 prices ranks that share one machine's CPU cores"),
+    (["--calibration", "c.json", "--intra", "nvlink2"],
+     "--intra nvlink2 names a preset link, and --calibration c.json replaces the links"),
+    (["--calibration", "c.json", "--uplink", "10gbe", "--topology", "2x2x2", "--gpus", "8"],
+     "--uplink 10gbe names a preset link"),
+    (["--profile", MLP_PROFILE, "--ideal"],
+     "--ideal prices FLOPs at a constant rate and would not read the profile"),
+    (["--profile", MLP_PROFILE, "--device", "knl"],
+     "--device knl but the profile"),
 ])
 def test_options_the_model_would_ignore_or_cannot_take_are_refused(
         options: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,3 +168,27 @@ def test_options_a_strategy_has_no_use_for_are_refused(
 def test_a_cpu_preset_runs_ranks_not_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--device", "knl", "--gpus", "8", "--topology", "4x2"]) == 0
     assert "resnet50 x 8 knl ranks," in capsys.readouterr().out
+
+
+def test_the_published_check_is_allreduces_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every published efficiency point is an allreduce job: a prediction of another strategy
+    has none to be checked against, and says so rather than borrow allreduce's."""
+    args = ["simulate", "--gpus", "16", "--device", "v100", "--compute-time", "0.1"]
+    assert main([*args, "--strategy", "easgd"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "published check      none for easgd: every published efficiency point is an allreduce "
+        "job (docs/simulation.md)")
+    assert main(args) == 0
+    assert "published points like this one" in capsys.readouterr().out
+
+
+def test_one_ranks_update_is_not_stretched_by_shared_cores(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The one-rank baseline has a core of its own, and so does the update it includes."""
+    args = ["simulate", "--profile", MLP_PROFILE, "--gpus", "2", "--batch", "64", "--network",
+            "1gbit"]
+    assert main(args) == 0
+    alone = capsys.readouterr().out.splitlines()[2]
+    assert main([*args, "--cores", "1"]) == 0
+    shared = capsys.readouterr().out.splitlines()[2]
+    assert alone.split("(one rank: ")[1] == shared.split("(one rank: ")[1]

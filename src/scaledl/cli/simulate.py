@@ -77,7 +77,8 @@ def _job_options(p: argparse.ArgumentParser) -> None:
                         "fp16 compression hook, Horovod's Compression.fp16)")
     p.add_argument("--accumulation", type=int, default=1, metavar="N",
                    help="micro-batches of --batch per optimizer step (gradient accumulation: "
-                        "one allreduce after the last); the iteration is the whole step")
+                        "one allreduce after the last); the iteration is the whole step, and "
+                        "--compute-time one micro-batch's")
     p.add_argument("--channels-last", action="store_true",
                    help="the model runs on NHWC tensors (torch.channels_last): no transposes "
                         "around convolutions on tensor-core presets ("
@@ -91,7 +92,8 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-overlap", action="store_true",
                    help="communicate after backward (allreduce) / after compute (sync-easgd)")
     p.add_argument("--compute-time", type=float, default=None,
-                   help="measured forward+backward seconds per iteration on one GPU")
+                   help="measured forward+backward seconds of one --batch on one GPU (per "
+                        "micro-batch with --accumulation)")
     p.add_argument("--device-efficiency", type=float, default=None,
                    help="fraction of the device's peak FLOP/s training achieves (of its "
                         "mixed-precision peak with --mixed-precision)")

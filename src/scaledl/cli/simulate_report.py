@@ -70,6 +70,9 @@ def published_check(job: Job, efficiency: float, like: str = "this one"
     if job.topology_value().world_size == 1:
         return (f"published check      none: on one {units_of(job)[:-1]}, scaling efficiency "
                 "is 100% by definition", None)
+    if job.strategy != "allreduce":
+        return (f"published check      none for {job.strategy}: every published efficiency "
+                "point is an allreduce job (docs/simulation.md)", None)
     found = band(job)
     measured = job.compute_time is not None or job.profile_path is not None
     return (format_band(found, efficiency, job.device, like, measured),

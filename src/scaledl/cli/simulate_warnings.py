@@ -21,7 +21,7 @@ def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
     """Say so when every rank is on one host and they outnumber ``--cores``: there the
     shared-memory allreduce measured 2.4-17x the model's price (docs/simulation.md,
     "Validation here"), which is not modelled."""
-    if len(topology.axes) == 1 and job.contention(topology.world_size) > 1.0:
+    if topology.num_nodes == 1 and job.contention(topology.world_size) > 1.0:
         print(f"scaledl: warning: {topology.world_size} ranks share {job.cores} cores on one "
               "host, where this project measured the shared-memory allreduce at 2.4-17x the "
               "model's price (docs/simulation.md, \"Validation here\"); the communication "

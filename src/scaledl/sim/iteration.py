@@ -85,6 +85,8 @@ class IterationResult:
     compute_s: float
     """Forward plus backward on one GPU."""
     update_s: float
+    """The optimizer step of one GPU (of one rank with a core of its own where ranks share
+    cores: :func:`scaledl.sim.job_result.against_one_rank`)."""
     communication_s: float
     """Time collectives are busy per iteration (overlapped or not)."""
     exposed_s: float

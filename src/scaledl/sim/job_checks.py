@@ -107,6 +107,15 @@ def check_job(job: Job) -> None:
                          "GB/s > 0 (for RDMA, name an RDMA network such as 25gbe-roce)")
     if job.cores is not None and job.cores < 1:
         raise ValueError(f"--cores {job.cores} must be >= 1")
+    if job.cores is not None and device(job.device).is_gpu:
+        raise ValueError(f"--cores {job.cores} prices ranks that share one machine's CPU cores "
+                         f"(a cluster emulated with --device cpu), and {job.device} ranks are "
+                         "GPUs; drop it")
+    for option, preset in (("--intra", job.intra), ("--uplink", job.uplink)):
+        if job.calibration is not None and preset is not None:
+            raise ValueError(f"{option} {preset} names a preset link, and --calibration "
+                             f"{job.calibration} replaces the links with its fitted ones; drop "
+                             f"{option} (or --calibration)")
     if job.input_rate is not None and not 0 < job.input_rate < math.inf:
         raise ValueError(f"--input-rate {job.input_rate} must be a finite number of "
                          "samples per second > 0")
@@ -121,14 +130,19 @@ def check_job(job: Job) -> None:
 
 
 def _check_profile_device(job: Job) -> None:
-    """A measured profile's times are its device's: a CPU profile predicts CPU ranks (cpu,
-    knl), a CUDA one the GPU presets that name its GPU (any GPU preset when none does), never
-    silently another device's (``scaledl simulate`` defaults ``--device`` to the profile's)."""
+    """A measured profile's times are its device's: a CPU profile predicts cpu ranks (not
+    knl's, whose preset is another CPU), a CUDA one the GPU presets that name its GPU (any GPU
+    preset when none does), never silently another device's (``scaledl simulate`` defaults
+    ``--device`` to the profile's).  ``--ideal`` prices FLOPs, not a profile's times: refused
+    beside one."""
+    if job.ideal:
+        raise ValueError(f"--ideal prices FLOPs at a constant rate and would not read the "
+                         f"profile {job.profile_path}; drop one of them")
     measured = job.measured()
     assert measured is not None
     dev, named = device(job.device), measured.device_presets()
     if measured.on_cpu:
-        fits, where = not dev.is_gpu, "a CPU"
+        fits, where = dev.name in named, "a CPU"
     else:
         gpu = str(measured.device.get("name", "an unnamed GPU"))
         fits = dev.name in named if named else dev.is_gpu
@@ -146,7 +160,9 @@ def _check_ideal(job: Job) -> None:
     """The ideal model has no input pipeline and no negotiation cycle: options that set them
     would be ignored, so they are refused."""
     for option, value, lacks in (("--input-rate", job.input_rate, "input pipeline"),
-                                 ("--cycle-ms", job.cycle_ms, "negotiation cycle")):
+                                 ("--cycle-ms", job.cycle_ms, "negotiation cycle"),
+                                 ("--cores", job.cores, "shared cores"),
+                                 ("--socket-bandwidth", job.socket_gbps, "host TCP cost")):
         if value is not None:
             raise ValueError(f"{option} {value} does not apply to --ideal: the ideal model has "
                              f"no {lacks} (drop one of them)")

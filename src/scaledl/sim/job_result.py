@@ -13,12 +13,12 @@ __all__ = ["against_one_rank", "fed_by_pipeline"]
 def against_one_rank(result: IterationResult, stretch: float) -> IterationResult:
     """``result`` against one rank with a core of its own: where ranks share cores, its compute
     and update were stretched by ``stretch``, and the one-GPU baseline (which has a core to
-    itself) is not; the difference is ``timeshare_s``."""
+    itself) is not, nor the update it includes; the difference is ``timeshare_s``."""
     if stretch == 1.0:
         return result
     single = result.single_gpu_s / stretch
     return replace(result, single_gpu_s=single, exposed_s=result.iteration_s - single,
-                   timeshare_s=result.single_gpu_s - single)
+                   timeshare_s=result.single_gpu_s - single, update_s=result.update_s / stretch)
 
 
 def fed_by_pipeline(result: IterationResult, ranks_per_host: int,
