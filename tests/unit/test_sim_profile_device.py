@@ -80,3 +80,18 @@ def test_either_a100_preset_takes_an_80gb_profile(tmp_path: Path) -> None:
     path = _on_gpu(tmp_path, "NVIDIA A100-SXM4-80GB")
     for name in ("a100-80gb", "a100"):
         Job(model="mlp", device=name, gpus=4, profile_path=path).check()
+
+
+def test_a_profile_measured_at_mixed_precision_is_checked_against_mixed_points(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The precision and layout a profile was measured in are the job's: the header says so and
+    the published check draws on mixed-precision points, though --mixed-precision itself is
+    refused beside --profile."""
+    amp = ROOT / "device" / "h200-2026-11-26" / "rate-resnet50-amp.json"
+    assert main(["simulate", "--profile", str(amp), "--gpus", "16", "--batch", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "channels last, mixed precision" in out.splitlines()[0]
+    assert "(convolutional, mixed precision)" in out
+    assert main(["simulate", "--profile", str(H100), "--gpus", "16", "--batch", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "mixed precision" not in out.splitlines()[0] and "full precision" in out

@@ -273,14 +273,15 @@ def run(args: argparse.Namespace) -> int:
     job.losses()
     model = "ideal model" if job.ideal else f"stack {job.losses().stack.name}"
     source = f", profile {job.profile_path}" if job.profile_path else ""
+    mixed, nhwc = (measured.mixed_precision, measured.channels_last) if measured else (False, False)
     sockets = (f" (TCP sockets {1e-9 / network.cpu_beta:.2f} GB/s per thread)"
                if network.cpu_beta > 0 and not network.tcp_inside else "")
     head = (f"{profile.name} x {report.counted(job.gpus, _units(job), job.device)}, "
             f"topology {topology.spec}, "
             f"{job.strategy}/{job.algorithm}, network {network.name}{sockets}, "
             f"batch {job.batch}/{_units(job)[:-1]}{_micro(job.accumulation)}"
-            f"{', channels last' if job.channels_last else ''}"
-            f"{', mixed precision' if job.mixed_precision else ''}, {model}{source}")
+            f"{', channels last' if job.channels_last or nhwc else ''}"
+            f"{', mixed precision' if job.mixed_precision or mixed else ''}, {model}{source}")
     if not args.sweep:
         result = job.run(topology, profile, network)
         lines, check = report.published_check(job, result.efficiency)

@@ -101,6 +101,16 @@ class MeasuredProfile:
         """Measured on a CPU (else on CUDA)."""
         return self.device.get("type") == "cpu"
 
+    @property
+    def mixed_precision(self) -> bool:
+        """Measured under autocast (``simulate profile --mixed-precision``)."""
+        return self.device.get("precision", "float32") in ("float16", "bfloat16")
+
+    @property
+    def channels_last(self) -> bool:
+        """Measured on NHWC tensors (``simulate profile --channels-last``)."""
+        return self.device.get("memory_format") == "channels_last"
+
     def device_presets(self) -> tuple[str, ...]:
         """The device presets of the device it was measured on: ``cpu`` for a CPU, the GPU
         presets whose GPU CUDA named (most specific first), none for a GPU no preset is."""

@@ -130,8 +130,10 @@ def traits(job: Job) -> Traits:
     model = job.model.lower()
     kind = ("transformer" if model in TOKEN_MODELS
             else "multilayer perceptron" if model == "mlp" else "convolutional")
+    measured = job.measured()  # a profile's precision is the one it was measured in
+    mixed = job.mixed_precision or (measured is not None and measured.mixed_precision)
     return Traits(gpu=job.device.lower().split("-")[0], kind=kind,
-                  precision="mixed" if job.mixed_precision else "full",
+                  precision="mixed" if mixed else "full",
                   reach="several hosts" if hosts > 1 else "one host")
 
 
