@@ -88,7 +88,7 @@ def test_horovods_tcp_runs_are_slower_than_its_rdma_runs_by_the_socket_cost() ->
     (62.5%): the model now tells them apart, and the TCP run with its host cost is slower than
     the same run on the RDMA preset's latency alone."""
     tcp = Job(model="vgg16", gpus=16, topology="4x4", algorithm="ring", device="p100",
-              network="25gbe", intra="pcie3", batch=64, bucket_mb=64.0, stack="horovod",
+              network="25gbe", intra="pcie3", batch=64, stack="horovod",
               compute_time=64 / 130.9)
     rdma = replace(tcp, network="25gbe-roce")
     no_cpu = tcp.run(network=replace(tcp.network_value(), cpu_beta=0.0))

@@ -8,7 +8,7 @@ from pathlib import Path
 from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
 from scaledl.sim.iteration import IterationResult, accumulated, simulate_iteration, timing_of
-from scaledl.sim.job_checks import check_job, simulated_algorithms
+from scaledl.sim.job_checks import BUCKET_MB, check_job, simulated_algorithms
 from scaledl.sim.job_network import job_network
 from scaledl.sim.job_result import against_one_rank, fed_by_pipeline
 from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
@@ -78,7 +78,7 @@ class Job:
     uplink: str | None = None
     oversubscription: float = 1.0
     batch: int = 32
-    bucket_mb: float = 25.0
+    bucket_mb: float = BUCKET_MB
     """Gradient bucket size, MiB (DDP's ``bucket_cap_mb``); a stack with a negotiation cycle
     fuses at ``fusion_mb`` instead."""
     tau: int = 1

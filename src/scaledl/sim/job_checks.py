@@ -18,7 +18,10 @@ from scaledl.sim.presets import DEVICES, device
 if TYPE_CHECKING:
     from scaledl.sim.job import Job
 
-__all__ = ["check_job", "simulated_algorithms", "MAX_GPUS"]
+__all__ = ["check_job", "simulated_algorithms", "MAX_GPUS", "BUCKET_MB"]
+
+BUCKET_MB = 25.0
+"""``Job.bucket_mb``'s default (DDP's ``bucket_cap_mb``): another value is a bucket size set."""
 
 MAX_GPUS = 4096
 """The most GPUs ``scaledl simulate`` replays: every rank's schedule is replayed, in time and
@@ -125,8 +128,27 @@ def check_job(job: Job) -> None:
                                        ("--fusion-mb", job.fusion_mb, "MiB", False)):
         if value is not None:
             _check_cycle_option(job, option, value, unit, zero)
+    _check_buckets(job, timing.name == "bucketed")
     if job.profile_path is not None:
         _check_profile_device(job)
+
+
+def _check_buckets(job: Job, bucketed: bool) -> None:
+    """Buckets, and Horovod's cycle and fusion buffer, shape allreduce's gradient reductions
+    only; on a stack with a cycle the fusion buffer replaces the buckets.  Set where nothing
+    reads them, they are refused."""
+    given = [(option, value) for option, value in (
+        ("--bucket-mb", None if job.bucket_mb == BUCKET_MB else job.bucket_mb),
+        ("--cycle-ms", job.cycle_ms), ("--fusion-mb", job.fusion_mb)) if value is not None]
+    if given and not bucketed:
+        option, value = given[0]
+        raise ValueError(f"{option} {value} shapes allreduce's gradient reductions, and "
+                         f"{job.strategy} has none of them; drop it")
+    if given and given[0][0] == "--bucket-mb" and not job.ideal and \
+            stack(job.stack_name()).cycle is not None:
+        raise ValueError(f"--bucket-mb {job.bucket_mb}: stack {job.stack_name()!r} fuses "
+                         "gradients in its fusion buffer instead of buckets; drop it (or set "
+                         "the buffer with --fusion-mb)")
 
 
 def _check_profile_device(job: Job) -> None:
