@@ -151,8 +151,17 @@ def test_calibrate_reports_a_failed_write_in_one_line(
 @pytest.mark.parametrize("options,message", [
     (["--gpus", "12", "--topology", "4x3", "--algorithm", "shm"],
      "spans 3 hosts; use ring, tree, ..., or shm inside a level"),
-    (["--gpus", "64", "--topology", "4x16", "--uplink", "100mbit"], "has no rack axis"),
-    (["--gpus", "64", "--topology", "4x16", "--oversubscription", "4"], "has no rack axis"),
+    (["--gpus", "64", "--topology", "4x16", "--uplink", "100mbit"], "has no two racks"),
+    (["--gpus", "64", "--topology", "4x16", "--oversubscription", "4"], "has no two racks"),
+    (["--gpus", "4", "--topology", "4x1x1", "--uplink", "10gbe", "--oversubscription", "8"],
+     "topology 4x1x1 has no two racks"),
+    (["--gpus", "4", "--network", "10gbe", "--inter-bandwidth", "0.001"],
+     "--inter-bandwidth 0.001 prices the links between hosts, and topology 4 is one host"),
+    (["--gpus", "8", "--topology", "8x1", "--inter-latency", "100000"], "is one host"),
+    (["--gpus", "16", "--network", "ib-edr", "--socket-bandwidth", "0.01"],
+     "--socket-bandwidth 0.01 prices bytes through TCP sockets, and p100 GPUs on ib-edr"),
+    (["--gpus", "16", "--compute-time", "0.1", "--device-efficiency", "0.1"],
+     "--device-efficiency 0.1 prices compute from FLOPs, and --compute-time gives it"),
 ])
 def test_options_the_topology_cannot_honour_are_refused(
         options: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

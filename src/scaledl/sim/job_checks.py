@@ -13,7 +13,7 @@ from scaledl.collectives.schedule import Collective
 from scaledl.sim.iteration import timing_of
 from scaledl.sim.timings import timing_model
 from scaledl.sim.losses import stack
-from scaledl.sim.presets import DEVICES, device
+from scaledl.sim.presets import DEVICES, TCP_LINKS, device, link
 
 if TYPE_CHECKING:
     from scaledl.sim.job import Job
@@ -100,11 +100,7 @@ def check_job(job: Job) -> None:
     if job.allreduce_bytes != 4 and not timing.gradients:
         raise ValueError(f"--allreduce-dtype puts gradients on the wire at 2 bytes; "
                          f"{job.strategy} exchanges weights, not gradients (drop it)")
-    rack = job.uplink is not None or job.oversubscription != 1.0
-    if rack and len(job.topology_value().axes) < 3:
-        raise ValueError(f"--uplink and --oversubscription price the links between racks, and "
-                         f"topology {job.topology_value().spec} has no rack axis; give a third "
-                         "axis (GPUs per host x hosts per rack x racks, e.g. 4x8x2)")
+    _check_links(job)
     if job.socket_gbps is not None and not 0 < job.socket_gbps < math.inf:
         raise ValueError(f"--socket-bandwidth {job.socket_gbps} must be a finite number of "
                          "GB/s > 0 (for RDMA, name an RDMA network such as 25gbe-roce)")
@@ -131,6 +127,35 @@ def check_job(job: Job) -> None:
     _check_buckets(job, timing.name == "bucketed")
     if job.profile_path is not None:
         _check_profile_device(job)
+
+
+def _check_links(job: Job) -> None:
+    """Link options that price links the job does not have are refused: the rack uplink
+    without two racks, the inter-host link on one host, a socket rate where no byte goes
+    through a socket (RDMA between GPU hosts), a device efficiency that measured compute
+    replaces."""
+    axes = job.topology_value().axes
+    rack = job.uplink is not None or job.oversubscription != 1.0
+    if rack and (len(axes) < 3 or axes[2] < 2):
+        raise ValueError(f"--uplink and --oversubscription price the links between racks, and "
+                         f"topology {job.topology_value().spec} has no two racks; give a third "
+                         "axis of 2 or more (GPUs per host x hosts per rack x racks, e.g. 4x8x2)")
+    inter = (("--inter-bandwidth", job.inter_gbps), ("--inter-latency", job.inter_latency_us))
+    for option, value in inter:
+        if value is not None and job.topology_value().num_nodes == 1:
+            raise ValueError(f"{option} {value} prices the links between hosts, and topology "
+                             f"{job.topology_value().spec} is one host; drop it (or give "
+                             "--topology several hosts)")
+    if (job.socket_gbps is not None and job.calibration is None and device(job.device).is_gpu
+            and link(job.network).name not in TCP_LINKS):
+        raise ValueError(f"--socket-bandwidth {job.socket_gbps} prices bytes through TCP "
+                         f"sockets, and {job.device} GPUs on {job.network} move them by RDMA; "
+                         f"drop it (or name a TCP network: {', '.join(sorted(TCP_LINKS))})")
+    measured = "--compute-time" if job.compute_time is not None else \
+        "--profile" if job.profile_path is not None else None
+    if job.efficiency is not None and measured is not None:
+        raise ValueError(f"--device-efficiency {job.efficiency} prices compute from FLOPs, and "
+                         f"{measured} gives it measured; drop one of them")
 
 
 def _check_buckets(job: Job, bucketed: bool) -> None:
