@@ -188,7 +188,7 @@ def test_cifar10_bad_size_and_missing(tmp_path: Path) -> None:
 
 
 # -- npz ------------------------------------------------------------------------------------------
-def test_npz_file_and_directory(tmp_path: Path) -> None:
+def test_npz_file_and_directory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rng = np.random.default_rng(0)
     features = rng.normal(5, 3, size=(50, 6))
     np.savez(tmp_path / "train.npz", x=features, y=np.arange(50) % 3)
@@ -198,8 +198,11 @@ def test_npz_file_and_directory(tmp_path: Path) -> None:
     assert abs(train.features.mean().item()) < 1e-5
     test = load_dataset("npz", tmp_path, split="test")
     assert test.num_classes == 4 and torch.allclose(test.features, train.features[:10])
+    assert "also the test split" not in caplog.text
     single = load_dataset("npz", tmp_path / "train.npz", split="test")
     assert torch.equal(single.features, train.features)
+    assert "is one file, so it is also the test split: the test accuracy is measured on the " \
+        "training samples" in caplog.text  # said, since it is what the accuracy means
 
 
 def test_npz_uint8_images_and_bad_arrays(tmp_path: Path) -> None:

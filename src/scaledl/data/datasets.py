@@ -224,6 +224,10 @@ def _npz_paths(request: DatasetRequest) -> tuple[Path, Path]:
             "train.npz and test.npz"
         )
     if not source.is_dir():
+        if request.split == "test":
+            logger.warning("npz %s is one file, so it is also the test split: the test accuracy "
+                           "is measured on the training samples (give a directory with "
+                           "train.npz and test.npz for a held-out one)", source)
         return source, source
     path = source / f"{request.split}.npz"
     if not path.is_file():
