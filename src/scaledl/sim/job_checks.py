@@ -100,21 +100,12 @@ def check_job(job: Job) -> None:
     if job.allreduce_bytes != 4 and not timing.gradients:
         raise ValueError(f"--allreduce-dtype puts gradients on the wire at 2 bytes; "
                          f"{job.strategy} exchanges weights, not gradients (drop it)")
-    _check_links(job)
+    _check_unread(job)
     if job.socket_gbps is not None and not 0 < job.socket_gbps < math.inf:
         raise ValueError(f"--socket-bandwidth {job.socket_gbps} must be a finite number of "
                          "GB/s > 0 (for RDMA, name an RDMA network such as 25gbe-roce)")
     if job.cores is not None and job.cores < 1:
         raise ValueError(f"--cores {job.cores} must be >= 1")
-    if job.cores is not None and device(job.device).is_gpu:
-        raise ValueError(f"--cores {job.cores} prices ranks that share one machine's CPU cores "
-                         f"(a cluster emulated with --device cpu), and {job.device} ranks are "
-                         "GPUs; drop it")
-    for option, preset in (("--intra", job.intra), ("--uplink", job.uplink)):
-        if job.calibration is not None and preset is not None:
-            raise ValueError(f"{option} {preset} names a preset link, and --calibration "
-                             f"{job.calibration} replaces the links with its fitted ones; drop "
-                             f"{option} (or --calibration)")
     if job.input_rate is not None and not 0 < job.input_rate < math.inf:
         raise ValueError(f"--input-rate {job.input_rate} must be a finite number of "
                          "samples per second > 0")
@@ -129,11 +120,20 @@ def check_job(job: Job) -> None:
         _check_profile_device(job)
 
 
-def _check_links(job: Job) -> None:
-    """Link options that price links the job does not have are refused: the rack uplink
-    without two racks, the inter-host link on one host, a socket rate where no byte goes
-    through a socket (RDMA between GPU hosts), a device efficiency that measured compute
-    replaces."""
+def _check_unread(job: Job) -> None:
+    """Options that price what the job does not have are refused: the rack uplink without two
+    racks, the inter-host link on one host, a socket rate where no byte goes through a socket
+    (RDMA between GPU hosts), preset links that a calibration replaces, shared cores on GPUs,
+    a device efficiency that measured compute replaces."""
+    if job.cores is not None and device(job.device).is_gpu:
+        raise ValueError(f"--cores {job.cores} prices ranks that share one machine's CPU cores "
+                         f"(a cluster emulated with --device cpu), and {job.device} ranks are "
+                         "GPUs; drop it")
+    for option, preset in (("--intra", job.intra), ("--uplink", job.uplink)):
+        if job.calibration is not None and preset is not None:
+            raise ValueError(f"{option} {preset} names a preset link, and --calibration "
+                             f"{job.calibration} replaces the links with its fitted ones; drop "
+                             f"{option} (or --calibration)")
     axes = job.topology_value().axes
     rack = job.uplink is not None or job.oversubscription != 1.0
     if rack and (len(axes) < 3 or axes[2] < 2):
@@ -169,8 +169,7 @@ def _check_buckets(job: Job, bucketed: bool) -> None:
         option, value = given[0]
         raise ValueError(f"{option} {value} shapes allreduce's gradient reductions, and "
                          f"{job.strategy} has none of them; drop it")
-    if given and given[0][0] == "--bucket-mb" and not job.ideal and \
-            stack(job.stack_name()).cycle is not None:
+    if job.bucket_mb != BUCKET_MB and not job.ideal and stack(job.stack_name()).cycle is not None:
         raise ValueError(f"--bucket-mb {job.bucket_mb}: stack {job.stack_name()!r} fuses "
                          "gradients in its fusion buffer instead of buckets; drop it (or set "
                          "the buffer with --fusion-mb)")
