@@ -48,6 +48,24 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "published points like the 16-GPU job (" in capsys.readouterr().out
 
 
+def test_json_job_block_holds_what_was_used(tmp_path: Path) -> None:
+    """The defaults the simulator chose are written as chosen, not as null."""
+    target = tmp_path / "one.json"
+    assert main(["simulate", "--gpus", "8", "--json", str(target)]) == 0
+    job = json.loads(target.read_text())["job"]
+    assert job["topology"] == "4x2"
+    assert job["stack"] == "nccl"
+    assert job["input_shape"] == [3, 224, 224]
+    assert job["intra"] == "nvlink1" and job["uplink"] is None
+    assert job["cycle_ms"] is None and job["fusion_mb"] is None  # nccl has no cycle
+    horovod = tmp_path / "horovod.json"
+    assert main([*SMALL, "--gpus", "8", "--stack", "horovod",
+                 "--json", str(horovod)]) == 0
+    job = json.loads(horovod.read_text())["job"]
+    assert job["cycle_ms"] == pytest.approx(5.0) and job["fusion_mb"] == pytest.approx(64.0)
+    assert job["socket_gbps"] > 0  # NCCL's socket transport prices the host's copies
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--device", "tpu9"], "unknown device"),
     (["--network", "carrier-pigeon"], "unknown network"),
@@ -60,7 +78,12 @@ def test_sweep_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture
                               "of: ring,"),
     (["--algorithm", "native"], "--algorithm native cannot be simulated"),
     (["--topology", "4x2", "--algorithm", "hierarchical[shm,shm]"],
-     "level 1 of 'hierarchical[shm,shm]' cannot run on 'shm' here"),
+     "level 2 of 'hierarchical[shm,shm]' (across hosts) cannot run on 'shm' here"),
+    (["--topology", "4x2", "--algorithm", "hierarchical[ring,tree,ring]"],
+     "names 3 level paths, and hierarchical has 2 levels on topology 4x2 (inside each host, "
+     "across hosts); give at most one path per level"),
+    (["--topology", "4x2", "--algorithm", "torus[ring,tree]"],
+     "level 2 of 'torus[ring,tree]' (axis 2) cannot run on 'tree' here; it may use p2p, "),
     (["--algorithm", "hierarchical[fast]"], "unknown level path ['fast']"),
     (["--strategy", "reduce-broadcast", "--algorithm", "ring"],
      "ring cannot be simulated for reduce-broadcast"),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from scaledl.files import write_files
 from scaledl.models.registry import available_models
 from scaledl.sim.iteration import simulated_strategies
 from scaledl.sim.job import Job
+from scaledl.sim.job_result import job_record
 from scaledl.sim.losses import STACKS
 from scaledl.sim.presets import ALIASES, DEVICES, LINKS
 from scaledl.topology import Topology
@@ -288,7 +288,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             import json
 
-            data = {"job": _jsonable(job), "result": result.to_dict(), "published_check": check}
+            data = {"job": job_record(job, topology, network), "result": result.to_dict(),
+                    "published_check": check}
             write_files([(args.json, lambda path: path.write_text(
                 json.dumps(data, indent=2) + "\n"))])
         print(head)
@@ -306,8 +307,8 @@ def run(args: argparse.Namespace) -> int:
     units = _units(job)
     lines, check = report.published_check(job, results[-1].efficiency,
                                           f"the {job.gpus}-{units[:-1]} job")
-    write_files([(json_path, lambda path: write_sweep_json(results, _jsonable(job), path,
-                                                             check)),
+    record = job_record(job, topology, network)
+    write_files([(json_path, lambda path: write_sweep_json(results, record, path, check)),
                    (plot_path, lambda path: write_sweep_plot(results, head, path, units))])
     print(head)
     print(report.format_sweep(results, [t.spec for t in sweep_topologies(topology)], units))
@@ -317,8 +318,3 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _jsonable(job: Job) -> dict[str, Any]:
-    data = asdict(job)
-    for key in ("calibration", "profile_path"):
-        data[key] = str(data[key]) if data[key] else None
-    return data

@@ -3,11 +3,43 @@ baseline when ranks share cores, and the input pipeline that feeds the ranks."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any
 
 from scaledl.sim.iteration import IterationResult
+from scaledl.sim.profile import default_input
 
-__all__ = ["against_one_rank", "fed_by_pipeline"]
+if TYPE_CHECKING:
+    from scaledl.sim.job import Job
+    from scaledl.sim.network import Network
+    from scaledl.topology import Topology
+
+__all__ = ["against_one_rank", "fed_by_pipeline", "job_record"]
+
+
+def job_record(job: Job, topology: Topology, network: Network) -> dict[str, Any]:
+    """``job``'s fields as JSON values with what was used in place of a default left to the
+    simulator: the topology's spec, the stack's name, the input shape, the link names, the
+    negotiation cycle's period and fusion buffer, the TCP sockets' per-thread rate, and the
+    profile's model, precision and layout (paths as text)."""
+    data = asdict(job)
+    for key in ("calibration", "profile_path"):
+        data[key] = str(data[key]) if data[key] else None
+    measured = job.measured()
+    shape = (measured.input_shape if measured is not None
+             else job.input_shape or default_input(job.model)[0])
+    cycle = job.cycle()
+    sockets = network.cpu_beta > 0 and not network.tcp_inside
+    data.update(
+        topology=topology.spec, stack=job.stack_name(), input_shape=list(shape),
+        intra=network.intra.name, uplink=None if network.uplink is None else network.uplink.name,
+        cycle_ms=None if cycle is None else cycle.cycle_s * 1e3,
+        fusion_mb=None if cycle is None else cycle.fusion_bytes / (1 << 20),
+        socket_gbps=1e-9 / network.cpu_beta if sockets else None)
+    if measured is not None:
+        data.update(model=measured.model, mixed_precision=measured.mixed_precision,
+                    channels_last=measured.channels_last)
+    return data
 
 
 def against_one_rank(result: IterationResult, stretch: float) -> IterationResult:
