@@ -207,3 +207,16 @@ def test_one_ranks_update_is_not_stretched_by_shared_cores(
     assert main([*args, "--cores", "1"]) == 0
     shared = capsys.readouterr().out.splitlines()[2]
     assert alone.split("(one rank: ")[1] == shared.split("(one rank: ")[1]
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["simulate", "--model", "mlp", "profile", "--model", "lenet"], "--model"),
+    (["simulate", "--input-shape", "1x28x28", "profile", "--model", "lenet", "--input-shape",
+      "1x32x32"], "--input-shape"),
+])
+def test_profile_refuses_two_different_values_of_one_option(
+        argv: list[str], flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the one after `profile` won and the other was silently ignored."""
+    err = _refused([*argv, "-o", str(tmp_path / "p.json")], capsys)
+    assert f"give {flag} once" in err
+    assert list(tmp_path.iterdir()) == []

@@ -53,6 +53,7 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     from scaledl.sim.profile_file import save_profile
     from scaledl.cli.simulate_warnings import warn_on_busy_profile
 
+    _refuse_twice(args)
     model = (args.p_model or args.model or "resnet50").lower()
     if model not in available_models():
         raise ValueError(f"unknown model {args.p_model or args.model!r}; available: "
@@ -84,6 +85,16 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     print(format_profile(measured, output))
     warn_on_busy_profile(measured, output)
     return 0
+
+
+def _refuse_twice(args: argparse.Namespace) -> None:
+    """``--model`` (``--input-shape``) both before and after ``profile`` must agree: one of
+    the two would otherwise be ignored."""
+    for flag, before, after in (("--model", args.model, args.p_model),
+                                ("--input-shape", args.input_shape, args.p_input_shape)):
+        if before is not None and after is not None and before.lower() != after.lower():
+            raise ValueError(f"{flag} {before} before `profile` and {flag} {after} after it "
+                             f"name different values; give {flag} once")
 
 
 def _output_path(given: Path | None, model: str) -> Path:
