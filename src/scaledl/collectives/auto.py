@@ -141,14 +141,27 @@ def check_paths(algorithm: str, collective: Collective, topology: Topology, fabr
     if not paths:
         return
     options = level_options(base, collective, topology, fabric)
+    words = _level_words(base, len(options))
+    if len(paths) > len(options):
+        raise ValueError(
+            f"{algorithm!r} names {len(paths)} level paths, and {base} has {len(options)} "
+            f"levels on topology {topology.spec} ({', '.join(words)}); give at most one path "
+            f"per level, innermost first, e.g. '{base}[{','.join(['ring'] * len(options))}]'")
     for level, path in enumerate(paths):
-        allowed = options[level] + ["ring"] if level < len(options) else []
+        allowed = list(dict.fromkeys(options[level] + ["ring"]))
         if path not in allowed:
             raise ValueError(
-                f"level {level} of {algorithm!r} cannot run on {path!r} here; it may use "
-                f"{', '.join(options[level]) if level < len(options) else 'nothing'} "
-                "(shm needs every group of the level on one host)"
-            )
+                f"level {level + 1} of {algorithm!r} ({words[level]}) cannot run on {path!r} "
+                f"here; it may use {', '.join(allowed)} (shm needs every group of the level "
+                "on one host)")
+
+
+def _level_words(name: str, levels: int) -> list[str]:
+    """What each level of ``name`` spans, in words: a host and across hosts for
+    hierarchical, one axis of the topology each for torus."""
+    if name == "hierarchical":
+        return ["inside each host", "across hosts"][:levels]
+    return [f"axis {axis + 1}" for axis in range(levels)]
 
 
 def choose_paths(
