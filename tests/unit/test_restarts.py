@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scaledl.train.checkpoint import write_checkpoint
+from scaledl.train.checkpoint import checkpoint_path, write_checkpoint
 from scaledl.train.config import build_config
 from scaledl.train.metrics import MetricsWriter
 from scaledl.train.restarts import LAUNCH_ID_ENV, job_id, restart_record, restart_totals
@@ -136,3 +136,25 @@ def test_a_failed_run_says_whether_a_checkpoint_is_left_to_resume(
         assert "keeps the last good checkpoint (--resume auto continues from it)" in message
     else:
         assert "before its first checkpoint; there is nothing to resume" in message
+
+
+@pytest.mark.parametrize("resume", ["auto", "file"])
+def test_a_checkpoint_of_another_model_is_refused_before_launch(
+        resume: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, every worker loaded the checkpoint after launch and failed alike."""
+    import scaledl.cli.train as train_cli
+    from scaledl.cli.main import main
+
+    write_checkpoint(tmp_path, 4, {"step": 4, "epoch": 0, "world_size": 2, JOB_KEY: "job",
+                                   "config": {"model": {"name": "resnet20"}}})
+    path = "auto" if resume == "auto" else str(checkpoint_path(tmp_path, 4))
+
+    def launched(*_: object, **__: object) -> int:
+        raise AssertionError("workers were launched")
+
+    monkeypatch.setattr(train_cli, "run_distributed", launched)
+    assert main(["train", "--out", str(tmp_path), "--resume", path, "--model", "mlp",
+                 "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "was trained with model.name='resnet20', not 'mlp'; resume with the same name" in err

@@ -111,7 +111,6 @@ def _config(args: argparse.Namespace) -> TrainConfig:
 def _preflight(config: TrainConfig, workers: int, fault: str | None) -> None:
     """Fail before launching for anything a user can get wrong."""
     from scaledl.data import load_dataset
-    from scaledl.train.checkpoint import latest_checkpoint, load_checkpoint
     from scaledl.train.setup import validate_config
 
     validate_config(config, workers)
@@ -123,11 +122,24 @@ def _preflight(config: TrainConfig, workers: int, fault: str | None) -> None:
     data = config.data
     for split in ("train", "test"):
         load_dataset(data.dataset, data.data_dir, split, config.run.seed, data.synthetic_size)
+    _check_resume(config)
+
+
+def _check_resume(config: TrainConfig) -> None:
+    """The checkpoint ``--resume`` names loads and was trained with this model, data set and
+    strategy (else every worker would fail the same way after launch)."""
+    from scaledl.train.checkpoint import load_checkpoint, load_latest
+    from scaledl.train.resume import check_same_training
+
     resume = config.run.resume
     if resume and resume != "auto":
-        load_checkpoint(resume)
-    elif resume == "auto" and latest_checkpoint(config.run.out) is None:
-        log.info("no checkpoint in %s yet; starting from scratch", config.run.out)
+        check_same_training(config, load_checkpoint(resume), Path(resume))
+    elif resume == "auto":
+        latest = load_latest(config.run.out)
+        if latest is None:
+            log.info("no checkpoint in %s yet; starting from scratch", config.run.out)
+        else:
+            check_same_training(config, latest[1], latest[0])
 
 
 def _check_layout(config: TrainConfig) -> None:

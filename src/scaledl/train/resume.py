@@ -102,6 +102,17 @@ def check_resumable(config: TrainConfig, state: dict[str, Any], path: Path | Non
                     world_size: int) -> None:
     """``ValueError`` when the checkpoint was trained with another model, data set or strategy;
     a log line when its world size differs (the data order goes on from the same point)."""
+    check_same_training(config, state, path)
+    if state.get("world_size") != world_size:
+        log.warning("resuming %s written by %s workers with %d workers: the rest of the "
+                    "epoch is shared exactly among the new workers", path,
+                    state.get("world_size"), world_size)
+
+
+def check_same_training(config: TrainConfig, state: dict[str, Any], path: Path | None) -> None:
+    """``ValueError`` when the checkpoint ``state`` (read from ``path``) was trained with
+    another model, data set or strategy than ``config``'s: the launcher checks it before any
+    worker starts, each worker again on what it loads."""
     saved = state.get("config", {})
     for section, key in (("model", "name"), ("data", "dataset"), ("parallel", "strategy")):
         theirs = saved.get(section, {}).get(key)
@@ -109,7 +120,3 @@ def check_resumable(config: TrainConfig, state: dict[str, Any], path: Path | Non
         if theirs is not None and theirs != ours:
             raise ValueError(f"checkpoint {path} was trained with {section}.{key}="
                              f"{theirs!r}, not {ours!r}; resume with the same {key}")
-    if state.get("world_size") != world_size:
-        log.warning("resuming %s written by %s workers with %d workers: the rest of the "
-                    "epoch is shared exactly among the new workers", path,
-                    state.get("world_size"), world_size)
