@@ -133,5 +133,8 @@ def train_summary(run_dir: Path, job: Job) -> dict[str, Any]:
     summary = run_dir / "summary.json"
     assert job.returncode == 0 and summary.exists(), (
         f"exit code {job.returncode}:\n{job.output[-4000:]}")
-    result: dict[str, Any] = json.loads(summary.read_text())["result"]
+    recorded = json.loads(summary.read_text())
+    result: dict[str, Any] = recorded["result"]
+    # the launcher chose the ranks: the config records how many ran, not null
+    assert recorded["config"]["parallel"]["workers"] == result["world_size"]
     return result

@@ -169,3 +169,19 @@ def test_without_a_bar_rank_0_logs_every_log_every_steps(
     assert lines[0] == "step 3/8: loss 0.3333, accuracy 0.500, 100 samples/s"
     with pytest.raises(ValueError, match="log_every 0 must be at least 1 step"):
         LogProgress(0)
+
+
+def test_workers_left_to_the_launch_are_recorded_as_launched(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The config a run logs (and its workers write to summary.json) said ``workers: null``."""
+    import scaledl.cli.train as train_cli
+    from scaledl.cli.main import main
+
+    assert build_config({}, {}).with_workers(3).parallel.workers == 3
+    assert build_config({}, {"workers": 2}).with_workers(3).parallel.workers == 2
+    monkeypatch.setattr(train_cli.os, "sched_getaffinity", lambda _: {0, 1, 2})
+    monkeypatch.setattr(train_cli, "run_distributed", lambda workers, *_, **__: 0)
+    assert main(["train", "--out", str(tmp_path), "--model", "mlp"]) == 0
+    logged = next(line for line in capsys.readouterr().err.splitlines() if " config: " in line)
+    assert json.loads(logged.split(" config: ", 1)[1])["parallel"]["workers"] == 3

@@ -200,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
             os.environ[FAULT_ENV] = args.inject_fault  # this worker reads its plan from it
     else:
         _preflight(config, workers, fault)
-        log.info("config: %s", json.dumps(config.to_dict(), sort_keys=True))
+        log.info("config: %s", json.dumps(config.with_workers(workers).to_dict(),
+                                          sort_keys=True))
     code = run_distributed(workers, args.argv, lambda: _worker(config),
                            env={FAULT_ENV: fault} if fault else None,
                            policy=_policy(config, workers))
@@ -270,6 +271,7 @@ def _worker(config: TrainConfig) -> int:
     _check_restartable(os.environ)
     topology = bootstrap.init(backend=bootstrap.HOST_BACKEND, timeout=config.parallel.timeout_s,
                               topology=config.parallel.topology)
+    config = config.with_workers(topology.world_size)
     try:
         result = Trainer(config, topology, RichProgress()).run()
     except (ValueError, TypeError):

@@ -197,6 +197,14 @@ class TrainConfig:
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}")
 
+    def with_workers(self, workers: int) -> TrainConfig:
+        """This config with ``parallel.workers`` set to ``workers`` where it was left to the
+        launch (one per core, or the launcher's ranks), so what is recorded is what ran."""
+        if self.parallel.workers is not None:
+            return self
+        return dataclasses.replace(
+            self, parallel=dataclasses.replace(self.parallel, workers=workers))
+
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Nested plain dict, one entry per section (JSON-, TOML- and checkpoint-safe)."""
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
