@@ -192,17 +192,28 @@ def test_npz_file_and_directory(tmp_path: Path, caplog: pytest.LogCaptureFixture
     rng = np.random.default_rng(0)
     features = rng.normal(5, 3, size=(50, 6))
     np.savez(tmp_path / "train.npz", x=features, y=np.arange(50) % 3)
-    np.savez(tmp_path / "test.npz", features=features[:10], labels=np.arange(10) % 4)
+    np.savez(tmp_path / "test.npz", features=features[:10], labels=np.arange(10) % 3)
     train = load_dataset("npz", tmp_path)
     assert train.input_shape == (6,) and train.num_classes == 3
     assert abs(train.features.mean().item()) < 1e-5
     test = load_dataset("npz", tmp_path, split="test")
-    assert test.num_classes == 4 and torch.allclose(test.features, train.features[:10])
+    assert test.num_classes == 3 and torch.allclose(test.features, train.features[:10])
     assert "also the test split" not in caplog.text
     single = load_dataset("npz", tmp_path / "train.npz", split="test")
     assert torch.equal(single.features, train.features)
     assert "is one file, so it is also the test split: the test accuracy is measured on the " \
         "training samples" in caplog.text  # said, since it is what the accuracy means
+
+
+def test_npz_test_labels_the_train_split_never_has_are_refused(tmp_path: Path) -> None:
+    """A class only the test split has could never be predicted (a model sized by the train
+    split had no output for it): the accuracy would be silently capped."""
+    features = np.random.default_rng(0).normal(size=(12, 4))
+    np.savez(tmp_path / "train.npz", x=features, y=np.arange(12) % 3)
+    np.savez(tmp_path / "test.npz", x=features, y=np.arange(12) % 4 + 1)
+    message = _error(lambda: load_dataset("npz", tmp_path, split="test"))
+    assert f"{tmp_path / 'test.npz'} has labels (3, 4) that {tmp_path / 'train.npz'} never " \
+        "has" in message and "give the test split of the same classes" in message
 
 
 def test_npz_uint8_images_and_bad_arrays(tmp_path: Path) -> None:

@@ -244,6 +244,12 @@ def _load_npz(request: DatasetRequest) -> ArrayDataset:
     features, labels = read_npz(path)
     same = train_path == path
     train_features, train_labels = (features, labels) if same else read_npz(train_path)
+    unseen = np.setdiff1d(np.unique(labels), np.unique(train_labels))
+    if unseen.size:
+        shown = ", ".join(str(label) for label in unseen[:5].tolist())
+        raise ValueError(f"{path} has labels ({shown}{', ...' if unseen.size > 5 else ''}) that "
+                         f"{train_path} never has, so the model could not learn them; give "
+                         "the test split of the same classes")
     scale = 1.0 / 255.0 if train_features.dtype == np.uint8 else 1.0
     mean, std = _channel_stats(train_features.astype(np.float32) * scale)
     num_classes = int(max(labels.max(), train_labels.max())) + 1
