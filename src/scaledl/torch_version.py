@@ -9,13 +9,15 @@ already dropped needs the GIL to do so. That deadlocks ``hvd.shutdown()`` and an
 project's suite on torch 2.4.1; fixed by pytorch/pytorch#154976, "Release GIL in PG destructor",
 June 2025). pip enforces the bound when it installs scaledl; this check covers the environments
 it does not (``--no-deps``, a source tree on ``PYTHONPATH``, a downgrade after installing):
-importing this module, which ``import scaledl`` does first, runs it.
+``import scaledl`` runs :func:`check_installed_torch` first.  It reads the installed
+distribution's version rather than importing torch (which takes seconds), so that the package
+imports lazily; a torch without distribution metadata is imported to read its version.
 """
 from __future__ import annotations
 
 import re
-
-import torch
+import sys
+from importlib import metadata
 
 MIN_TORCH = "2.8"
 """The oldest torch release scaledl supports (major.minor)."""
@@ -37,4 +39,20 @@ def check_torch(version: str) -> None:
             f"upgrade it (pip install 'torch>={MIN_TORCH}')")
 
 
-check_torch(torch.__version__)
+def installed_torch_version() -> str:
+    """The version of the torch this interpreter has imported, or would import: an imported
+    torch's ``__version__``, else its distribution's metadata, else (a build without metadata)
+    the ``__version__`` of torch imported for the purpose."""
+    if "torch" not in sys.modules:
+        try:
+            return metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            pass
+    import torch
+
+    return str(torch.__version__)
+
+
+def check_installed_torch() -> None:
+    """:func:`check_torch` on :func:`installed_torch_version`."""
+    check_torch(installed_torch_version())

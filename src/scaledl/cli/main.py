@@ -19,14 +19,16 @@ from types import ModuleType
 from typing import NoReturn
 
 from scaledl import __version__
-from scaledl.collectives.communicator import debug_enabled
-from scaledl.bootstrap import RendezvousError
-from scaledl.cli import bench, cluster, run, simulate, train
 
-__all__ = ["main", "build_parser", "configure_logging", "UsageError", "COMMANDS"]
+__all__ = ["main", "build_parser", "configure_logging", "UsageError", "commands"]
 
-COMMANDS: tuple[ModuleType, ...] = (train, run, bench, simulate, cluster)
-"""Subcommand modules, in the order ``--help`` lists them."""
+
+def commands() -> tuple[ModuleType, ...]:
+    """Subcommand modules, in the order ``--help`` lists them (imported on first call: they
+    load torch, which :func:`main` does inside its Ctrl-C handler)."""
+    from scaledl.cli import bench, cluster, run, simulate, train
+
+    return train, run, bench, simulate, cluster
 
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 """Where launchers put this process's rank (torchrun, Open MPI, MPICH/PMI, SLURM)."""
@@ -51,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"scaledl {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMANDS:
+    for module in commands():
         module.add_parser(subparsers)
     return parser
 
@@ -90,6 +92,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     configure_logging(launcher_rank())
     try:
+        return _run(arguments)
+    except KeyboardInterrupt:  # also while torch and the subcommands are still loading
+        sys.stderr.write("scaledl: interrupted\n")
+        return 130
+
+
+def _run(arguments: list[str]) -> int:
+    from scaledl.bootstrap import RendezvousError
+    from scaledl.collectives.communicator import debug_enabled
+
+    try:
         args = build_parser().parse_args(arguments)
         args.argv = arguments
         return int(args.handler(args))
@@ -103,9 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"scaledl: error: {_one_line(error)}\n")
         return 1
-    except KeyboardInterrupt:
-        sys.stderr.write("scaledl: interrupted\n")
-        return 130
 
 
 if __name__ == "__main__":
