@@ -11,7 +11,7 @@ import pytest
 
 from scaledl.bootstrap import HOSTNAME_ENV, host_name
 from scaledl.cluster import netns, state
-from scaledl.cluster.spec import ClusterSpec, format_rate, parse_rate
+from scaledl.cluster.spec import MAX_RATE, SHAPERS, ClusterSpec, format_rate, parse_rate
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +24,7 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize(("text", "bits"), [
     ("1gbit", 10**9), ("10Gbit", 10**10), ("100mbit", 10**8), ("2.5gbit", 25 * 10**8),
-    ("500kbit", 5 * 10**5), ("none", None), ("8kbit", 8000), ("34tbit", 34 * 10**12),
+    ("500kbit", 5 * 10**5), ("none", None), ("8kbit", 8000), ("5tbit", 5 * 10**12),
 ])
 def test_parse_rate(text: str, bits: int | None) -> None:
     assert parse_rate(text) == bits
@@ -38,13 +38,23 @@ def test_parse_rate_rejects(text: str) -> None:
         parse_rate(text)
 
 
-@pytest.mark.parametrize("text", ["100tbit", "35tbit", "7kbit", "1bit"])
+@pytest.mark.parametrize("text", ["100tbit", "34tbit", "6tbit", "7kbit", "1bit"])
 def test_parse_rate_rejects_rates_tc_cannot_shape(text: str) -> None:
     with pytest.raises(ValueError, match=f"link rate '{text}' is out of range; tc shapes links "
-                                         "from 8kbit to 34tbit"):
+                                         "from 8kbit to 5tbit"):
         parse_rate(text)
     with pytest.raises(ValueError, match="out of range"):
         ClusterSpec("a", 2, 100 * 10**12, 0)
+
+
+@pytest.mark.parametrize("shaper", SHAPERS)
+def test_every_tc_byte_count_at_the_fastest_rate_fits_tc(shaper: str) -> None:
+    """tc refuses a limit or burst beyond 2**32 - 1 bytes (34tbit failed mid-build)."""
+    spec = ClusterSpec("a", 2, MAX_RATE, 0, shaper)
+    for host_side in (False, True):
+        words = [w for c in spec.shape_commands("ns", "eth0", host_side) for w in c]
+        counts = [int(w[:-1]) for w in words if w.endswith("b") and w[:-1].isdigit()]
+        assert counts and max(counts) <= 2**32 - 1, words
 
 
 def test_spec_validation() -> None:

@@ -51,8 +51,10 @@ _UNLIMITED = ("none", "unlimited")
 MIN_RATE = 8 * 10**3
 """Slowest link (8kbit): below it tc silently shortens the 32 KiB token bucket (its depth in
 time, about 270 s at most, would overflow)."""
-MAX_RATE = 34 * 10**12
-"""Fastest link (34tbit): tc takes a burst of at most 2**32 - 1 bytes, and the burst is 1 ms."""
+MAX_RATE = 5 * 10**12
+"""Fastest link (5tbit): tc takes a byte count of at most 2**32 - 1, and a host's queue
+(:attr:`ClusterSpec.host_queue_bytes`) holds 6 ms at the rate, 3.75 GB at 5 Tbit/s (34tbit, the
+limit of the 1 ms burst alone, failed there while the cluster was being built)."""
 
 
 def parse_rate(text: str) -> int | None:
