@@ -91,3 +91,27 @@ def test_cli_without_root(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert main(["cluster", "list"]) == 2
     assert "needs root" in capsys.readouterr().err
+
+
+def test_cli_refusals_and_idempotent_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from scaledl.cluster import state
+
+    monkeypatch.setenv(STATE_ENV, str(tmp_path))
+    monkeypatch.setattr("scaledl.cluster.netns.preflight", lambda: None)
+    monkeypatch.setattr("scaledl.cluster.netns.orphan_namespaces", lambda: [])
+    state.allocate(2, None, "tbf", "open", False, set())
+    for flag, value in (("--rate", "8kbit"), ("--shaper", "htb")):  # were ignored
+        assert main(["cluster", "run", "--name", "open", flag, value, "--", "true"]) == 2
+        assert f"{flag} {value} does not apply to cluster open" in capsys.readouterr().err
+    assert main(["cluster", "list"]) == 0
+    assert "unshaped" in capsys.readouterr().out  # not 'none (tbf)'
+    for _ in range(2):  # a second 'down' is no error
+        assert main(["cluster", "down", "gone"]) == 0
+        assert "cluster gone is not recorded" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("{oops")
+    assert main(["cluster", "run", "--name", "bad", "--", "true"]) == 2
+    assert f"cluster record {tmp_path / 'bad.json'} is unreadable" in capsys.readouterr().err
+    monkeypatch.setenv(STATE_ENV, str(tmp_path / "bad.json"))
+    assert main(["cluster", "list"]) == 2
+    assert f"cannot be kept in {STATE_ENV}={tmp_path / 'bad.json'}" in capsys.readouterr().err

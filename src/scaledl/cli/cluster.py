@@ -27,15 +27,23 @@ log = logging.getLogger(__name__)
 
 MAX_PORT = 65535
 """Highest TCP port number."""
+DEFAULT_RATE, DEFAULT_SHAPER = "1gbit", "tbf"
+"""A new cluster's links: 1 Gbit/s per host and direction, shaped by a token bucket."""
 
 
 def _add_link_options(p: argparse.ArgumentParser, hosts_required: bool) -> None:
     p.add_argument("--hosts", type=int, required=hosts_required, default=None,
                    help=f"emulated hosts (1..{MAX_HOSTS})")
-    p.add_argument("--rate", default="1gbit",
+    p.add_argument("--rate", default=None,
                    help="link rate per host and direction, tc units (1gbit, 100mbit) or 'none' "
-                        "(default 1gbit)")
-    p.add_argument("--shaper", default="tbf", choices=SHAPERS, help="qdisc (default tbf)")
+                        f"(default {DEFAULT_RATE})")
+    p.add_argument("--shaper", default=None, choices=SHAPERS,
+                   help=f"qdisc (default {DEFAULT_SHAPER})")
+
+
+def _links(args: argparse.Namespace) -> tuple[int | None, str]:
+    """``--rate`` in bits/s (None: unshaped) and ``--shaper``, their defaults where not given."""
+    return parse_rate(args.rate or DEFAULT_RATE), args.shaper or DEFAULT_SHAPER
 
 
 def add_parser(subparsers: Any) -> None:
@@ -97,9 +105,9 @@ def _plain_log_format() -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    record = netns.create(args.hosts, parse_rate(args.rate), args.shaper, args.name)
+    record = netns.create(args.hosts, *_links(args), args.name)
     spec = record.spec
-    print(f"cluster {spec.name}: {spec.hosts} hosts, links {spec.rate_text} ({spec.shaper}), "
+    print(f"cluster {spec.name}: {spec.hosts} hosts, links {spec.links_text}, "
           f"host 0 at {spec.address(0)}")
     print(f"  run:    scaledl cluster run --name {spec.name} --ranks-per-host 2 -- "
           "scaledl bench collectives")
@@ -111,7 +119,12 @@ def _down(args: argparse.Namespace) -> int:
     if not (args.names or args.all or args.stale):
         raise ValueError("'cluster down' needs cluster names, --stale or --all; see "
                          "'scaledl cluster list'")
-    records = [state.load(name) for name in args.names]
+    records = []
+    for name in args.names:
+        if state.exists(name):
+            records.append(state.load(name))
+        else:  # idempotent: a second 'down' finds nothing to do
+            print(f"cluster {name} is not recorded in {state.state_dir()}; nothing to remove")
     if args.all or args.stale:
         chosen = {r.spec.name for r in records}
         records += [r for r in state.load_all()
@@ -134,7 +147,7 @@ def _list() -> int:
         spec = record.spec
         status = "stale" if record.stale else record.status
         kind = "ephemeral" if record.ephemeral else "kept"
-        print(f"{spec.name:<12} {spec.hosts:>3} hosts  {spec.rate_text:>8} {spec.shaper}  "
+        print(f"{spec.name:<12} {spec.hosts:>3} hosts  {spec.links_text:>14}  "
               f"10.231.{spec.subnet}.0/24  {status} ({kind}, pid {record.owner_pid})")
     for namespace in netns.orphan_namespaces():
         print(f"leftover namespace {namespace} (remove with 'scaledl cluster down --all')")
@@ -156,6 +169,11 @@ def _run(args: argparse.Namespace) -> int:
     if (args.name is None) == (args.hosts is None):
         raise ValueError("'cluster run' needs either --name of a cluster or --hosts for an "
                          "ephemeral one (not both)")
+    for flag, value in (("--rate", args.rate), ("--shaper", args.shaper)):
+        if args.name is not None and value is not None:
+            raise ValueError(f"{flag} {value} does not apply to cluster {args.name}, whose "
+                             "links were set by 'cluster up'; drop it, or run on an ephemeral "
+                             "cluster (--hosts) with those links")
     if args.ranks_per_host < 1:
         raise ValueError(f"--ranks-per-host {args.ranks_per_host} must be at least 1")
     if args.timeout is not None and not args.timeout > 0:
@@ -183,8 +201,8 @@ def _run_ephemeral(args: argparse.Namespace, command: list[str], port: int) -> i
     The spec is in ``spec_holder`` (seen by ``finally`` and the ``atexit`` backstop) from the
     moment its record exists: allocation and the push happen with signals held off.
     """
-    rate = parse_rate(args.rate)
-    ClusterSpec("check", args.hosts, rate, 0, args.shaper)  # bad --hosts/--shaper: fail now
+    rate, shaper = _links(args)
+    ClusterSpec("check", args.hosts, rate, 0, shaper)  # bad --hosts/--shaper: fail now
     with signals_raise(KeyboardInterrupt):
         spec_holder: list[ClusterSpec] = []
         teardown = _teardown_once(spec_holder)
@@ -192,7 +210,7 @@ def _run_ephemeral(args: argparse.Namespace, command: list[str], port: int) -> i
         try:
             with signals_blocked() as arrived:
                 taken = netns.existing_namespaces()
-                record = state.allocate(args.hosts, rate, args.shaper, None, True, taken)
+                record = state.allocate(args.hosts, rate, shaper, None, True, taken)
                 spec_holder.append(record.spec)
             if arrived:
                 raise KeyboardInterrupt(arrived[0])

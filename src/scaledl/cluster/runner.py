@@ -220,7 +220,8 @@ def run_on_cluster(
                  for host in after}
         record = {
             "cluster": spec.name, "hosts": spec.hosts, "rate": spec.rate_text,
-            "shaper": spec.shaper, "ranks_per_host": ranks_per_host, "placement": mode,
+            "shaper": spec.shaper if spec.rate is not None else None,
+            "ranks_per_host": ranks_per_host, "placement": mode,
             "command": list(argv), "exit_code": code, "seconds": time.perf_counter() - start,
             "bytes": delta,
         }

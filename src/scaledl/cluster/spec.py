@@ -163,6 +163,11 @@ class ClusterSpec:
         """The rate as tc writes it (``1gbit``) or ``none``."""
         return format_rate(self.rate)
 
+    @property
+    def links_text(self) -> str:
+        """The links in words: ``1gbit (tbf)``, or ``unshaped`` (no qdisc is added)."""
+        return "unshaped" if self.rate is None else f"{self.rate_text} ({self.shaper})"
+
     def _check_host(self, host: int) -> None:
         if not 0 <= host < self.hosts:
             raise ValueError(f"host {host} does not exist in cluster {self.name!r} of {self.hosts}")

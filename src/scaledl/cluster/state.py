@@ -20,7 +20,7 @@ from pathlib import Path
 
 from scaledl.cluster.spec import MAX_SUBNETS, ClusterSpec, check_name, new_name
 
-__all__ = ["ClusterRecord", "state_dir", "allocate", "load", "load_all", "load_all_known",
+__all__ = ["ClusterRecord", "state_dir", "allocate", "exists", "load", "load_all", "load_all_known",
            "known_dirs", "save", "remove", "STATE_ENV", "DEFAULT_STATE_DIR", "DIRECTORIES_FILE"]
 
 STATE_ENV = "SCALEDL_CLUSTER_DIR"
@@ -77,8 +77,14 @@ def _alive(pid: int) -> bool:
 
 def state_dir() -> Path:
     """The directory of cluster records (created on first use)."""
-    path = Path(os.environ.get(STATE_ENV) or DEFAULT_STATE_DIR)
-    path.mkdir(parents=True, exist_ok=True)
+    given = os.environ.get(STATE_ENV)
+    path = Path(given or DEFAULT_STATE_DIR)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        where = f"{STATE_ENV}={given}" if given else f"the default {path}"
+        raise ValueError(f"cluster records cannot be kept in {where} ({error.strerror}); "
+                         f"set {STATE_ENV} to a directory this user can write") from None
     return path
 
 
@@ -97,8 +103,13 @@ def _path(directory: Path, name: str) -> Path:
     return directory / f"{check_name(name)}.json"
 
 
+def exists(name: str) -> bool:
+    """Whether cluster ``name`` is recorded in :func:`state_dir`."""
+    return _path(state_dir(), name).exists()
+
+
 def load(name: str) -> ClusterRecord:
-    """The record of cluster ``name``; ``ValueError`` if there is none."""
+    """The record of cluster ``name``; ``ValueError`` if there is none or it is unreadable."""
     path = _path(state_dir(), name)
     if not path.exists():
         known = ", ".join(r.spec.name for r in load_all()) or "none"
@@ -106,7 +117,11 @@ def load(name: str) -> ClusterRecord:
             f"no cluster named {name!r} is recorded in {path.parent} (clusters: {known}); "
             "create it with 'scaledl cluster up' or see 'scaledl cluster list'"
         )
-    return ClusterRecord.from_json(path.read_text())
+    try:
+        return ClusterRecord.from_json(path.read_text())
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"cluster record {path} is unreadable ({error}); delete it, then "
+                         "'scaledl cluster down --all' removes its namespaces") from None
 
 
 def load_all() -> list[ClusterRecord]:
