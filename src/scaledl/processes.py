@@ -8,9 +8,12 @@ everywhere: SIGTERM to the group, a grace period, then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,8 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["stop_process_groups", "signals_raise", "signals_blocked", "group_alive",
-           "STOP_SIGNALS"]
+__all__ = ["stop_process_groups", "stop_groups", "signals_raise", "signals_blocked",
+           "group_alive", "die_with_parent", "STOP_SIGNALS"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that ask a supervisor to stop (Ctrl-C, ``kill``, a closed terminal)."""
@@ -72,11 +75,19 @@ def _killpg(pgid: int, sig: int) -> None:
 
 def _stop_all_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float,
                      kill_grace_s: float) -> None:
-    groups = [proc.pid for proc in procs]
+    def leaders() -> bool:
+        return any([proc.poll() is None for proc in procs])  # poll() also reaps exited ones
 
+    stop_groups([proc.pid for proc in procs], grace_s, kill_grace_s, leaders)
+
+
+def stop_groups(groups: Sequence[int], grace_s: float, kill_grace_s: float,
+                running: Callable[[], bool] = lambda: False) -> None:
+    """SIGTERM every process group of ``groups`` while one of their members (or ``running``)
+    is alive, SIGKILL them all after ``grace_s``, and wait up to ``kill_grace_s`` for them to
+    go: also the groups whose leader has exited, whose helpers it left behind."""
     def busy() -> bool:
-        leaders = [proc.poll() is None for proc in procs]  # poll() also reaps exited leaders
-        return any(leaders) or any(group_alive(pgid) for pgid in groups)
+        return running() or any(group_alive(pgid) for pgid in groups)
 
     for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_grace_s)):
         if sig == signal.SIGTERM and not busy():
@@ -86,6 +97,21 @@ def _stop_all_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float,
         deadline = time.monotonic() + grace
         while busy() and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Be killed (SIGKILL) when the process that started this one dies, even by SIGKILL
+    (Linux's ``PR_SET_PDEATHSIG``; it survives ``exec``); nothing elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @contextmanager

@@ -87,6 +87,8 @@ def test_first_failing_rank_gives_the_exit_code_and_nothing_is_left(tmp_path: Pa
     (["-np", "2", "no-such-command-xyz"], "'no-such-command-xyz' was not found"),
     (["-np", "0", "python", "x.py"], "-np 0 must be at least 1"),
     (["-H", "localhost:x", "python", "x.py"], "'localhost:x' is not HOST or HOST:SLOTS"),
+    (["-np", "2", "--algorithm", "bogus", "python", "x.py"],  # each rank failed after launch
+     "--algorithm 'bogus': algorithm 'bogus' is not a scaledl algorithm"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(
     args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
@@ -94,3 +96,66 @@ def test_bad_input_is_one_line_and_exit_code_2(
     assert main(["run", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_a_script_that_is_not_executable_is_named_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("echo hi\n")
+    assert main(["run", "-np", "1", str(script)]) == 2
+    assert f"command '{script}' is not executable" in capsys.readouterr().err
+
+
+LEAVER = """
+import os, subprocess, sys
+child = subprocess.Popen(["sleep", "90"])  # in the rank's process group, left running
+with open(os.path.join(sys.argv[1], f"{child.pid}.child"), "w"):
+    pass
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_what_the_ranks_leave_running_is_stopped(tmp_path: Path, code: int) -> None:
+    """A rank's helper held the output pipe (and the caller) until it ended on its own."""
+    script = tmp_path / "leaver.py"
+    script.write_text(LEAVER)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "scaledl.cli.main", "run", "-np", "2",
+                           sys.executable, str(script), str(tmp_path), str(code)],
+                          capture_output=True, text=True, timeout=80)
+    assert done.returncode == code, done.stderr[-3000:]
+    assert time.monotonic() - started < 60
+    children = [int(p.name.split(".")[0]) for p in tmp_path.glob("*.child")]
+    # on failure the other rank may be stopped before it starts its helper
+    assert len(children) == (2 if code == 0 else len(children)) >= 1, children
+    assert all(_gone(pid) for pid in children), children
+
+
+def test_ranks_die_with_a_killed_launcher(tmp_path: Path) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text("import os, sys, time\n"
+                      "open(os.path.join(sys.argv[1], f'{os.getpid()}.rank'), 'w').close()\n"
+                      "time.sleep(90)\n")
+    launcher = subprocess.Popen([sys.executable, "-m", "scaledl.cli.main", "run", "-np", "2",
+                                 sys.executable, str(script), str(tmp_path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("*.rank"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    launcher.kill()
+    launcher.wait(timeout=10)
+    ranks = [int(p.name.split(".")[0]) for p in tmp_path.glob("*.rank")]
+    assert len(ranks) == 2
+    deadline = time.monotonic() + 10
+    while not all(_gone(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in ranks), "a rank outlived its killed launcher"

@@ -85,6 +85,7 @@ def test_verdicts_name_the_first_mismatch_the_same_way_everywhere() -> None:
 def test_host_lists() -> None:
     assert parse_hosts("localhost:2, 127.0.0.1") == [("localhost", 2), ("127.0.0.1", 1)]
     assert local_slots(parse_hosts("localhost:2,127.0.0.1:2")) == 4
+    assert local_slots([("LOCALHOST", 2)]) == 2  # host names know no case
     with pytest.raises(ValueError, match="'a:0' is not HOST or HOST:SLOTS"):
         parse_hosts("a:0")
     with pytest.raises(ValueError, match="'gpu9' is not this machine"):

@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from scaledl.cli.main import label_logs
 from scaledl.cli.paths import check_output_file
 from scaledl.cluster import netns, state
 from scaledl.cluster.runner import PLACEMENTS, run_on_cluster
@@ -84,7 +85,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the cluster subcommand."""
-    _plain_log_format()
+    label_logs("scaledl cluster")
     netns.preflight()
     action = args.cluster_command
     if action == "up":
@@ -94,14 +95,6 @@ def run(args: argparse.Namespace) -> int:
     if action == "list":
         return _list()
     return _run(args)
-
-
-def _plain_log_format() -> None:
-    """The supervisor is no rank: drop the ``[rank N]`` prefix from this process's log lines."""
-    formatter = logging.Formatter("scaledl cluster %(asctime)s %(levelname)s: %(message)s",
-                                  datefmt="%H:%M:%S")
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(formatter)
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -20,12 +20,10 @@ worker or go on with fewer.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import inspect
 import logging
 import os
 import re
-import signal
 import sys
 import tempfile
 import uuid
@@ -34,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaledl.bootstrap import detect_launcher
+from scaledl.processes import die_with_parent
 from scaledl.train.restarts import LAUNCH_ID_ENV
 
 __all__ = [
@@ -49,9 +48,10 @@ LAUNCHER_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"
 was not started by a launcher."""
 INTERRUPTED = 130
 SHUTDOWN_GRACE_S = 5
-"""Seconds a worker gets between SIGTERM and SIGKILL when the agent stops it (torch releases
-without the ``shutdown_timeout`` option give it their own default, 30 s)."""
-_PR_SET_PDEATHSIG = 1
+"""Seconds a worker gets between SIGTERM and SIGKILL when the agent stops it on Ctrl-C or
+SIGTERM (torch releases without the ``shutdown_timeout`` option give it their own default,
+30 s).  When a worker fails, torch's agent stops the others with its own 30 s, which this
+option does not reach: a worker that ignores SIGTERM then holds the launch 30 s."""
 SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 """Set to 1: every attempt's rank 0 hosts a fresh store for the workers.  torch's agent would
 otherwise hand every attempt the same store, where a restarted worker finds the process-group
@@ -116,13 +116,8 @@ def _check_nproc(nproc: int) -> None:
 def die_with_launcher() -> None:
     """In a process of a local launch (a worker, or a per-worker agent): be killed when the
     process that started it dies (Linux), so that a killed launcher leaves nothing running."""
-    if LAUNCH_ID_ENV not in os.environ or not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() == 1:  # the agent died before the request took effect
-        os.kill(os.getpid(), signal.SIGKILL)
+    if LAUNCH_ID_ENV in os.environ:
+        die_with_parent()
 
 
 @contextlib.contextmanager

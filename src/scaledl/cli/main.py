@@ -20,7 +20,8 @@ from typing import NoReturn
 
 from scaledl import __version__
 
-__all__ = ["main", "build_parser", "configure_logging", "UsageError", "commands"]
+__all__ = ["main", "build_parser", "configure_logging", "label_logs", "UsageError",
+           "commands"]
 
 
 def commands() -> tuple[ModuleType, ...]:
@@ -80,6 +81,15 @@ def configure_logging(rank: int) -> None:
     root.addHandler(handler)
     root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
+
+
+def label_logs(label: str) -> None:
+    """A supervisor is no rank: its log lines start with ``label`` (``scaledl run``), not the
+    ``[rank 0]`` of :func:`configure_logging`."""
+    formatter = logging.Formatter(f"{label} %(asctime)s %(levelname)s: %(message)s",
+                                  datefmt="%H:%M:%S")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
 
 
 def _one_line(error: BaseException) -> str:

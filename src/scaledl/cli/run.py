@@ -9,7 +9,10 @@ variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ...), so `
 ``scaledl.init()`` join without arguments.  When a process fails the launcher stops the others
 (their process groups get SIGTERM, then SIGKILL) and ``scaledl run`` exits with the exit code of
 the first process that failed (``128 + N`` when signal ``N`` killed it); Ctrl-C or SIGTERM stops
-everything.  The launcher's logs go to a temporary directory removed at the end.
+everything.  When the job has ended, however it ended, whatever a rank left running in its
+process group is stopped the same way, and a rank dies with a launcher killed by SIGKILL (each
+starts through :mod:`scaledl.cli.exec_rank`).  The launcher's logs go to a temporary directory
+removed at the end.
 
 ``-H``/``--hosts`` and ``--hostfile`` take Horovod's host lists, but only this machine's names
 (``localhost``, ``127.0.0.1``, ``::1``, its host name): processes on other hosts are refused,
@@ -24,11 +27,16 @@ import logging
 import os
 import shutil
 import socket
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from scaledl.cli.launch import run_agent, under_launcher
-from scaledl.horovod.runtime import ALGORITHM_ENV
+from scaledl.cli.exec_rank import PID_DIR_ENV
+from scaledl.cli.main import label_logs
+from scaledl.cli.launch import SHUTDOWN_GRACE_S, run_agent, under_launcher
+from scaledl.horovod.runtime import ALGORITHM_ENV, Algorithms
+from scaledl.processes import stop_groups
 
 __all__ = ["add_parser", "run", "parse_hosts", "local_slots"]
 
@@ -96,9 +104,9 @@ def _this_machine() -> set[str]:
 
 def local_slots(hosts: list[tuple[str, int]]) -> int:
     """Slots of a host list that names only this machine; ``ValueError`` for any other host."""
-    local = _this_machine()
+    local = {name.lower() for name in _this_machine()}  # host names know no case
     for name, _ in hosts:
-        if name not in local:
+        if name.lower() not in local:
             raise ValueError(
                 f"host {name!r} is not this machine: scaledl run starts processes here only; on "
                 "several hosts use torchrun on each host, mpirun or srun (see docs/horovod.md)")
@@ -129,27 +137,41 @@ def _command(args: argparse.Namespace) -> list[str]:
     if not command:
         raise ValueError("give the command to run, e.g. scaledl run -np 2 python train.py")
     if shutil.which(command[0]) is None:
+        if "/" in command[0] and Path(command[0]).is_file():
+            raise ValueError(f"command {command[0]!r} is not executable; make it so (chmod +x "
+                             f"{command[0]}) or name its interpreter, e.g. bash {command[0]}")
         raise ValueError(f"command {command[0]!r} was not found (not a file, nor on PATH)")
     return command
 
 
 def run(args: argparse.Namespace) -> int:
     """Check the arguments, then run the command on the processes; return the exit code."""
+    label_logs("scaledl run")
     count = _process_count(args)
     command = _command(args)
     if under_launcher():
         raise ValueError("scaledl run is itself a launcher; under torchrun, mpirun or srun run "
                          "the command directly")
     if args.algorithm is not None:
+        try:
+            Algorithms.parse(args.algorithm)  # every rank would fail alike after launch
+        except ValueError as error:
+            raise ValueError(f"--algorithm {args.algorithm!r}: {error}") from None
         os.environ[ALGORITHM_ENV] = args.algorithm
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     return _launch(count, command)
 
 
 def _launch(count: int, command: list[str]) -> int:
-    log.info("scaledl run: %d processes: %s", count, " ".join(command))
-    outcome = run_agent(count, command[0], command[1:])
+    log.info("%d processes: %s", count, " ".join(command))
+    with tempfile.TemporaryDirectory(prefix="scaledl-run-") as pids:
+        try:
+            outcome = run_agent(count, sys.executable, ["-m", "scaledl.cli.exec_rank", *command],
+                                env={PID_DIR_ENV: pids})
+        finally:  # what the ranks left running in their process groups
+            stop_groups([int(p.name) for p in Path(pids).iterdir() if p.name.isdigit()],
+                        SHUTDOWN_GRACE_S, SHUTDOWN_GRACE_S)
     if outcome.rank is not None:
-        log.error("scaledl run: rank %d %s; the other processes were stopped", outcome.rank,
+        log.error("rank %d %s; the other processes were stopped", outcome.rank,
                   outcome.cause)
     return outcome.code
