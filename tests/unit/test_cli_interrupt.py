@@ -69,3 +69,15 @@ def test_ctrl_c_while_torch_loads_prints_no_traceback() -> None:
     out, err = job.communicate(timeout=60)
     assert job.returncode == 130, err[-2000:]
     assert "Traceback" not in err and err.strip().endswith("scaledl: interrupted")
+
+
+def test_torchs_info_lines_are_not_shown() -> None:
+    """torch logs cache statistics at INFO when it exits (seen after a Ctrl-C), meant for its
+    developers; rank 0's INFO level would print them."""
+    import logging
+
+    from scaledl.cli.main import configure_logging
+
+    configure_logging(0)
+    assert not logging.getLogger("torch._subclasses.fake_tensor").isEnabledFor(logging.INFO)
+    assert logging.getLogger("scaledl.cli.train").isEnabledFor(logging.INFO)

@@ -115,3 +115,27 @@ def test_cli_refusals_and_idempotent_down(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv(STATE_ENV, str(tmp_path / "bad.json"))
     assert main(["cluster", "list"]) == 2
     assert f"cannot be kept in {STATE_ENV}={tmp_path / 'bad.json'}" in capsys.readouterr().err
+
+
+def test_a_cluster_whose_namespaces_are_gone_and_an_unknown_command_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, `list` said up and `run` failed with ip's exit code 255; an unknown command
+    failed on every rank."""
+    import dataclasses
+
+    from scaledl.cluster import netns, state
+
+    monkeypatch.setenv(STATE_ENV, str(tmp_path))
+    monkeypatch.setattr(netns, "preflight", lambda: None)
+    monkeypatch.setattr(netns, "orphan_namespaces", lambda: [])
+    record = state.allocate(2, 10**9, "tbf", "lab", False, set())
+    state.save(dataclasses.replace(record, status="up"))
+    monkeypatch.setattr(netns, "existing_namespaces", lambda *_: set())
+    assert main(["cluster", "list"]) == 0
+    assert "broken (namespaces removed outside scaledl)" in capsys.readouterr().out
+    assert main(["cluster", "run", "--name", "lab", "--", "true"]) == 2
+    assert "cluster lab has lost namespace scaledl-lab-" in capsys.readouterr().err
+    monkeypatch.setattr(netns, "existing_namespaces", lambda *_: set(record.spec.namespaces))
+    assert main(["cluster", "run", "--name", "lab", "--", "no-such-command-xyz"]) == 2
+    assert "command 'no-such-command-xyz' was not found" in capsys.readouterr().err

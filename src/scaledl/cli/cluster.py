@@ -134,11 +134,14 @@ def _down(args: argparse.Namespace) -> int:
 
 def _list() -> int:
     records = state.load_all()
+    present = netns.existing_namespaces()
     if not records:
         print("no clusters")
     for record in records:
         spec = record.spec
         status = "stale" if record.stale else record.status
+        if status == "up" and not set(spec.namespaces) <= present:
+            status = "broken (namespaces removed outside scaledl)"
         kind = "ephemeral" if record.ephemeral else "kept"
         print(f"{spec.name:<12} {spec.hosts:>3} hosts  {spec.links_text:>14}  "
               f"10.231.{spec.subnet}.0/24  {status} ({kind}, pid {record.owner_pid})")
@@ -180,6 +183,11 @@ def _run(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else random.randint(20000, 40000)
     if args.name is not None:
         spec = state.load(args.name).spec
+        missing = sorted(set(spec.namespaces) - netns.existing_namespaces())
+        if missing:
+            raise ValueError(f"cluster {spec.name} has lost namespace {missing[0]} (removed "
+                             f"outside scaledl); remove it with 'scaledl cluster down "
+                             f"{spec.name}' and create it again")
         with signals_raise(KeyboardInterrupt):
             try:
                 return _run_on(spec, args, command, port)

@@ -80,7 +80,8 @@ def configure_logging(rank: int) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    for noisy in ("matplotlib", "torch"):  # their INFO lines are for their developers
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def label_logs(label: str) -> None:

@@ -27,6 +27,7 @@ import ctypes
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,9 @@ def _command(argv: Sequence[str]) -> list[str]:
                          "'scaledl cluster run ... -- scaledl bench collectives'")
     if argv[0] == "scaledl":
         return [sys.executable, "-m", "scaledl.cli.main", *argv[1:]]
+    if shutil.which(argv[0]) is None:  # the namespaces share this file system
+        raise ValueError(f"command {argv[0]!r} was not found (not an executable file, nor on "
+                         "PATH)")
     return list(argv)
 
 
