@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.ranks_per_host < 1:
         raise ValueError(f"--ranks-per-host {args.ranks_per_host} must be at least 1")
     if args.timeout is not None and not args.timeout > 0:
-        raise ValueError(f"--timeout {args.timeout} must be a positive number of seconds; leave "
+        raise ValueError(f"--timeout {args.timeout:g} must be a positive number of seconds; leave "
                          "it out to wait without limit")
     if args.port is not None and not 1 <= args.port <= MAX_PORT:
         raise ValueError(f"--port {args.port} is not a TCP port; give one in 1..{MAX_PORT}, or "
