@@ -54,14 +54,17 @@ def stop_process_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float
             time.sleep(0.05)
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether a process that is not a zombie is still in process group ``pgid`` (Linux /proc)."""
+def group_alive(pgid: int, own_session: bool = False) -> bool:
+    """Whether a process that is not a zombie is still in process group ``pgid`` (Linux /proc);
+    with ``own_session``, in the session of that number too: a group started as a session of
+    its own, not another process that reuses the number of its long-gone leader."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+        if len(fields) > 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X") and \
+                (not own_session or fields[3] == str(pgid)):
             return True
     return False
 
@@ -83,19 +86,20 @@ def _stop_all_groups(procs: Sequence[subprocess.Popen[bytes]], grace_s: float,
 
 def stop_groups(groups: Sequence[int], grace_s: float, kill_grace_s: float,
                 running: Callable[[], bool] = lambda: False) -> None:
-    """SIGTERM every process group of ``groups`` while one of their members (or ``running``)
-    is alive, SIGKILL them all after ``grace_s``, and wait up to ``kill_grace_s`` for them to
-    go: also the groups whose leader has exited, whose helpers it left behind."""
-    def busy() -> bool:
-        return running() or any(group_alive(pgid) for pgid in groups)
+    """SIGTERM the process groups of ``groups`` (each started as a session of its own) that
+    still have a member, SIGKILL those left after ``grace_s``, and wait up to ``kill_grace_s``
+    for them to go: also the groups whose leader has exited, whose helpers it left behind.
+    ``running`` (the leaders' own check, which also reaps them) keeps the grace going."""
+    def alive() -> list[int]:
+        return [pgid for pgid in groups if group_alive(pgid, own_session=True)]
 
     for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_grace_s)):
-        if sig == signal.SIGTERM and not busy():
-            continue  # nothing runs: skip the grace, but still SIGKILL every group below
-        for pgid in groups:
+        if not running() and not alive():
+            return
+        for pgid in alive():  # a group whose number is now another's is left alone
             _killpg(pgid, sig)
         deadline = time.monotonic() + grace
-        while busy() and time.monotonic() < deadline:
+        while (running() or alive()) and time.monotonic() < deadline:
             time.sleep(0.05)
 
 

@@ -157,3 +157,26 @@ def test_cli_rejects_bad_timeout_and_rates(tmp_path: Path, monkeypatch: pytest.M
         assert main(["cluster", "run", "--hosts", "2", "--rate", rate, "--", "true"]) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_group_number_reused_outside_its_session_is_not_signalled() -> None:
+    """stop_groups signals the groups of ranks that may have exited long before: a process
+    that now leads a group of that number in another session (an interactive shell's job)
+    is not one of them."""
+    import subprocess
+    import sys
+
+    from scaledl.processes import stop_groups
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             process_group=0)  # a group of its own, in this session
+    try:
+        stop_groups([other.pid], grace_s=0.5, kill_grace_s=0.5)
+        assert other.poll() is None, "another session's group was killed"
+    finally:
+        other.kill()
+        other.wait()
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+    stop_groups([ours.pid], grace_s=5, kill_grace_s=5)
+    assert ours.wait(timeout=5) == -15  # SIGTERM
