@@ -243,3 +243,23 @@ def test_bad_wrapping_fails_at_wrap_time_and_grad_tensors_work() -> None:
     assert "needs the network layout" in messages[0]
     assert "needs the network layout" in messages[1]
     assert "describes 4 ranks but the group has 2" in messages[2]
+
+
+def _kept_gradients(rank: int, world_size: int) -> list[list[float]]:
+    """Keep each step's .grad after zero_grad() dropped it; a later step must not change it."""
+    model = nn.Linear(2, 1, bias=False)
+    nn.init.ones_(model.weight)
+    dp = scaledl.DataParallel(model, algorithm="ring")
+    kept = []
+    for step in range(3):
+        model.zero_grad(set_to_none=True)
+        dp(torch.full((1, 2), float(step + 1))).sum().backward()
+        assert model.weight.grad is not None
+        kept.append(model.weight.grad)
+    return [grad.reshape(-1).tolist() for grad in kept]
+
+
+def test_a_kept_gradient_is_not_overwritten_by_later_steps() -> None:
+    # .grad was a view of the reused bucket buffer: every kept gradient read the last step's
+    for kept in run_ranks(2, _kept_gradients, timeout=60):
+        assert kept == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]

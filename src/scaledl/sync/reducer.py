@@ -3,16 +3,17 @@
 How one backward pass goes:
 
 1. a post-accumulate-grad hook on every trainable parameter copies its gradient into the
-   parameter's slot of its bucket's flat buffer (no copy when ``.grad`` already is that slot)
-   and counts it;
+   parameter's slot of its bucket's flat buffer and counts it;
 2. when a bucket is complete it is launched as an asynchronous collective, but only in bucket
    order: bucket ``k`` waits for ``0..k-1`` to launch, so every rank issues the same sequence
    even when gradients arrive in a different order;
 3. at the end of backward (a callback queued on autograd's engine) buckets that are still
    incomplete are launched: the slot of a parameter that got no gradient in this step holds its
    accumulated ``.grad`` if it has one, else zeros, so a rank that did not use a parameter
-   contributes zero instead of hanging the others; then every collective is waited for and each
-   parameter's ``.grad`` becomes a view of its slot, holding the reduced gradient.
+   contributes zero instead of hanging the others; then every collective is waited for and the
+   reduced gradient is copied from each slot into its parameter's ``.grad`` (a copy, not a view
+   of the slot, as torch's DDP does by default: the buffers are reused by every step, and a
+   gradient a script kept after ``zero_grad()`` must not change under it).
 
 A backward that raises (an out-of-memory error, a bad batch) never reaches step 3: autograd
 drops the queued callback.  The reducer notices at the next backward, because its hooks then
@@ -108,7 +109,7 @@ class GradientReducer:
             return
         self._ready.add(name)
         index, view = self._slots[name]
-        if param.grad is not None and param.grad.data_ptr() != view.data_ptr():
+        if param.grad is not None:
             view.copy_(param.grad)
         self._missing[index] -= 1
         self._launch_ready()
@@ -128,7 +129,7 @@ class GradientReducer:
             _, view = self._slots[name]
             if param.grad is None:
                 view.zero_()
-            elif param.grad.data_ptr() != view.data_ptr():
+            else:
                 view.copy_(param.grad)
             self._ready.add(name)
 
@@ -171,15 +172,27 @@ class GradientReducer:
         charge_wait(self.stats, self.timeline, "wait for gradients", blocked, time.perf_counter())
         self.stats.syncs += 1
         for name, param in self._params.items():
-            view = self._slots[name][1]
-            if param.grad is None or param.grad.data_ptr() != view.data_ptr():
-                param.grad = view
+            _expose(param, self._slots[name][1])
 
     def remove(self) -> None:
         """Remove the hooks (the model goes back to plain local gradients)."""
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+
+
+def _expose(param: nn.Parameter, slot: torch.Tensor) -> None:
+    """Put the reduced gradient of ``slot`` in ``param.grad``, never aliasing the bucket.
+
+    The gradient autograd produced holds it (as torch's DDP does by default): a ``.grad`` that
+    a script kept after ``zero_grad()`` dropped it is never written by a later step, as it
+    would be if ``.grad`` were a view of the reused bucket buffer.  A parameter that got no
+    gradient gets a copy of its slot.
+    """
+    if param.grad is None:
+        param.grad = slot.clone()
+    else:
+        param.grad.copy_(slot)
 
 
 def _graph_task() -> int:
