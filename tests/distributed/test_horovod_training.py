@@ -178,3 +178,38 @@ def _join_worker(rank: int, world: int) -> int:
 
 def test_join_serves_the_ranks_still_training() -> None:
     assert run_ranks(3, _join_worker, timeout=120, env=ENV) == [2, 2, 2]
+
+
+def _skipped_backward_worker(rank: int, world: int) -> list[list[float]]:
+    """Rank 1 has an empty batch at step 1 and calls step() without backward; then zero_grad
+    between backward and step is refused."""
+    import scaledl.horovod as hvd
+
+    hvd.init()
+    weights = []
+    for negotiate in ("1", "0"):
+        os.environ["SCALEDL_HOROVOD_STEP_NEGOTIATION"] = negotiate
+        model = nn.Linear(1, 1, bias=False)
+        nn.init.zeros_(model.weight)
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                             named_parameters=model.named_parameters())
+        trace = []
+        for step in range(4):
+            optimizer.zero_grad()
+            if not (rank == 1 and step == 1):
+                model(torch.ones(1, 1)).sum().backward()
+            optimizer.step()
+            trace.append(model.weight.item())
+        weights.append(trace)
+        model(torch.ones(1, 1)).sum().backward()
+        with pytest.raises(RuntimeError, match=r"zero_grad\(\) was called after loss.backward"):
+            optimizer.zero_grad()
+        optimizer.step()
+    hvd.shutdown()
+    return weights
+
+
+def test_a_rank_without_backward_still_takes_part_in_the_step() -> None:
+    # it took no part: its reductions were paired with the others' next step, off by one
+    expected = [-1.0, -1.5, -2.5, -3.5]
+    assert run_ranks(2, _skipped_backward_worker, timeout=120, env=ENV) == [[expected] * 2] * 2

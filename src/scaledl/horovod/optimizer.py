@@ -152,6 +152,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._prescale = 1.0 / gradient_predivide_factor
         self._postscale = gradient_predivide_factor
         self._passes = 0
+        self._reduced = False
+        """Whether this step's gradients were reduced already (by backward or synchronize)."""
         self._pass_open = False
         self._should_synchronize = True
         self._context: SetContext | None = None
@@ -210,6 +212,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._pass_open = True
         torch.autograd.Variable._execution_engine.queue_callback(self._close_pass)
         self._reducer.enabled = self._passes == k
+        self._reduced = self._reduced or self._reducer.enabled
 
     def _close_pass(self) -> None:
         """End of backward (before the reducer waits for its buckets): check the negotiation."""
@@ -245,12 +248,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     # -- the optimizer interface ----------------------------------------------------------------
     def synchronize(self) -> None:
-        """Make sure the reduced gradients are in ``.grad`` (reduces a partial accumulation)."""
+        """Make sure the reduced gradients are in ``.grad``.
+
+        Reduces what backward has not: a partial accumulation (fewer than
+        ``backward_passes_per_step`` passes), or, on a rank that ran no backward pass since its
+        last step (an empty batch), its current gradients, zeros where ``.grad`` is ``None``,
+        as Horovod submits them, so the step stays collective and the replicas equal.
+        """
         k = self.backward_passes_per_step
-        if self._reducer is not None and self._context is not None and 0 < self._passes < k:
-            negotiate(self._context, self._request())
+        if (self._reducer is not None and self._context is not None and not self._reduced
+                and self._passes < k):
+            if self._negotiate:
+                negotiate(self._context, self._request())
             self._reducer.enabled = True
             self._reducer.finish()
+        self._reduced = True
         self._passes = 0
 
     @contextmanager
@@ -266,12 +278,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Synchronize (unless inside ``skip_synchronize()``), then step the wrapped optimizer."""
         if self._should_synchronize:
             self.synchronize()
-        else:
-            self._passes = 0
+        self._passes = 0
+        self._reduced = False
         return self.optimizer.step(closure)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """The wrapped optimizer's ``zero_grad``."""
+        """The wrapped optimizer's ``zero_grad``; refused between backward and step, as Horovod.
+
+        The gradients of that backward pass would be lost (and, accumulated over
+        ``backward_passes_per_step``, reduced without the passes before).
+        """
+        if self._passes:
+            raise RuntimeError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(), which would drop the gradients "
+                "of that backward pass; call zero_grad() before backward or after step()")
         self.optimizer.zero_grad(set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
