@@ -58,11 +58,22 @@ def _rows(*requests: Request) -> Agreement:
     return Agreement(tuple(Row.decode(r.encode()) for r in requests), tuple(range(len(requests))))
 
 
-def test_rows_round_trip_and_fold_extra_dimensions() -> None:
+def test_rows_round_trip_and_fingerprint_extra_dimensions() -> None:
     request = Request(Kind.ALLGATHER, "x", torch.int16, (2, 3, 1, 1, 1, 4, 5), op=1, root=0)
     row = Row.decode(request.encode())
     assert (row.kind, row.ndim, row.numel) == (Kind.ALLGATHER, 7, 120)
-    assert row.shape == (2, 3, 1, 1, 1, 20)
+    assert row.shape[:5] == (2, 3, 1, 1, 1)
+    assert row.shape_text == "[2, 3, 1, 1, 1, and 2 more dimensions]"
+
+
+def test_shapes_that_differ_beyond_the_sixth_dimension_are_a_mismatch() -> None:
+    # the sixth slot held the product of the rest: [..., 2, 3] and [..., 3, 2] both sent 6
+    for kind in (Kind.ALLREDUCE, Kind.ALLGATHER):
+        a = Request(kind, None, torch.float32, (1, 1, 1, 1, 1, 2, 3), op=0)
+        b = Request(kind, None, torch.float32, (1, 1, 1, 1, 1, 3, 2), op=0)
+        assert _rows(a, a).verdict() is None
+        assert "rank 1 passed [1, 1, 1, 1, 1, and 2 more dimensions]" in (
+            _rows(a, b).verdict() or "")
 
 
 def test_verdicts_name_the_first_mismatch_the_same_way_everywhere() -> None:

@@ -3,11 +3,11 @@
 Horovod's coordinator collects each rank's request and refuses mismatched ones by name.  Here each
 call first allgathers a fixed-size row of 16 integers on the set's Gloo control group (one small
 round trip; measured in docs/horovod.md): the collective, its name (CRC-32), dtype, shape (up to
-six dimensions, further ones folded into the sixth), reduction op, root, a count and a signature
-(grouped calls, optimizers) and a *problem* code for arguments this rank found invalid.  Every
-member decodes the same rows and reaches the same verdict, so a mismatch raises the same
-:class:`~scaledl.horovod.errors.MismatchError` on every rank before any data moves, instead of a
-hang or a silently wrong result.  The rows also carry what the call needs from the others: the
+six dimensions; beyond five, the sixth carries a CRC-32 of the rest), reduction op, root, a count
+and a signature (grouped calls, optimizers) and a *problem* code for arguments this rank found
+invalid.  Every member decodes the same rows and reaches the same verdict, so a mismatch raises
+the same :class:`~scaledl.horovod.errors.MismatchError` on every rank before any data moves,
+instead of a hang or a silently wrong result.  The rows also carry what the call needs from the others: the
 first dimensions of an allgather.
 
 A rank inside ``hvd.join()`` sends ``JOIN`` rows; the others' rows tell it which collective to
@@ -95,9 +95,13 @@ def signature_of(text: str | None) -> int:
 
 
 def _folded(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Six integers: the dimensions, padded; beyond six, the sixth is a CRC-32 of the rest.
+
+    The fingerprint, not the product, so shapes that differ only there still differ.
+    """
     if len(shape) <= MAX_DIMS:
         return shape + (0,) * (MAX_DIMS - len(shape))
-    return shape[:MAX_DIMS - 1] + (math.prod(shape[MAX_DIMS - 1:]),)
+    return shape[:MAX_DIMS - 1] + (signature_of(repr(shape[MAX_DIMS - 1:])),)
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,16 @@ class Row:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """The shape as sent (folded beyond six dimensions)."""
+        """The shape as sent (its sixth entry a fingerprint beyond six dimensions)."""
         return self.dims[:min(self.ndim, MAX_DIMS)]
+
+    @property
+    def shape_text(self) -> str:
+        """The shape for a message (dimensions beyond the fifth unknown to the others)."""
+        if self.ndim <= MAX_DIMS:
+            return str(list(self.shape))
+        known = ", ".join(str(d) for d in self.dims[:MAX_DIMS - 1])
+        return f"[{known}, and {self.ndim - MAX_DIMS + 1} more dimensions]"
 
 
 def _op_label(op: int) -> str:
@@ -166,11 +178,11 @@ def _difference(kind: Kind, ref: Row, other: Row) -> str | None:
         return (f"passed {dtype_name(ref.dtype)} to {kind.label} but rank {{b}} passed "
                 f"{dtype_name(other.dtype)}")
     if kind in _WHOLE_SHAPE and (other.ndim, other.shape) != (ref.ndim, ref.shape):
-        return (f"passed shape {list(ref.shape)} to {kind.label} but rank {{b}} passed "
-                f"{list(other.shape)}; the shapes must be equal on every rank")
+        return (f"passed shape {ref.shape_text} to {kind.label} but rank {{b}} passed "
+                f"{other.shape_text}; the shapes must be equal on every rank")
     if kind in _ROW_SHAPE and (other.ndim != ref.ndim or other.shape[1:] != ref.shape[1:]):
-        return (f"passed shape {list(ref.shape)} to {kind.label} but rank {{b}} passed "
-                f"{list(other.shape)}; only the first dimension may differ")
+        return (f"passed shape {ref.shape_text} to {kind.label} but rank {{b}} passed "
+                f"{other.shape_text}; only the first dimension may differ")
     if kind in _WITH_OP and other.op != ref.op:
         return (f"reduces with {_op_label(ref.op)} but rank {{b}} with {_op_label(other.op)} in "
                 f"{kind.label}")
