@@ -17,6 +17,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import PrefixStore, Store
+from torch.distributed.rendezvous import rendezvous
 
 from scaledl.launchers import (
     DEFAULT_PORT, HOSTNAME_ENV, LOOPBACK, LaunchEnv, detect_launcher, first_slurm_host,
@@ -110,8 +112,8 @@ def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str,
         address = f"tcp://{f'[{host}]' if ':' in host else host}:{launch.master_port}"
         try:
             dist.init_process_group(
-                backend, init_method=address, rank=launch.rank, world_size=launch.world_size,
-                timeout=timeout, device_id=device,
+                backend, store=_world_store(address, launch, timeout), rank=launch.rank,
+                world_size=launch.world_size, timeout=timeout, device_id=device,
             )
         except dist.DistError as error:
             raise RendezvousError(
@@ -119,6 +121,32 @@ def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str,
                 f"the process group at {address} within {timeout.total_seconds():g} s; check that "
                 f"every rank started and that MASTER_ADDR/MASTER_PORT reach rank 0 ({error})"
             ) from error
+
+
+_STORES: dict[tuple[str, int, int], tuple[Store, int]] = {}
+"""The job's store per (address, rank, world size), and how many groups it has served."""
+
+
+def _world_store(address: str, launch: LaunchEnv, timeout: timedelta) -> Store:
+    """The job's key-value store, under a prefix of its own for each group this process joins.
+
+    The store is found once (torch's rendezvous: the launcher's agent store under torchrun,
+    else one that rank 0 serves) and kept for the life of the process.  Joining again after
+    :func:`shutdown` (``hvd.init()`` after ``hvd.shutdown()``) then neither reads the keys the
+    last group left (a fast rank would take a peer's stale address and connect to a closed
+    socket) nor meets rank 0 serving its store anew on the same port while another rank still
+    talks to the old one.
+    """
+    key = (address, launch.rank, launch.world_size)
+    if key in _STORES:
+        store, generation = _STORES[key][0], _STORES[key][1] + 1
+    else:
+        store, _, _ = next(rendezvous(address, launch.rank, launch.world_size,
+                                      timeout=timeout))
+        generation = 0
+    _STORES[key] = (store, generation)
+    store.set_timeout(timeout)
+    return PrefixStore(f"scaledl/{generation}", store)
 
 
 # -- finding the layout -------------------------------------------------------------------------

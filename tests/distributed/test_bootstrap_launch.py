@@ -47,12 +47,12 @@ def _base_env() -> dict[str, str]:
 
 
 def _launch(
-    envs: list[dict[str, str]], timeout: float = PROCESS_TIMEOUT_S
+    envs: list[dict[str, str]], timeout: float = PROCESS_TIMEOUT_S, worker: str = WORKER,
 ) -> list[subprocess.CompletedProcess[str]]:
     """Start one worker per environment; wait for all, killing every one after ``timeout``."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER], env={**_base_env(), **env}, text=True,
+            [sys.executable, "-c", worker], env={**_base_env(), **env}, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         for env in envs
@@ -148,3 +148,39 @@ def test_missing_rank_fails_within_the_timeout() -> None:
     assert last_line.startswith("scaledl.bootstrap.RendezvousError: rank 0 of 2 (torchrun) could "
                                 "not join the process "
                                 f"group at tcp://127.0.0.1:{env['MASTER_PORT']} within 2 s")
+
+
+REJOIN = """
+import time
+import torch
+import torch.distributed as dist
+from scaledl import bootstrap
+
+for group in range(3):
+    bootstrap.init(timeout=20)
+    tensor = torch.tensor([float(group + dist.get_rank())])
+    dist.all_reduce(tensor)
+    print(f"group {group} sum={tensor.item():g}")
+    if dist.get_rank() == 0:
+        time.sleep(1.0)  # the other rank joins its next group while rank 0 holds this one
+    bootstrap.shutdown()
+"""
+
+
+@pytest.mark.parametrize("agent_store", [False, True])
+def test_init_after_shutdown_joins_a_fresh_group(agent_store: bool) -> None:
+    # A fast rank's next init read the last group's keys (a peer's closed address) under
+    # torchrun's agent store, or reached rank 0's old store before rank 0 served a new one.
+    import torch.distributed as dist
+
+    port = free_port()
+    agent = (dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+             if agent_store else None)
+    envs = [
+        {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+         "MASTER_PORT": str(port), **({"TORCHELASTIC_USE_AGENT_STORE": "True"} if agent else {})}
+        for rank in range(2)
+    ]
+    expected = "group 0 sum=1\ngroup 1 sum=3\ngroup 2 sum=5"
+    assert _assert_ok(_launch(envs, worker=REJOIN)) == [expected, expected]
+    del agent
