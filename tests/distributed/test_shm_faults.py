@@ -158,3 +158,41 @@ def test_a_too_small_segment_directory_falls_back_with_a_warning(tmp_path: Path)
         assert list(small.iterdir()) == []
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+
+def _mismatched(rank: int, world: int, case: int) -> str:
+    """A call that differs between the ranks, on the shared-memory path (after a good one)."""
+    import scaledl
+
+    scaledl.allreduce(torch.ones(4), algorithm="shm")
+    calls = [
+        lambda: scaledl.allreduce(torch.ones(8 if rank == 0 else 6), algorithm="shm"),
+        lambda: scaledl.allreduce(torch.ones(1 << 20 if rank == 0 else (1 << 19) + 5),
+                                  algorithm="shm"),
+        lambda: scaledl.allreduce(torch.ones(8), op="sum" if rank == 0 else "max",
+                                  algorithm="shm"),
+        lambda: scaledl.allreduce(torch.ones(4, dtype=torch.float16 if rank else torch.bfloat16),
+                                  algorithm="shm"),
+        lambda: scaledl.broadcast(torch.ones(4 if rank == 0 else 8), src=0, algorithm="shm"),
+        lambda: scaledl.broadcast(torch.ones(8), src=rank, algorithm="shm"),
+    ]
+    try:
+        calls[case]()
+    except RuntimeError as error:
+        return str(error)
+    return "NO ERROR"
+
+
+@pytest.mark.parametrize("case, named", [
+    (0, "allreduce of 8 float32 (sum)"), (1, "allreduce of 1048576 float32"),
+    (2, "allreduce of 8 float32 (max)"), (3, "allreduce of 4 bfloat16"),
+    (4, "broadcast of 4 float32 from rank 0"), (5, "broadcast of 8 float32 from rank 1"),
+])
+def test_calls_that_differ_between_ranks_fail_named(case: int, named: str) -> None:
+    # each was a silently wrong result: the ranks read each other's windows as if they matched
+    messages = run_ranks(2, _mismatched, case, timeout=60, env={"SCALEDL_TIMEOUT": "20"})
+    assert any(named in message for message in messages), messages
+    for message in messages:
+        assert "through shared memory; every rank of the group must make the same" in message \
+            or "aborted the shared-memory collective" in message, messages

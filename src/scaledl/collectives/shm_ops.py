@@ -198,6 +198,10 @@ def broadcast(
 ) -> None:
     """Copy the root member's ``buffer[lo:hi]`` to every member (``root`` is a local index)."""
     me = group.index
+    if me == root:  # it reads no one's data: make sure the others broadcast from it too
+        for peer in members:
+            if peer != me:
+                group.agreed(peer)
     for a, b in _pieces(lo, hi, _elements(group, buffer)):
         slot, counts = group.begin(members)
         if me == root:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from scaledl.collectives import shm_inplace, shm_ops
+from scaledl.collectives.shm_calls import announce
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.transport.channel import Channel
@@ -52,6 +53,7 @@ class Paths:
             raise ValueError("this group has no shared-memory path (its ranks do not share a "
                              "host, or /dev/shm was too small); choose another algorithm")
         members = [group.local_index(member) for member in stage.members]
+        announce(group, members, stage, buffer.dtype, op)
         self._guarded(lambda shm: _run_shm(shm, members, stage, buffer, op))
 
     def scatter(
@@ -61,6 +63,7 @@ class Paths:
         working copy of the input)."""
         if stage.path is Path.SHM and self.shm is not None:
             members = [self.shm.local_index(member) for member in stage.members]
+            announce(self.shm, members, stage, source.dtype, op)
             self._guarded(lambda group: shm_ops.reduce_scatter(
                 group, members, source, stage.lo, stage.hi, op, output))
         else:
@@ -70,6 +73,7 @@ class Paths:
         """A whole-group allgather stage of ``shard`` into ``output``."""
         if stage.path is Path.SHM and self.shm is not None:
             members = [self.shm.local_index(member) for member in stage.members]
+            announce(self.shm, members, stage, output.dtype, ReduceOp.SUM)
             self._guarded(lambda group: shm_ops.allgather(
                 group, members, output, stage.lo, stage.hi, shard))
         else:

@@ -13,7 +13,12 @@ The owner ``i`` writes, in its own segment, for each peer ``j``:
 
 - ``arrived[j][w]``: the pair count of the piece now in window ``w`` (its data is complete);
 - ``reduced[j]``: the pair count up to which ``i``'s shard of the piece is reduced;
-- ``released[j]``: the pair count up to which ``i`` has finished reading ``j``'s window.
+- ``released[j]``: the pair count up to which ``i`` has finished reading ``j``'s window;
+- ``call[j][n % 2]`` and ``described[j][n % 2]``: the number ``n`` of ``i``'s current collective
+  with ``j`` and a word describing it (:meth:`ShmGroup.announce`).  Whoever waits for a peer's
+  data checks the peer's word against its own first, so ranks that make different calls (other
+  sizes, dtypes, ops or roots) fail with both calls named instead of reading each other's
+  windows as if they matched.
 
 Before overwriting a window, the owner waits until every peer that read its previous contents
 has released it.  Counters are written after the data they announce; on x86 (total store order)
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,10 +67,12 @@ adds at most about 6% to a wait."""
 NAP_MAX_S = 1e-3
 """The longest nap: a waiter wakes at most a thousand times a second."""
 ABORTED = 0
-ARRIVED, REDUCED, RELEASED, WHERE = 0, 2, 3, 4
-PAIR_LINES = 5
-"""Control lines per peer: arrived (two windows), reduced, released, and where a piece that
-lives in a shared arena is (arena and offset)."""
+ARRIVED, REDUCED, RELEASED, WHERE, CALL, DESCRIBED = 0, 2, 3, 4, 5, 7
+PAIR_LINES = 9
+"""Control lines per peer: arrived (two windows), reduced, released, where a piece that lives
+in a shared arena is (arena and offset), and the current call's number and description (two
+of each: a peer may be one call ahead)."""
+_TWO_LINES = (ARRIVED, CALL, DESCRIBED)
 
 
 _ITEMSIZE = {
@@ -117,9 +124,12 @@ class ShmGroup:
     _broken: str | None = field(init=False, default=None)
     _arenas: list[list[torch.Tensor]] = field(init=False, default_factory=list)
     _arena_bases: list[int] = field(init=False, default_factory=list)
+    _calls: list[int] = field(init=False)
+    _current: tuple[int, Callable[[int], str]] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._pair = [0] * len(self.peers)
+        self._calls = [0] * len(self.peers)
         self._readers = [[] for _ in range(self.own.slots)]
         self._words = [peer.segment.words for peer in self.peers]
         self._windows = [
@@ -202,6 +212,7 @@ class ShmGroup:
         first = self._peer_line(peer, ARRIVED, 0)
         if words[first] != -count:
             self._wait(peer, -1, -count, "bring its data", (first, first))
+        self._verify(peer)
         code = (where[0] << 40) + where[1] + 1
         if words[self._peer_line(peer, WHERE)] != code:
             self._fail(f"rank {self.peers[peer].global_rank} reduces a tensor at another place "
@@ -210,12 +221,53 @@ class ShmGroup:
 
     def _own_line(self, kind: int, peer: int, slot: int = 0) -> int:
         """Word index, in this rank's segment, of its counter ``kind`` towards ``peer``."""
-        return self.own.control(1 + PAIR_LINES * peer + kind + (slot if kind == ARRIVED else 0))
+        extra = slot if kind in _TWO_LINES else 0
+        return self.own.control(1 + PAIR_LINES * peer + kind + extra)
 
     def _peer_line(self, peer: int, kind: int, slot: int = 0) -> int:
         """Word index, in ``peer``'s segment, of its counter ``kind`` towards this rank."""
-        offset = 1 + PAIR_LINES * self.index + kind + (slot if kind == ARRIVED else 0)
+        offset = 1 + PAIR_LINES * self.index + kind + (slot if kind in _TWO_LINES else 0)
         return self.peers[peer].segment.control(offset)
+
+    # -- one call: what every member is about to do ---------------------------------------------
+    def announce(self, members: Sequence[int], word: int, describe: Callable[[int], str]) -> None:
+        """Start a collective among ``members`` that ``word`` describes (``describe`` names a
+        word in an error); every wait for a peer's data in it checks the peer's word first."""
+        self._check_usable()
+        words = self._words[self.index]
+        for peer in members:
+            if peer != self.index:
+                self._calls[peer] += 1
+                number = self._calls[peer]
+                words[self._own_line(DESCRIBED, peer, number % 2)] = word
+                words[self._own_line(CALL, peer, number % 2)] = number
+        self._current = (word, describe)
+
+    def agreed(self, peer: int) -> None:
+        """Wait until ``peer`` has announced this call, and check that it is the same one."""
+        if self._current is not None:
+            line = self._peer_line(peer, CALL, self._calls[peer] % 2)
+            if self._words[peer][line] < self._calls[peer]:
+                self._wait(peer, line, self._calls[peer], "start the same collective")
+            self._verify(peer)
+
+    def _verify(self, peer: int) -> None:
+        """Fail unless ``peer``'s current call (it has announced it) is this rank's."""
+        if self._current is None:
+            return
+        mine, describe = self._current
+        number, slot, words = self._calls[peer], self._calls[peer] % 2, self._words[peer]
+        if words[self._peer_line(peer, CALL, slot)] != number:
+            theirs = "another collective"
+        else:
+            word = int(words[self._peer_line(peer, DESCRIBED, slot)])
+            if word == mine:
+                return
+            theirs = describe(word)
+        self._fail(f"rank {self.peers[peer].global_rank} called {theirs} but rank "
+                   f"{self.peers[self.index].global_rank} called {describe(mine)} through shared "
+                   "memory; every rank of the group must make the same collective calls (sizes, "
+                   "dtypes, ops and roots) in the same order")
 
     # -- one piece ------------------------------------------------------------------------------
     def begin(self, members: Sequence[int]) -> tuple[int, dict[int, int]]:
@@ -242,6 +294,7 @@ class ShmGroup:
         second = self._peer_line(peer, ARRIVED, 1)
         if words[first] != count and words[second] != count:
             self._wait(peer, -1, count, "bring its data", (first, second))
+        self._verify(peer)
         return 0 if words[first] == count else 1
 
     def reached(self, peer: int, kind: int, count: int, what: str) -> None:
