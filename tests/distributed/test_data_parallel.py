@@ -263,3 +263,27 @@ def test_a_kept_gradient_is_not_overwritten_by_later_steps() -> None:
     # .grad was a view of the reused bucket buffer: every kept gradient read the last step's
     for kept in run_ranks(2, _kept_gradients, timeout=60):
         assert kept == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
+
+
+class OddDtypes(nn.Module):
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.c = nn.Parameter(torch.tensor([1 + 2j, 3 + 4j]) * (rank + 1))
+        self.register_buffer("cb", torch.tensor([5 + 6j], dtype=torch.complex128) * (rank + 1))
+        self.register_buffer("flags", torch.tensor([rank == 0, rank != 0]))
+        self.register_buffer("small", torch.tensor([-7, 9], dtype=torch.int8) * (rank + 1))
+
+
+def _odd_dtypes(rank: int, world_size: int) -> list[str]:
+    model = OddDtypes(rank)
+    scaledl.DataParallel(model)
+    return [repr(t.tolist()) for t in (model.c, model.cb, model.flags, model.small)]
+
+
+def test_rank_zeros_state_of_every_dtype_reaches_every_rank_exactly() -> None:
+    # complex tensors travelled as float64: their imaginary part was dropped on every rank
+    expected = [repr(t.tolist()) for t in (torch.tensor([1 + 2j, 3 + 4j]),
+                                           torch.tensor([5 + 6j], dtype=torch.complex128),
+                                           torch.tensor([True, False]),
+                                           torch.tensor([-7, 9], dtype=torch.int8))]
+    assert run_ranks(2, _odd_dtypes, timeout=60) == [expected, expected]

@@ -60,6 +60,20 @@ def _flat_groups(tensors: list[torch.Tensor]) -> dict[torch.dtype, list[torch.Te
     return groups
 
 
+def _carrier(flat: torch.Tensor) -> torch.Tensor:
+    """``flat`` itself, or a tensor of a dtype the collectives move that holds it exactly.
+
+    Wider dtypes travel as their bytes (int32 words: complex numbers keep their imaginary
+    part, which a cast would drop); narrower ones (bool, int8, int16, float8) as float64,
+    which holds every value they have.
+    """
+    if flat.dtype in SUPPORTED_DTYPES:
+        return flat
+    if flat.element_size() % 4 == 0:
+        return flat.view(torch.int32)
+    return flat.to(torch.float64)
+
+
 @torch.no_grad()
 def broadcast_tensors(
     tensors: list[torch.Tensor], src: int = 0, algorithm: str = "auto",
@@ -67,11 +81,10 @@ def broadcast_tensors(
 ) -> None:
     """Copy ``src``'s values of ``tensors`` into every rank's, one flat broadcast per dtype."""
     for dtype, same in _flat_groups(tensors).items():
-        supported = dtype in SUPPORTED_DTYPES
         flat = torch.cat([t.detach().reshape(-1) for t in same])
-        work = flat if supported else flat.to(torch.float64)
+        work = _carrier(flat)
         collectives.broadcast(work, src=src, algorithm=algorithm, group=group)
-        if not supported:
+        if work.data_ptr() != flat.data_ptr():
             flat.copy_(work.to(dtype))
         offset = 0
         for tensor in same:
