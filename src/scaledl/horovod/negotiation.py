@@ -7,8 +7,8 @@ six dimensions; beyond five, the sixth carries a CRC-32 of the rest), reduction 
 and a signature (grouped calls, optimizers) and a *problem* code for arguments this rank found
 invalid.  Every member decodes the same rows and reaches the same verdict, so a mismatch raises
 the same :class:`~scaledl.horovod.errors.MismatchError` on every rank before any data moves,
-instead of a hang or a silently wrong result.  The rows also carry what the call needs from the others: the
-first dimensions of an allgather.
+instead of a hang or a silently wrong result.  The rows also carry what the call needs from
+the others: the first dimensions of an allgather.
 
 A rank inside ``hvd.join()`` sends ``JOIN`` rows; the others' rows tell it which collective to
 take part in (see :mod:`scaledl.horovod.join`).
