@@ -34,6 +34,9 @@ TOPOLOGY_ENV = "SCALEDL_TOPOLOGY"
 
 def parse_axes(spec: str) -> tuple[int, ...]:
     """Parse ``"4x8x2"`` into ``(4, 8, 2)``; raise ``ValueError`` naming the spec when malformed."""
+    if not isinstance(spec, str):
+        raise TypeError(f"a topology is a spec such as '4x2' (ranks per host x hosts), got "
+                        f"{type(spec).__name__} {spec!r}")
     parts = spec.strip().lower().replace("*", "x").split("x")
     try:
         axes = tuple(int(part) for part in parts)

@@ -28,6 +28,15 @@ def test_lightning_strategy_argument_errors() -> None:
     with pytest.raises(ValueError, match="nope"):
         ScaledlStrategy(algorithm="nope")
     assert ScaledlStrategy(algorithm="ring", find_unused_parameters=True).algorithm == "ring"
+    # these were accepted and ignored (post-local SGD), or failed on every rank at setup
+    with pytest.raises(TypeError, match="does not take ddp_comm_state or model_averaging_period"):
+        ScaledlStrategy(ddp_comm_state=object(), model_averaging_period=4)
+    with pytest.raises(ValueError, match="'bad'"):
+        ScaledlStrategy(topology="bad")
+    with pytest.raises(TypeError, match="topology must be a spec"):
+        ScaledlStrategy(topology=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="algorithm must be a name"):
+        ScaledlStrategy(algorithm=None)  # type: ignore[arg-type]
 
 
 def test_register_comm_hook_on_one_process_changes_nothing() -> None:
@@ -70,3 +79,49 @@ def test_register_comm_hook_averages_gradients() -> None:
     grads = run_ranks(2, _hooked_step)
     # d(sum(w.x + b))/dw = sum over the batch of x: 2 * (rank + 1) per element, averaged = 3
     assert grads == [[3.0, 3.0, 3.0], [3.0, 3.0, 3.0]]
+
+
+def _hook_without_layout(rank: int, world_size: int) -> list[str]:
+    import scaledl
+
+    messages = []
+    for make in (lambda: scaledl.ddp_hook(algorithm="hierarchical"),
+                 lambda: scaledl.ddp_hook(algorithm="ring",
+                                          topology="1x2"),  # type: ignore[arg-type]
+                 lambda: scaledl.ddp_hook(algorithm=None)):  # type: ignore[arg-type]
+        try:
+            make()
+            messages.append("no error")
+        except (TypeError, ValueError) as error:
+            messages.append(str(error))
+    return messages
+
+
+@pytest.mark.distributed
+def test_ddp_hook_checks_its_algorithm_when_built() -> None:
+    # the layout error came at the first backward, inside DDP's hook, on every rank
+    for messages in run_ranks(2, _hook_without_layout):
+        assert "needs the network layout" in messages[0]
+        assert "topology must be a scaledl.Topology" in messages[1]
+        assert "algorithm must be a name" in messages[2]
+
+
+def _failed_bucket(rank: int, world_size: int) -> str:
+    import scaledl
+
+    model = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
+    model.register_comm_hook(None, scaledl.ddp_hook(algorithm="ring"))
+    if rank == 1:
+        return "left"
+    try:
+        model(torch.ones(2, 3)).sum().backward()
+    except RuntimeError as error:
+        return str(error).splitlines()[0]
+    return "no error"
+
+
+@pytest.mark.distributed
+def test_a_failed_bucket_reaches_ddp_with_its_message() -> None:
+    # DDP said "Unable to cast <the error> to Tensor"
+    message = run_ranks(2, _failed_bucket, env={"SCALEDL_TIMEOUT": "3"}, timeout=60)[0]
+    assert "Unable to cast" not in message and "rank 1" in message, message

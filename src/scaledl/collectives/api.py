@@ -76,6 +76,10 @@ def _topology(topology: Topology | None, view: _GroupView | Communicator) -> Top
     p = view.world_size
     if topology is None:
         return view.default_topology
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a scaledl.Topology (scaledl.Topology.parse('RxH', "
+                        f"{p}): R ranks per host, H hosts) or None, got "
+                        f"{type(topology).__name__} {topology!r}")
     if topology.world_size != p:
         raise ValueError(
             f"topology {topology.spec} describes {topology.world_size} ranks but the group has "

@@ -67,6 +67,9 @@ ALGORITHMS: dict[str, Algorithm] = {
 def parse_algorithm(spec: str) -> tuple[str, tuple[str, ...]]:
     """``"hierarchical[shm,ring]"`` -> ``("hierarchical", ("shm", "ring"))``; a plain name has
     no level paths."""
+    if not isinstance(spec, str):
+        raise TypeError(f"algorithm must be a name such as 'ring' or 'auto', got "
+                        f"{type(spec).__name__} {spec!r}")
     name, bracket, rest = spec.partition("[")
     if not bracket:
         return spec, ()

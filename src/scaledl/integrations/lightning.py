@@ -58,14 +58,27 @@ class ScaledlStrategy(DDPStrategy):
                 "ScaledlStrategy sets ddp_comm_hook itself; pass algorithm= (and topology=), or "
                 "use DDPStrategy(ddp_comm_hook=...) for another hook"
             )
+        unused = sorted({"ddp_comm_state", "model_averaging_period"} & kwargs.keys())
+        if unused:
+            raise TypeError(
+                f"ScaledlStrategy averages the gradients of every step and does not take "
+                f"{' or '.join(unused)} (post-local SGD); leave them out, or train with "
+                "scaledl's local-sgd strategy (scaledl train --strategy local-sgd)"
+            )
         if algorithm != "auto":
             lookup(algorithm, "allreduce")
+        if isinstance(topology, str):
+            Topology.parse(topology)  # a malformed spec fails here, not on every rank at setup
+        elif topology is not None and not isinstance(topology, Topology):
+            raise TypeError(f"topology must be a spec such as '4x2' or a scaledl.Topology, got "
+                            f"{type(topology).__name__} {topology!r}")
         self.algorithm = algorithm
         self._layout = topology
         super().__init__(**kwargs)
 
     def setup_distributed(self) -> None:
-        """Make the process group (Lightning), then agree on the layout (scaledl)."""
+        """Make the process group (Lightning), then agree on the layout (scaledl) and check
+        the algorithm against it (on every rank, before training starts)."""
         super().setup_distributed()
         layout = init(topology=self._layout)
         fixed = layout if self._layout is not None else None

@@ -26,12 +26,22 @@ HookFunction = Callable[
 ]
 
 
+def _value(future: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+    return future.value()
+
+
 def ddp_hook(
     algorithm: str = "auto", topology: Topology | None = None,
     group: dist.ProcessGroup | None = None,
 ) -> HookFunction:
-    """A comm hook averaging each DDP bucket with scaledl's ``algorithm``."""
-    if algorithm != "auto":
+    """A comm hook averaging each DDP bucket with scaledl's ``algorithm``.
+
+    With a process group already made, the algorithm and topology are checked here (an
+    algorithm that needs the layout without one raises now, not at the first backward).
+    """
+    if dist.is_initialized():
+        collectives.resolve_topology(algorithm, "allreduce", topology, group)
+    elif algorithm != "auto":
         collectives.lookup(algorithm, "allreduce")
 
     def scaledl_allreduce_hook(
@@ -52,6 +62,9 @@ def ddp_hook(
                 future.set_exception(error)  # type: ignore[arg-type]  # torch stub
 
         handle.add_done_callback(resolve)
-        return future
+        # DDP reads a failed future's value in C++, where an exception set from Python is an
+        # object it cannot cast to a tensor; a callback that raises fails the future it returns
+        # with the error's text, which DDP raises.
+        return future.then(_value)
 
     return scaledl_allreduce_hook
