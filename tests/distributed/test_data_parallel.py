@@ -287,3 +287,60 @@ def test_rank_zeros_state_of_every_dtype_reaches_every_rank_exactly() -> None:
                                            torch.tensor([True, False]),
                                            torch.tensor([-7, 9], dtype=torch.int8))]
     assert run_ranks(2, _odd_dtypes, timeout=60) == [expected, expected]
+
+
+def _wrap_refusals(rank: int, world_size: int) -> list[str]:
+    messages = []
+    for make in (lambda: scaledl.DataParallel(nn.Linear),  # type: ignore[arg-type]
+                 lambda: scaledl.DataParallel(nn.parallel.DistributedDataParallel(Net())),
+                 lambda: scaledl.DataParallel(Net(), bucket_mb="25"),  # type: ignore[arg-type]
+                 lambda: scaledl.DataParallel(Net(), algorithm="ring" if rank else "tree")):
+        try:
+            make()
+            messages.append("NO ERROR")
+        except (TypeError, ValueError) as error:
+            messages.append(str(error))
+    return messages
+
+
+def test_what_cannot_be_wrapped_is_refused_at_wrap_time() -> None:
+    # a class, an already-averaging wrapper and a string failed deep inside, or not at all;
+    # different algorithms on two ranks aborted inside Gloo at the first backward
+    for messages in run_ranks(2, _wrap_refusals, timeout=60):
+        assert "wraps a model (an nn.Module instance), got Linear" in messages[0]
+        assert "already a DistributedDataParallel" in messages[1]
+        assert "bucket_mb must be a number of MiB, got str '25'" in messages[2]
+        assert ("ranks wrapped with different settings: entry 4 is 'setting algorithm tree' on "
+                "rank 0 but 'setting algorithm ring' on rank 1") in messages[3]
+
+
+class Sparse(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(6, 2, sparse=True)
+        self.frozen = nn.Linear(2, 1)
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        return self.frozen(self.embed(index))
+
+
+def _sparse_and_frozen(rank: int, world_size: int) -> list[object]:
+    torch.manual_seed(0)
+    model = Sparse()
+    dp = scaledl.DataParallel(model, algorithm="ring")
+    model.frozen.requires_grad_(False)  # frozen after wrapping
+    dp(torch.tensor([rank, 3])).sum().backward()
+    grad = model.embed.weight.grad
+    assert grad is not None and grad.layout == torch.strided
+    return [grad.sum(dim=1).tolist(), model.frozen.weight.grad]
+
+
+def test_sparse_gradients_are_averaged_and_a_frozen_parameter_keeps_no_gradient() -> None:
+    # the sparse one failed with "copy_() between dense and sparse Tensors"; the frozen one got
+    # a zero .grad, which weight decay then moved
+    results = run_ranks(2, _sparse_and_frozen, timeout=60)
+    assert results[0] == results[1]
+    rows, frozen = results[0]
+    weight_sum = float(sum(rows))  # rows 0, 1 once each (halved), row 3 twice (whole)
+    assert frozen is None and rows[2] == 0.0 and rows[4] == 0.0 and weight_sum != 0.0
+    assert rows[0] == pytest.approx(rows[1]) and rows[3] == pytest.approx(2 * rows[0])

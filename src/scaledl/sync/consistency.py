@@ -7,6 +7,8 @@ difference, instead of a later hang or a size mismatch deep inside a collective.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -30,12 +32,16 @@ def model_signature(module: nn.Module) -> list[str]:
     return lines
 
 
-def check_same_model(module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
-    """Raise ``ValueError`` on every rank if the ranks wrapped different models."""
+def check_same_model(
+    module: nn.Module, group: dist.ProcessGroup | None = None, settings: Sequence[str] = (),
+) -> None:
+    """Raise ``ValueError`` on every rank if the ranks wrapped different models, or with
+    different ``settings`` (lines such as ``"setting algorithm ring"``: a rank reducing with
+    another algorithm or other buckets would meet the others' collectives mismatched)."""
     world_size = dist.get_world_size(group)
     if world_size == 1:
         return
-    mine = model_signature(module)
+    mine = model_signature(module) + list(settings)
     everyone: list[list[str] | None] = [None] * world_size
     dist.all_gather_object(everyone, mine, group=group)
     reference = everyone[0] or []
@@ -47,9 +53,12 @@ def check_same_model(module: nn.Module, group: dist.ProcessGroup | None = None) 
             ours = reference[index] if index < len(reference) else "nothing"
             other = theirs[index] if index < len(theirs) else "nothing"
             if ours != other:
+                what, fix = (("with different settings", "pass the same on every rank")
+                             if "setting" in ours + other else
+                             ("different models", "build the same model on every rank"))
                 raise ValueError(
-                    f"ranks wrapped different models: entry {index} is '{ours}' on rank 0 but "
-                    f"'{other}' on rank {rank}; build the same model on every rank"
+                    f"ranks wrapped {what}: entry {index} is '{ours}' on rank 0 but "
+                    f"'{other}' on rank {rank}; {fix}"
                 )
 
 

@@ -53,6 +53,10 @@ class DataParallel(nn.Module):
         broadcast_buffers: bool = True, timeline: SpanRecorder | None = None,
     ) -> None:
         super().__init__()
+        _check_wrappable(module)
+        if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float)):
+            raise TypeError(f"bucket_mb must be a number of MiB, got {type(bucket_mb).__name__} "
+                            f"{bucket_mb!r}")
         if bucket_mb <= 0:
             raise ValueError(f"bucket_mb {bucket_mb} must be > 0 (DDP's default is 25)")
         if not dist.is_initialized():
@@ -63,7 +67,8 @@ class DataParallel(nn.Module):
         self.group = group
         self.broadcast_buffers = broadcast_buffers
         self.world_size = dist.get_world_size(group)
-        check_same_model(module, group)
+        check_same_model(module, group, [f"setting algorithm {algorithm}",
+                                         f"setting bucket_mb {bucket_mb:g}"])
         broadcast_state(module, group)
         named = list(module.named_parameters())
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
@@ -110,6 +115,17 @@ class DataParallel(nn.Module):
     def bucket_summary(self) -> list[tuple[int, int, int]]:
         """``(index, parameters, bytes)`` of every bucket, in launch order."""
         return [(b.index, len(b.names), b.nbytes) for b in self.buckets]
+
+
+def _check_wrappable(module: object) -> None:
+    """A ``TypeError`` unless ``module`` is a model instance not yet wrapped for averaging."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"DataParallel wraps a model (an nn.Module instance), got "
+                        f"{getattr(module, '__name__', type(module).__name__)!s}; build it "
+                        "first, e.g. DataParallel(Net())")
+    if isinstance(module, (DataParallel, nn.parallel.DistributedDataParallel)):
+        raise TypeError(f"the model is already a {type(module).__name__}, whose gradients would "
+                        "be averaged twice; wrap the model itself")
 
 
 def _shared_buffers(

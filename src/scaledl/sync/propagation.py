@@ -100,7 +100,7 @@ class ReduceBroadcast(nn.Module):
         world = dist.get_world_size(group)
         if not 0 <= root < world:
             raise ValueError(f"root {root} is outside the group of {world} ranks")
-        check_same_model(module, group)
+        check_same_model(module, group, [f"setting algorithm {algorithm}", f"setting root {root}"])
         broadcast_state(module, group)
         named = list(module.named_parameters())
         self.buckets = plan_buckets(named, bucket_bytes=1, by_layer=True)

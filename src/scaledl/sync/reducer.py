@@ -110,7 +110,7 @@ class GradientReducer:
         self._ready.add(name)
         index, view = self._slots[name]
         if param.grad is not None:
-            view.copy_(param.grad)
+            view.copy_(_dense(param.grad))
         self._missing[index] -= 1
         self._launch_ready()
 
@@ -127,10 +127,10 @@ class GradientReducer:
             if name in self._ready:
                 continue
             _, view = self._slots[name]
-            if param.grad is None:
+            if param.grad is None or not param.requires_grad:
                 view.zero_()
             else:
-                view.copy_(param.grad)
+                view.copy_(_dense(param.grad))
             self._ready.add(name)
 
     def _abandon(self) -> None:
@@ -172,13 +172,20 @@ class GradientReducer:
         charge_wait(self.stats, self.timeline, "wait for gradients", blocked, time.perf_counter())
         self.stats.syncs += 1
         for name, param in self._params.items():
-            _expose(param, self._slots[name][1])
+            if param.requires_grad:  # one frozen since wrapping keeps its .grad (None)
+                _expose(param, self._slots[name][1])
 
     def remove(self) -> None:
         """Remove the hooks (the model goes back to plain local gradients)."""
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+
+
+def _dense(grad: torch.Tensor) -> torch.Tensor:
+    """A sparse gradient (an embedding's with ``sparse=True``) as the dense one it adds up to:
+    reduced as dense, it comes back dense."""
+    return grad if grad.layout == torch.strided else grad.to_dense()
 
 
 def _expose(param: nn.Parameter, slot: torch.Tensor) -> None:
@@ -189,7 +196,7 @@ def _expose(param: nn.Parameter, slot: torch.Tensor) -> None:
     would be if ``.grad`` were a view of the reused bucket buffer.  A parameter that got no
     gradient gets a copy of its slot.
     """
-    if param.grad is None:
+    if param.grad is None or param.grad.layout != torch.strided:
         param.grad = slot.clone()
     else:
         param.grad.copy_(slot)
