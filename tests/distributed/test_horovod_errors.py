@@ -36,6 +36,8 @@ def _mismatches(rank: int) -> list[tuple[Callable[[], object], str]]:
          "rank 1 passed a 0-d tensor"),
         (lambda: hvd.allreduce(torch.zeros(2, dtype=torch.complex64)), "tensor of complex64"),
         (lambda: hvd.broadcast(torch.zeros(2), root_rank=5), "root rank that is not in"),
+        (lambda: hvd.broadcast(torch.zeros(2), root_rank=torch.tensor(0) if rank else 0),
+         "rank 1 passed a root_rank that is not an int"),
         (lambda: hvd.grouped_allreduce([torch.zeros(2)] * (1 + rank)), "other tensors"),
         (lambda: hvd.DistributedOptimizer(
             torch.optim.SGD(nn.Linear(2, 2 + rank).parameters(), lr=0.1)),
@@ -73,6 +75,11 @@ def _errors_worker(rank: int, world: int) -> int:
         with pytest.raises(hvd.UnsupportedError, match=pattern):
             call()
         checked += 1
+    # Horovod's own pattern: the others pass None (their names came from the object's type)
+    assert hvd.broadcast_object({"epoch": 3} if rank == 0 else None, root_rank=0) == {"epoch": 3}
+    assert hvd.allgather_object(None if rank == 0 else [1]) == [None, [1]]
+    with pytest.raises(TypeError, match="allreduce takes a torch.Tensor, got list"):
+        hvd.allreduce([1.0, 2.0])  # type: ignore[arg-type]
     model = nn.Linear(2, 1)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                          named_parameters=model.named_parameters())

@@ -23,8 +23,9 @@ __all__ = ["broadcast_async", "broadcast_async_", "broadcast_", "broadcast_tenso
 
 
 def _root_problem(context: SetContext, root_rank: int) -> Problem:
-    valid = isinstance(root_rank, int) and root_rank in context.ranks
-    return Problem.NONE if valid else Problem.ROOT
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+        return Problem.ROOT_TYPE
+    return Problem.NONE if root_rank in context.ranks else Problem.ROOT
 
 
 def start_broadcast(

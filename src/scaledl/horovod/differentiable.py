@@ -30,6 +30,7 @@ from scaledl.horovod.handles import Handle
 from scaledl.horovod.process_sets import ProcessSet, global_process_set
 from scaledl.horovod.reduce_ops import Average, ReduceOperation, Sum, resolve_op
 from scaledl.horovod.reducescatter import grouped_reducescatter_async, start_reducescatter
+from scaledl.horovod.tensors import check_tensor
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
            "alltoall", "reducescatter", "grouped_reducescatter"]
@@ -72,6 +73,7 @@ def allreduce(
     process_set: ProcessSet = global_process_set,
 ) -> torch.Tensor:
     """Reduce ``tensor`` over the process set into a new tensor (Average by default)."""
+    check_tensor(tensor, "allreduce")
     reduce_op = resolve_op(op, average)
     return _compressed(
         tensor, compression,
@@ -114,6 +116,7 @@ def allgather(
     tensor: torch.Tensor, name: str | None = None, process_set: ProcessSet = global_process_set
 ) -> torch.Tensor:
     """Concatenate every member's ``tensor`` along dimension 0 (first dimensions may differ)."""
+    check_tensor(tensor, "allgather")
     if _tracks(tensor):
         gathered: torch.Tensor = _Allgather.apply(  # type: ignore[no-untyped-call]
             tensor, name, process_set)
@@ -150,6 +153,7 @@ def broadcast(
     process_set: ProcessSet = global_process_set,
 ) -> torch.Tensor:
     """A new tensor holding ``root_rank``'s ``tensor`` on every member."""
+    check_tensor(tensor, "broadcast")
     if _tracks(tensor):
         copied: torch.Tensor = _Broadcast.apply(  # type: ignore[no-untyped-call]
             tensor, root_rank, name, process_set)
@@ -210,6 +214,7 @@ def reducescatter(
     postscale_factor: float = 1.0,
 ) -> torch.Tensor:
     """Reduce ``tensor`` over the members; each keeps its slice of the first dimension."""
+    check_tensor(tensor, "reducescatter")
     reduce_op = resolve_op(op)
     return _compressed(
         tensor, compression,

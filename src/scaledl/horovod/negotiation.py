@@ -70,6 +70,7 @@ class Problem(enum.IntEnum):
     NOT_DIVISIBLE = 5
     ROOT = 6
     SPARSE = 7
+    ROOT_TYPE = 8
 
 
 _PROBLEMS = {
@@ -83,6 +84,7 @@ _PROBLEMS = {
                            "does not divide; pass splits=",
     Problem.ROOT: "passed a root rank that is not in the process set",
     Problem.SPARSE: "passed a sparse tensor; pass tensor.to_dense()",
+    Problem.ROOT_TYPE: "passed a root_rank that is not an int; pass a global rank such as 0",
 }
 _WHOLE_SHAPE = (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCESCATTER)
 _ROW_SHAPE = (Kind.ALLGATHER, Kind.ALLTOALL)

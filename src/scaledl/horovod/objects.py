@@ -45,8 +45,13 @@ def broadcast_object(
     obj: object, root_rank: int = 0, name: str | None = None,
     process_set: ProcessSet = global_process_set,
 ) -> Any:
-    """``root_rank``'s ``obj`` on every member (other ranks' ``obj`` is ignored)."""
-    base = name or type(obj).__name__
+    """``root_rank``'s ``obj`` on every member (other ranks' ``obj`` is ignored).
+
+    Without ``name`` the call is named ``broadcast_object`` on every rank (calls are matched
+    by order): a name from ``obj``'s type, as Horovod makes it, differs on the ranks that pass
+    ``None`` in the usual ``broadcast_object(state if hvd.rank() == 0 else None)``.
+    """
+    base = name or "broadcast_object"
     is_root = runtime.current().rank == root_rank
     words = _to_words(obj) if is_root else torch.empty(0, dtype=torch.int32)
     length = broadcast_(torch.tensor([words.numel()]), root_rank, f"{base}.length", process_set)
@@ -61,7 +66,7 @@ def allgather_object(
 ) -> list[Any]:
     """Every member's ``obj``, in set-rank order."""
     words = _to_words(obj)
-    base = name or type(obj).__name__
+    base = name or "allgather_object"  # the same on every rank, whatever each passes
     lengths = start_allgather(torch.tensor([words.numel()]), f"{base}.length", process_set,
                               True).wait()
     gathered = start_allgather(words, f"{base}.data", process_set, True).wait()
