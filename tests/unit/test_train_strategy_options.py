@@ -70,6 +70,9 @@ def test_algorithm_choice_follows_strategy_and_form() -> None:
     assert "ring" in algorithms_for("local-sgd")
     with pytest.raises(ValueError, match="algorithm 'ring' does not work with strategy"):
         validate_config(_config(strategy="async-sgd", algorithm="ring"), 2)
+    # a misspelt name was said not to work with the strategy
+    with pytest.raises(ValueError, match="algorithm 'rign' is unknown; use one of: auto, ring"):
+        validate_config(_config(strategy="allreduce", algorithm="rign"), 2)
 
 
 def test_options_passed_to_each_kind_of_strategy() -> None:

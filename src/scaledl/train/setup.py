@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from scaledl import collectives
-from scaledl.collectives.registry import AUTO
+from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.data import (
     ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, declared_shape, load_dataset,
 )
@@ -89,8 +89,10 @@ def validate_config(config: TrainConfig, workers: int) -> None:
     _check_run_values(config)
     allowed = algorithms_for(strategy, config.parallel.easgd_form or "tree")
     if config.parallel.algorithm not in allowed:
-        raise ValueError(f"algorithm {config.parallel.algorithm!r} does not work with strategy "
-                         f"{strategy!r}; use one of: {', '.join(allowed)}")
+        known = config.parallel.algorithm.partition("[")[0] in (AUTO, *ALGORITHMS)
+        problem = f"does not work with strategy {strategy!r}" if known else "is unknown"
+        raise ValueError(f"algorithm {config.parallel.algorithm!r} {problem}; use one of: "
+                         f"{', '.join(allowed)}")
     if config.parallel.topology:
         axes = parse_axes(config.parallel.topology)
         if math.prod(axes) != workers:
