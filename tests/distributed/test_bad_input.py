@@ -26,6 +26,10 @@ def _argument_errors(rank: int, world_size: int) -> list[str]:
         lambda: scaledl.reduce_scatter(torch.empty(3), torch.empty(7)),
         lambda: scaledl.allgather(torch.empty(3), torch.empty(7)),
         lambda: scaledl.reduce_scatter(torch.empty(3), torch.empty(6), algorithm="tree"),
+        lambda: scaledl.reduce(x, dst="0"),  # type: ignore[arg-type]
+        lambda: scaledl.allreduce(x, op=3),  # type: ignore[arg-type]
+        lambda: scaledl.allreduce(x, algorithm=None),  # type: ignore[arg-type]
+        lambda: scaledl.allreduce(x, topology="1x2"),  # type: ignore[arg-type]
     ]
     for attempt in attempts:
         try:
@@ -53,6 +57,11 @@ def test_argument_errors_raise_on_every_rank() -> None:
     assert "outside the group of 2 ranks" in messages[6]
     assert "7 elements" in messages[7] and "world size (2) x shard (3) = 6" in messages[7]
     assert "does not implement reduce_scatter" in messages[9]
+    # these failed deep inside (a comparison, an attribute) or, op=3, reduced with MIN
+    assert "root rank (src or dst) must be an int, got str '0'" in messages[10]
+    assert "unknown reduce op 3" in messages[11]
+    assert "algorithm must be a name" in messages[12]
+    assert "topology must be a scaledl.Topology" in messages[13]
     assert all("\n" not in m for m in messages)
 
 

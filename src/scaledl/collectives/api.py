@@ -105,6 +105,9 @@ def _prepare(
     if topo is None:  # checks that depend only on the arguments: once per combination
         topo = _checked_topology(algorithm, collective, topology, comm)
         comm.checked[key] = topo
+    if isinstance(root, bool) or not isinstance(root, int):
+        raise TypeError(f"the root rank (src or dst) must be an int, got {type(root).__name__} "
+                        f"{root!r}")
     if not 0 <= root < comm.world_size:
         raise ValueError(f"root rank {root} is outside the group of {comm.world_size} ranks")
     return Call(comm, collective, algorithm, topo, reduce_op, root)

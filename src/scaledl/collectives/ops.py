@@ -31,6 +31,9 @@ class ReduceOp(str, enum.Enum):
         """Accept ``"sum"``, ``ReduceOp.SUM`` or ``torch.distributed.ReduceOp.SUM``."""
         if isinstance(op, ReduceOp):
             return op
+        if isinstance(op, (bool, int)):  # an int equals torch's ReduceOp of that number
+            raise ValueError(f"unknown reduce op {op!r}; use one of: "
+                             f"{', '.join(member.value for member in cls)}")
         if isinstance(op, str):
             try:
                 return cls(op.lower())
