@@ -67,6 +67,8 @@ def _hooked_step(rank: int, world_size: int) -> list[float]:
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
     assert register_comm_hook(model, algorithm="ring") is model
+    with pytest.raises(ValueError, match="already has a communication hook"):
+        register_comm_hook(model, algorithm="ring")  # torch's "can only be called once"
     model(torch.full((2, 3), float(rank + 1))).sum().backward()
     grad = model.module.weight.grad
     assert grad is not None

@@ -60,7 +60,15 @@ def register_comm_hook(
             "and DeepSpeed reduce gradients their own way)"
         )
     layout = init(topology=topology)
-    model.register_comm_hook(
-        None, ddp_hook(algorithm=algorithm, topology=layout if topology is not None else None)
-    )
+    hook = ddp_hook(algorithm=algorithm, topology=layout if topology is not None else None)
+    try:
+        model.register_comm_hook(None, hook)
+    except RuntimeError as error:
+        if "only be called once" not in str(error):
+            raise
+        raise ValueError(
+            "the model already has a communication hook (register_comm_hook was called on it "
+            "before, or Accelerate registered one from DistributedDataParallelKwargs(comm_hook="
+            "...)); DDP takes one: register scaledl's once and leave comm_hook unset"
+        ) from None
     return model
