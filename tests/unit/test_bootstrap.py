@@ -255,18 +255,27 @@ def test_init_multi_rank_passes_address_rank_and_timeout(
 ) -> None:
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: calls.append((a, k)))
+    met: list[tuple[str, int, int, timedelta]] = []
+
+    def rendezvous(url: str, rank: int, world: int, timeout: timedelta) -> Any:
+        met.append((url, rank, world, timeout))
+        yield dist.HashStore(), rank, world  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(bootstrap, "rendezvous", rendezvous)
+    monkeypatch.setattr(bootstrap, "_STORES", {})
     # every (pretend) rank reports the same host and layout request as this one
     monkeypatch.setattr(dist, "all_gather_object",
                         lambda out, obj: out.__setitem__(slice(None), [obj] * len(out)))
     environ = {**TORCHRUN, "SCALEDL_TIMEOUT": "12.5"}
     topology = bootstrap.init(backend="gloo", topology="2x4", environ=environ)
     assert (topology.axes, topology.rank) == ((2, 4), 3)
-    assert calls == [(("gloo",), {
-        "init_method": "tcp://host0:1234", "rank": 3, "world_size": 8,
-        "timeout": timedelta(seconds=12.5), "device_id": None,
-    })]
+    assert met == [("tcp://host0:1234", 3, 8, timedelta(seconds=12.5))]
+    (args, kwargs), = calls
+    assert args == ("gloo",) and isinstance(kwargs.pop("store"), dist.PrefixStore)
+    assert kwargs == {"rank": 3, "world_size": 8, "timeout": timedelta(seconds=12.5),
+                      "device_id": None}
     calls.clear()
     bootstrap.init(backend="GLOO", timeout=timedelta(seconds=3), topology="8",
                    environ={**environ, "MASTER_ADDR": "::1"})
-    assert calls[0][1]["init_method"] == "tcp://[::1]:1234"
+    assert met[1][0] == "tcp://[::1]:1234"
     assert calls[0][1]["timeout"] == timedelta(seconds=3)
