@@ -245,10 +245,6 @@ class Pending:
     """A negotiation round in flight (the DistributedOptimizer overlaps it with backward)."""
 
     def __init__(self, context: SetContext, request: Request) -> None:
-        if context.broken is not None:
-            raise HorovodInternalError(
-                f"process set {list(context.ranks)} is unusable since an earlier mismatch met a "
-                f"DistributedOptimizer step ({context.broken}); restart the job")
         self._context = context
         self._request = request
         mine = torch.tensor(request.encode(), dtype=torch.int64)
@@ -278,8 +274,6 @@ class Pending:
         if self._request.kind is not Kind.JOIN:
             problem = agreement.verdict()
             if problem is not None:
-                if any(agreement.rows[i].kind is Kind.OPTIMIZER for i in agreement.active):
-                    self._context.broken = problem  # its buckets may already be in flight
                 raise MismatchError(problem)
         return agreement
 

@@ -16,11 +16,12 @@ have nothing left to wait for here, except to flush a partial accumulation).
 * every backward pass that reduces starts one negotiation round at its first gradient, without
   waiting, and checks it at the end of backward: it lets ranks inside ``hvd.join()`` take part
   with zero gradients, and when another rank called something else every rank raises
-  ``MismatchError`` instead of hanging.  The buckets may already be on their way by then, so
-  after such a mismatch the process set refuses further calls (restart the job).
-  ``SCALEDL_HOROVOD_STEP_NEGOTIATION=0`` skips this round (it costs one small Gloo allgather per
-  step, noticeable only on steps of a few milliseconds); ``join`` then cannot be used while
-  others train.
+  ``MismatchError`` instead of hanging.  The first bucket waits for that verdict before it is
+  launched (the round started at the first gradient, so it is normally back by then), so a
+  mismatch raises from ``backward()`` before any gradient travels and the process set stays
+  usable.  ``SCALEDL_HOROVOD_STEP_NEGOTIATION=0`` skips this round (it costs one small Gloo
+  allgather per step, noticeable only on steps of a few milliseconds); ``join`` then cannot be
+  used while others train.
 
 It is a ``torch.optim.Optimizer`` sharing ``param_groups`` and ``state`` with the optimizer it
 wraps (learning-rate schedulers and ``GradScaler`` work on it), not an instance of the wrapped
@@ -143,9 +144,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError(f"gradient_predivide_factor ({gradient_predivide_factor}) and "
                              f"bucket_mb ({bucket_mb}) must be positive")
         self.optimizer = optimizer
-        self.param_groups = optimizer.param_groups
-        self.defaults = optimizer.defaults
-        self.state = optimizer.state
         self.backward_passes_per_step = backward_passes_per_step
         self.process_set = process_set
         self._compression = compression
@@ -161,12 +159,42 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._pending: Pending | None = None
         self._negotiate = True
         self._hooks: list[Any] = []
+        self._named: list[tuple[str, nn.Parameter]] = []
         named = _named(optimizer, named_parameters)
         runtime.current()  # ValueError before hvd.init()
         if process_set.included():
             context = context_of(process_set)
             if context.size > 1:
                 self._attach(context, named, int(bucket_mb * MiB))
+
+    # The wrapped optimizer's own attributes, read through: its load_state_dict() replaces its
+    # param_groups list, so a copy taken when wrapping would go stale (and lose loaded options).
+    @property  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The wrapped optimizer's parameter groups."""
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = groups
+
+    @property  # type: ignore[override]
+    def state(self) -> Any:
+        """The wrapped optimizer's per-parameter state."""
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, state: Any) -> None:
+        self.optimizer.state = state
+
+    @property  # type: ignore[override]
+    def defaults(self) -> dict[str, Any]:
+        """The wrapped optimizer's default hyper-parameters."""
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, defaults: dict[str, Any]) -> None:
+        self.optimizer.defaults = defaults
 
     # -- set-up ---------------------------------------------------------------------------------
     def _attach(self, context: SetContext, named: list[tuple[str, nn.Parameter]],
@@ -186,6 +214,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # registered before the reducer's hooks, so they run first on every parameter
         self._hooks = [p.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
             self._on_gradient) for _, p in named]
+        self._named = named
         self._reducer = GradientReducer(self.buckets, dict(named), self._launch)
         context.servers[self._signature] = self
 
@@ -217,12 +246,34 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _close_pass(self) -> None:
         """End of backward (before the reducer waits for its buckets): check the negotiation."""
         self._pass_open = False
+        self._check_negotiation()
+
+    def _check_negotiation(self) -> None:
+        """Wait for this pass's round; on a mismatch, forget the pass and raise.
+
+        Called before the first bucket leaves, so nothing of this pass has travelled yet when
+        the ranks disagree: every rank raises from ``backward()`` and the next call is matched
+        as usual.  The reducer is rebuilt because autograd drops the end-of-backward callbacks
+        of a backward that raised, which would leave it waiting for this pass's buckets.
+        """
         pending, self._pending = self._pending, None
-        if pending is not None:
+        if pending is None:
+            return
+        try:
             pending.result()
+        except BaseException:
+            self._reset_pass()
+            raise
+
+    def _reset_pass(self) -> None:
+        self._passes, self._pass_open, self._reduced = 0, False, False
+        if self._reducer is not None:
+            self._reducer.remove()
+            self._reducer = GradientReducer(self.buckets, dict(self._named), self._launch)
 
     def _launch(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
         assert self._context is not None
+        self._check_negotiation()
         sent, restore = self._compression.compress(buffer)
         scale_(sent, self._prescale)
         divide_here, factor = reduction_plan(self.op, sent, self._postscale, self._context.size)

@@ -63,9 +63,6 @@ class SetContext:
     servers: weakref.WeakValueDictionary[int, JoinServer] = field(
         default_factory=weakref.WeakValueDictionary)
     """Optimizers by plan signature, so a joined rank can join their gradient reductions."""
-    broken: str | None = None
-    """Why the set is unusable: a mismatch met a DistributedOptimizer step whose gradient
-    buckets were already on their way, so the data group's order is lost."""
 
     @property
     def size(self) -> int:
