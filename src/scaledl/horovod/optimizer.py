@@ -169,7 +169,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     # The wrapped optimizer's own attributes, read through: its load_state_dict() replaces its
     # param_groups list, so a copy taken when wrapping would go stale (and lose loaded options).
-    @property  # type: ignore[override]
+    @property
     def param_groups(self) -> list[dict[str, Any]]:
         """The wrapped optimizer's parameter groups."""
         return self.optimizer.param_groups
@@ -178,7 +178,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def param_groups(self, groups: list[dict[str, Any]]) -> None:
         self.optimizer.param_groups = groups
 
-    @property  # type: ignore[override]
+    @property
     def state(self) -> Any:
         """The wrapped optimizer's per-parameter state."""
         return self.optimizer.state
@@ -187,7 +187,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def state(self, state: Any) -> None:
         self.optimizer.state = state
 
-    @property  # type: ignore[override]
+    @property
     def defaults(self) -> dict[str, Any]:
         """The wrapped optimizer's default hyper-parameters."""
         return self.optimizer.defaults
