@@ -94,17 +94,41 @@ def test_same_seed_and_epoch_same_order_other_epoch_or_seed_differs() -> None:
     assert _shards(50, 1, epoch=1, seed=0) != _shards(50, 1, epoch=0, seed=1)
 
 
-def test_set_epoch_resets_position_only_when_the_epoch_changes() -> None:
+def test_set_epoch_wins_and_starts_its_epoch_over() -> None:
+    """set_epoch(e) makes the next pass read epoch e whole, even e just read or left mid-way
+    (as torch's DistributedSampler re-reads it); the position is kept only after a restore."""
     sampler = ShardedSampler(20, 0, 2)
     sampler.advance(4)
     sampler.set_epoch(0)
-    assert sampler.position == 4
+    assert (sampler.epoch, sampler.position) == (0, 0)
     sampler.set_epoch(1)
-    assert sampler.position == 0 and sampler.epoch == 1
+    first = list(sampler)
+    assert sampler.position == 0 and sampler.epoch == 1 and len(first) == 10
     sampler.advance(len(sampler))
-    assert list(sampler) == []
+    sampler.set_epoch(1)
+    assert list(sampler) == first
+    sampler.advance(len(sampler))
     sampler.rewind()
-    assert len(list(sampler)) == 10
+    assert list(sampler) == first and sampler.epoch == 1
+
+
+def test_a_finished_epoch_moves_on_without_set_epoch() -> None:
+    sampler = ShardedSampler(20, 0, 2, seed=3)
+    epochs = []
+    for _ in range(3):
+        epochs.append(list(sampler))
+        sampler.advance(len(sampler))
+    assert [len(e) for e in epochs] == [10, 10, 10] and sampler.epoch == 2
+    assert len({tuple(e) for e in epochs}) == 3
+    assert epochs[1] == _shards(20, 2, epoch=1, seed=3)[0]
+    sampler.set_epoch(5)
+    sampler.advance(3)
+    assert list(sampler) == _shards(20, 2, epoch=5, seed=3)[0][3:] and sampler.epoch == 5
+
+
+def test_set_epoch_rejects_a_non_integer() -> None:
+    with pytest.raises(TypeError, match="epoch must be an int, got '1'"):
+        ShardedSampler(20, 0, 2).set_epoch("1")  # type: ignore[arg-type]
 
 
 # -- resume ---------------------------------------------------------------------------------------
@@ -226,6 +250,48 @@ def test_loader_batches_follow_the_sampler(prefetch: int) -> None:
     assert sampler.position == len(sampler)
 
 
+@pytest.mark.parametrize(("num_samples", "world_size", "batch_size", "drop_last"),
+                         [(90, 2, 2, False), (37, 3, 5, False), (37, 3, 5, True), (22, 4, 2, True)])
+def test_a_plain_epoch_loop_reads_every_epoch_like_torch(
+    num_samples: int, world_size: int, batch_size: int, drop_last: bool
+) -> None:
+    """The README loop without set_epoch: every pass is a whole epoch in a new order (it read
+    [45, 0, 0] batches), ranks disjoint and covering, as many batches as torch's DataLoader
+    over a DistributedSampler."""
+    dataset = _dataset(num_samples)
+    loaders = [
+        ShardedLoader(dataset, batch_size,
+                      ShardedSampler(num_samples, rank, world_size, seed=4, drop_last=drop_last),
+                      prefetch=rank % 2, drop_last=drop_last)
+        for rank in range(world_size)
+    ]
+    torch_loaders = [
+        torch.utils.data.DataLoader(
+            dataset.labels, batch_size=batch_size, drop_last=drop_last,
+            sampler=torch.utils.data.DistributedSampler(
+                dataset.labels, world_size, rank, seed=4, drop_last=drop_last))
+        for rank in range(world_size)
+    ]
+    orders = []
+    for epoch in range(3):
+        shards = []
+        for loader, reference in zip(loaders, torch_loaders, strict=True):
+            reference.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+            batches = [features[:, 0, 0, 0].long() // 4 for features, _ in loader]
+            assert len(batches) == len(loader) == len(reference) > 0
+            assert [len(b) for b in batches] == [len(b) for b in reference]
+            assert loader.sampler.epoch == epoch
+            shards.append(torch.cat(batches).tolist())
+        flat = [index for shard in shards for index in shard]
+        if drop_last:  # disjoint; only the tails are left out
+            assert len(set(flat)) == len(flat) > num_samples - world_size * (batch_size + 1)
+        else:  # covering; only the wrap-around padding is read twice
+            assert set(flat) == set(range(num_samples))
+            assert len(flat) - num_samples == len(shards[0]) * world_size - num_samples
+        orders.append(flat)
+    assert len({tuple(order) for order in orders}) == 3
+
+
 def test_loader_drop_last_and_tensor_dataset() -> None:
     data = TensorDataset(torch.arange(20.0), torch.arange(20))
     loader = ShardedLoader(data, 3, ShardedSampler(20, 0, 2), drop_last=True)
@@ -253,14 +319,50 @@ def test_loader_position_resumes_at_the_exact_sample() -> None:
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_a_resumed_finished_epoch_yields_no_batch(prefetch: int) -> None:
     """A checkpoint taken after an epoch's last batch resumes with nothing left of the epoch:
-    the loader must give no batch at all (an empty batch would be one training step more)."""
+    set_epoch(that epoch) gives no batch at all (an empty batch would be one training step
+    more); a plain loop without set_epoch goes on with the next epoch, as the run it resumes
+    would have."""
     dataset = _dataset()
     sampler = ShardedSampler(len(dataset), 0, 2, seed=8)
     assert len(list(ShardedLoader(dataset, 4, sampler))) > 0
     resumed = ShardedSampler(len(dataset), 0, 2, seed=8)
     resumed.load_state_dict(sampler.state_dict())
+    resumed.set_epoch(0)
     loader = ShardedLoader(dataset, 4, resumed, prefetch=prefetch)
     assert loader.batch_indices() == [] and list(loader) == []
+    plain = ShardedSampler(len(dataset), 0, 2, seed=8)
+    plain.load_state_dict(sampler.state_dict())
+    loader = ShardedLoader(dataset, 4, plain, prefetch=prefetch)
+    expected = loader.batch_indices()
+    assert [labels.tolist() for _, labels in loader] == [
+        dataset.labels[indices].tolist() for indices in expected]
+    assert plain.epoch == 1 and len(expected) == len(loader)
+    original = ShardedLoader(dataset, 4, sampler)
+    assert [t.tolist() for t in original.batch_indices()] == [t.tolist() for t in expected]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_mid_epoch_resume_of_a_plain_loop_is_bitwise(drop_last: bool) -> None:
+    """Checkpoints after every batch of a 3-epoch plain loop (no set_epoch): each resumed
+    loader reads exactly what the uninterrupted one read from there on."""
+    dataset = _dataset()
+    sampler = ShardedSampler(len(dataset), 1, 3, seed=6, drop_last=drop_last)
+    loader = ShardedLoader(dataset, 4, sampler, prefetch=1, drop_last=drop_last)
+    read: list[list[int]] = []
+    states = [sampler.state_dict()]
+    for _ in range(3):
+        for _, labels in loader:
+            read.append(labels.tolist())
+            states.append(sampler.state_dict())
+    assert len(read) == 3 * len(loader)
+    for done, state in enumerate(states[:-1]):
+        resumed = ShardedSampler(len(dataset), 1, 3, seed=6, drop_last=drop_last)
+        resumed.load_state_dict(state)
+        again = ShardedLoader(dataset, 4, resumed, prefetch=0, drop_last=drop_last)
+        rest: list[list[int]] = []
+        while done + len(rest) < len(read):
+            rest += [labels.tolist() for _, labels in again]
+        assert read[:done] + rest == read
 
 
 def _wait_for_threads(baseline: int) -> int:

@@ -5,8 +5,15 @@ this rank (from its current position) into batches and gathers each with one ``i
 per tensor.  A producer thread keeps up to ``prefetch`` batches ready in a bounded queue while the
 training step runs (``index_select`` releases the GIL).  The sampler's position advances when the
 consumer *receives* a batch, never when the thread produces it, so a checkpoint taken between
-batches resumes at the exact sample.  Stopping early (``break``, an exception, ``close()``) stops
-and joins the thread; an exception raised in the thread is re-raised in the consumer.
+batches resumes at the exact sample.
+
+Every full pass (``for x, y in loader``) is an epoch, as with torch's ``DataLoader`` over a
+``DistributedSampler``: a pass that finds the sampler's epoch finished reads the next one, with a
+new permutation, whether or not ``sampler.set_epoch`` is called (the exact rule, and how
+``set_epoch`` and a restored checkpoint take part in it, is in
+:class:`~scaledl.data.sharding.ShardedSampler`).  Stopping early (``break``, an exception,
+``close()``) stops and joins the thread; an exception raised in the thread is re-raised in the
+consumer.
 """
 
 from __future__ import annotations
@@ -93,7 +100,14 @@ def _put(ready: queue.Queue[_Item], item: _Item, stop: threading.Event) -> bool:
 
 
 class ShardedLoader:
-    """Batches of this rank's shard of ``dataset``, in the sampler's order, prefetched."""
+    """Batches of this rank's shard of ``dataset``, in the sampler's order, prefetched.
+
+    Each ``iter()`` is one pass: the rest of the sampler's current epoch, or the whole next
+    epoch once the current one is finished, so a plain ``for epoch in range(3): for x, y in
+    loader`` trains ``len(loader)`` batches in each of the three epochs, each epoch in a new
+    order.  ``sampler.set_epoch(e)`` before a pass makes it read epoch ``e`` instead (see
+    :class:`~scaledl.data.sharding.ShardedSampler` for the rule, and for exact resume).
+    """
 
     def __init__(
         self,
@@ -130,7 +144,9 @@ class ShardedLoader:
 
     def batch_indices(self) -> list[torch.Tensor]:
         """The sample indices of the batches that iterating now would give, in order."""
-        indices = self.sampler.remaining_indices()
+        return self._split(self.sampler.next_pass_indices())
+
+    def _split(self, indices: torch.Tensor) -> list[torch.Tensor]:
         if indices.numel() == 0:  # torch.split would give one empty batch
             return []
         batches = list(torch.split(indices, self.batch_size))
@@ -139,7 +155,15 @@ class ShardedLoader:
         return batches
 
     def __iter__(self) -> _LoaderIterator:
-        return _LoaderIterator(self._tensors, self.batch_indices(), self.sampler, self.prefetch)
+        """Begin a pass: the rest of the sampler's epoch, or the next epoch if it is finished."""
+        self.sampler.begin_pass()
+        batches = self._split(self.sampler.remaining_indices())
+        # The samples drop_last leaves out count as read with the last batch, so a pass that
+        # hands out its last batch finishes the epoch (and a checkpoint taken then says so).
+        dropped = self.sampler.remaining - sum(len(indices) for indices in batches)
+        if not batches:
+            self.sampler.advance(dropped)
+        return _LoaderIterator(self._tensors, batches, self.sampler, self.prefetch, dropped)
 
 
 class _LoaderIterator(Iterator[Batch]):
@@ -151,11 +175,15 @@ class _LoaderIterator(Iterator[Batch]):
         batches: list[torch.Tensor],
         sampler: ShardedSampler,
         prefetch: int,
+        dropped: int = 0,
     ) -> None:
         self._thread: threading.Thread | None = None  # first: __del__ reads it
         self._tensors = tensors
         self._batches = batches
+        # Samples each batch marks consumed: its own, and the dropped tail with the last one.
         self._sizes = [len(indices) for indices in batches]
+        if self._sizes:
+            self._sizes[-1] += dropped
         self._sampler = sampler
         self._next = 0
         if prefetch > 0 and batches:

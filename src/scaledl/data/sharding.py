@@ -16,6 +16,11 @@
 3. Rank ``r`` takes ``indices[r::p]`` (strided), so the first ``k`` samples of every rank
    together are exactly the first ``k * p`` samples of the global order.
 
+Which epoch a *pass* (one ``iter()``) reads follows torch's ``DataLoader`` over a
+``DistributedSampler`` in a plain ``for epoch ...: for batch in loader`` loop, where every full
+pass is an epoch, except that the order is reshuffled even when ``set_epoch`` is never called
+(see :class:`ShardedSampler` for the exact rule).
+
 The sampler also records how far this rank got (``position``: samples of this epoch already
 consumed, advanced by the loader through :meth:`ShardedSampler.advance`), so a checkpoint taken
 between batches resumes at the exact sample.  Because of step 3, ``offset + position *
@@ -27,6 +32,7 @@ the rest's uneven tail is padded (or truncated) as in step 2.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections.abc import Iterator, Mapping
@@ -55,11 +61,25 @@ def epoch_generator(seed: int, epoch: int) -> torch.Generator:
 class ShardedSampler(Sampler[int]):
     """This rank's share of a global per-epoch permutation; resumable at the exact sample.
 
-    Call :meth:`set_epoch` at the start of each epoch.  ``set_epoch(e)`` with ``e`` equal to the
-    current epoch keeps the position (so a resumed job calling ``set_epoch(saved_epoch)`` goes on
-    where it stopped); any other epoch starts at position 0.  Iteration yields this rank's samples
-    from the current position to the end of the epoch; once an epoch is consumed, iterating again
-    yields nothing until :meth:`set_epoch` moves on or :meth:`rewind` starts the epoch over.
+    Which epoch a pass reads.  A *pass* is one ``iter()`` over the sampler or over a
+    :class:`~scaledl.data.loader.ShardedLoader` built on it; the loader marks samples consumed
+    (:meth:`advance`) as it hands out batches.  At the start of each pass:
+
+    1. If :meth:`set_epoch` was called since the previous pass began, the last epoch number
+       given wins: the pass reads that epoch from its start, even if it is the epoch just read
+       (torch's ``DistributedSampler`` re-reads it too).  The one exception is exact resume:
+       ``set_epoch(e)`` right after :meth:`load_state_dict` restored epoch ``e`` keeps the
+       restored position, so the pass reads only the rest of the epoch, and nothing at all if
+       the checkpoint was taken after the epoch's last batch.
+    2. Otherwise, if this rank has samples of the current epoch left (a fresh sampler, a pass
+       stopped early by ``break``, a checkpoint restored mid-epoch), the pass reads them.
+    3. Otherwise (the previous pass, or the restored checkpoint, finished the epoch) the pass
+       moves on to the next epoch, ``epoch + 1``, from its start: a plain loop that never calls
+       :meth:`set_epoch` reads epochs 0, 1, 2, ... with a new permutation each.
+
+    Iterating the sampler itself does not advance the position (only :meth:`advance` does), so
+    inside torch's own ``DataLoader`` it behaves as a ``DistributedSampler``: call
+    :meth:`set_epoch` for a new permutation per epoch there.
     """
 
     def __init__(
@@ -81,6 +101,11 @@ class ShardedSampler(Sampler[int]):
         self._epoch = 0
         self._position = 0
         self._offset = 0
+        # Why a pass should not move on by itself: set_epoch or rewind chose its epoch (rule 1).
+        self._pinned = False
+        # Whether the position came from load_state_dict, so set_epoch of that same epoch keeps
+        # it (exact resume) instead of starting the epoch over.
+        self._restored = False
 
     # -- geometry -------------------------------------------------------------------------------
     @property
@@ -124,17 +149,42 @@ class ShardedSampler(Sampler[int]):
         return self.samples_per_rank - self._position
 
     def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` at position 0; keep the position when ``epoch`` is the current one."""
+        """Make the next pass read ``epoch`` from its start; right after :meth:`load_state_dict`
+        restored ``epoch``, keep the restored position instead (exact resume)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise TypeError(f"epoch must be an int, got {epoch!r}; pass the epoch number")
         if epoch < 0:
             raise ValueError(f"epoch {epoch} must be >= 0")
-        if epoch != self._epoch:
+        if not (self._restored and epoch == self._epoch):
             self._epoch = epoch
             self._position = 0
             self._offset = 0
+            self._restored = False
+        self._pinned = True
 
     def rewind(self) -> None:
         """Start the current epoch over (position 0), e.g. for another evaluation pass."""
         self._position = 0
+        self._pinned = True
+
+    def begin_pass(self) -> None:
+        """Settle which epoch the pass now starting reads (the rule in the class docstring):
+        move on to the next epoch when this one is finished and no :meth:`set_epoch` chose it.
+        Iterating calls this; call it yourself only when reading :meth:`remaining_indices`
+        pass by pass without iterating."""
+        if not self._pinned and self._position >= self.samples_per_rank:
+            self._epoch += 1
+            self._position = 0
+            self._offset = 0
+        self._pinned = False
+        self._restored = False
+
+    def next_pass_indices(self) -> torch.Tensor:
+        """The indices the next pass would read (:meth:`remaining_indices` after
+        :meth:`begin_pass`), without starting it."""
+        upcoming = copy.copy(self)
+        upcoming.begin_pass()
+        return upcoming.remaining_indices()
 
     def advance(self, count: int) -> None:
         """Mark ``count`` more samples of this epoch as consumed (the loader calls this)."""
@@ -169,6 +219,8 @@ class ShardedSampler(Sampler[int]):
         return self.rank_indices()[self._position :]
 
     def __iter__(self) -> Iterator[int]:
+        """Begin a pass (:meth:`begin_pass`) and yield its indices: the rest of its epoch."""
+        self.begin_pass()
         return iter(self.remaining_indices().tolist())
 
     # -- checkpointing --------------------------------------------------------------------------
@@ -205,6 +257,8 @@ class ShardedSampler(Sampler[int]):
             )
         self._epoch = int(state["epoch"])
         self._offset = offset
+        self._pinned = False
+        self._restored = True
         if saved_world == self.world_size:
             self._position = min(position, self.samples_per_rank)
             return
