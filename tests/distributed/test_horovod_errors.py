@@ -53,7 +53,6 @@ def _unsupported() -> list[tuple[Callable[[], object], str]]:
         (lambda: hvd.allreduce(torch.zeros(2), op=hvd.Adasum), "Adasum"),
         (lambda: hvd.elastic.run, r"hvd\.elastic\.run"),
         (lambda: hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), groups=2), "groups"),
-        (lambda: hvd.sparse_allreduce_async(torch.zeros(2), "x", hvd.Sum), "sparse_allreduce"),
         (lambda: hvd.start_timeline("t.json"), "start_timeline"),
         (lambda: hvd.ProcessSet(object()), "MPI communicator"),  # type: ignore[arg-type]
     ]

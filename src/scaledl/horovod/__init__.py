@@ -45,9 +45,8 @@ from scaledl.horovod.reduce_ops import Adasum, Average, Max, Min, Product, Sum
 from scaledl.horovod.reducescatter import grouped_reducescatter_async, reducescatter_async
 from scaledl.horovod.runtime import ALGORITHM_ENV
 from scaledl.horovod.sync_batch_norm import SyncBatchNorm
-from scaledl.horovod.unsupported import (
-    elastic, sparse_allreduce_async, start_timeline, stop_timeline,
-)
+from scaledl.horovod.sparse import sparse_allreduce_async
+from scaledl.horovod.unsupported import elastic, start_timeline, stop_timeline
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

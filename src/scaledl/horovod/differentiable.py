@@ -9,6 +9,9 @@ tensors and, when the input requires a gradient, pass gradients back with Horovo
 * alltoall: the gradient goes back with the received splits;
 * reducescatter: the gradient (times the size for Sum, times the scale factors) is allgathered.
 
+The grouped calls follow the same rules tensor by tensor (one autograd node for the group, whose
+backward runs one grouped collective for the gradients of all its outputs).
+
 ``compression`` (``hvd.Compression.fp16``) compresses before the collective and restores the
 dtype after, for allreduce and reducescatter, as Horovod does.
 """
@@ -83,16 +86,41 @@ def allreduce(
                                            postscale_factor, process_set, True))
 
 
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, op: ReduceOperation, pre: float, post: float, process_set: ProcessSet,
+                name: str | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.saved = (op, pre, post, process_set)
+        return tuple(start_grouped(list(tensors), False, name, op, pre, post, process_set,
+                                   True).wait())
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        op, pre, post, process_set = ctx.saved
+        reduced = start_grouped(list(grads), False, None, op, pre, post, process_set, True).wait()
+        return (None, None, None, None, None, *reduced)
+
+
+def _any_tracks(tensors: Sequence[torch.Tensor]) -> bool:
+    return any(isinstance(t, torch.Tensor) and _tracks(t) for t in tensors)
+
+
 def grouped_allreduce(
     tensors: Sequence[torch.Tensor], average: bool | None = None, name: str | None = None,
     compression: type[Compressor] = Compression.none, op: ReduceOperation | None = None,
     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
     process_set: ProcessSet = global_process_set,
 ) -> list[torch.Tensor]:
-    """Reduce every tensor of ``tensors`` into new tensors (not differentiable here)."""
+    """Reduce every tensor of ``tensors`` into new tensors (one negotiation, fused per dtype)."""
+    reduce_op = resolve_op(op, average)
     pairs = [compression.compress(t) for t in tensors]
-    reduced = start_grouped([p[0] for p in pairs], False, name, resolve_op(op, average),
-                            prescale_factor, postscale_factor, process_set, True).wait()
+    compressed = [p[0] for p in pairs]
+    if _any_tracks(compressed):
+        reduced = list(_GroupedAllreduce.apply(  # type: ignore[no-untyped-call]
+            reduce_op, prescale_factor, postscale_factor, process_set, name, *compressed))
+    else:
+        reduced = start_grouped(compressed, False, name, reduce_op, prescale_factor,
+                                postscale_factor, process_set, True).wait()
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
@@ -124,11 +152,33 @@ def allgather(
     return start_allgather(tensor, name, process_set, True).wait()
 
 
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, name: str | None, process_set: ProcessSet,
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.saved = ([t.shape[0] for t in tensors], process_set)
+        return tuple(grouped_allgather_async(list(tensors), name, process_set).wait())
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        rows, process_set = ctx.saved
+        reduced = start_grouped(list(grads), False, None, Average, 1.0, 1.0, process_set,
+                                True).wait()
+        # every member's first dimensions, one row per member, to find this rank's rows
+        counts = start_allgather(torch.tensor([rows]), None, process_set, True).wait()
+        before = counts[:process_set.rank() or 0].sum(dim=0).tolist()
+        return (None, None, *(r.narrow(0, int(first), n)
+                              for r, first, n in zip(reduced, before, rows)))
+
+
 def grouped_allgather(
     tensors: Sequence[torch.Tensor], name: str | None = None,
     process_set: ProcessSet = global_process_set,
 ) -> list[torch.Tensor]:
-    """Allgather each tensor of ``tensors`` (not differentiable here)."""
+    """Allgather each tensor of ``tensors``."""
+    if _any_tracks(tensors):
+        return list(_GroupedAllgather.apply(  # type: ignore[no-untyped-call]
+            name, process_set, *tensors))
     return grouped_allgather_async(tensors, name, process_set).wait()
 
 
@@ -230,8 +280,31 @@ def grouped_reducescatter(
     process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
 ) -> list[torch.Tensor]:
-    """Reduce-scatter each tensor of ``tensors`` (not differentiable here)."""
+    """Reduce-scatter each tensor of ``tensors``."""
+    reduce_op = resolve_op(op)
     pairs = [compression.compress(t) for t in tensors]
-    reduced = grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set,
-                                          prescale_factor, postscale_factor).wait()
+    compressed = [p[0] for p in pairs]
+    if _any_tracks(compressed):
+        reduced = list(_GroupedReducescatter.apply(  # type: ignore[no-untyped-call]
+            name, reduce_op, process_set, prescale_factor, postscale_factor, *compressed))
+    else:
+        reduced = grouped_reducescatter_async(compressed, name, reduce_op, process_set,
+                                              prescale_factor, postscale_factor).wait()
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, name: str | None, op: ReduceOperation, process_set: ProcessSet,
+                pre: float, post: float, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.saved = (op, process_set, pre, post)
+        return tuple(grouped_reducescatter_async(list(tensors), name, op, process_set, pre,
+                                                 post).wait())
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        op, process_set, pre, post = ctx.saved
+        factor = (process_set.size() or 1) if op is Sum else 1
+        scaled = [grad * (factor * pre * post) for grad in grads]
+        return (None, None, None, None, None,
+                *grouped_allgather_async(scaled, None, process_set).wait())

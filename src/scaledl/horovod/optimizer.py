@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
+import warnings
 from typing import Any
 
 import torch
@@ -161,6 +162,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._hooks: list[Any] = []
         self._named: list[tuple[str, nn.Parameter]] = []
         named = _named(optimizer, named_parameters)
+        self._parameter_names = {param: name for name, param in named}
+        """Each trainable parameter's name, as Horovod's optimizer keeps it."""
+        self._sparse: list[nn.Parameter] = []
+        """Parameters whose gradient of this pass was sparse, made sparse again once reduced."""
+        self._synchronized = False
+        """Whether the script called synchronize() itself since the last step."""
         runtime.current()  # ValueError before hvd.init()
         if process_set.included():
             context = context_of(process_set)
@@ -226,7 +233,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
     # -- during backward ------------------------------------------------------------------------
     def _on_gradient(self, param: torch.Tensor) -> None:
         if param.grad is not None and param.grad.layout != torch.strided:
+            # reduced as dense (the buckets are dense), handed back sparse as Horovod does, so
+            # optimizers that need sparse gradients (SparseAdam) still get them
             param.grad = param.grad.to_dense()
+            if isinstance(param, nn.Parameter) and all(p is not param for p in self._sparse):
+                self._sparse.append(param)
         if self._pass_open or self._reducer is None or self._context is None:
             return
         k = self.backward_passes_per_step
@@ -247,6 +258,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """End of backward (before the reducer waits for its buckets): check the negotiation."""
         self._pass_open = False
         self._check_negotiation()
+        if self._sparse and self._reducer is not None and self._reducer.enabled:
+            # queued now, so it runs after the reducer's own callback has exposed the gradients
+            torch.autograd.Variable._execution_engine.queue_callback(self._restore_sparse)
+
+    def _restore_sparse(self) -> None:
+        sparse, self._sparse = self._sparse, []
+        for param in sparse:
+            if param.grad is not None and param.grad.layout == torch.strided:
+                param.grad = param.grad.to_sparse()
 
     def _check_negotiation(self) -> None:
         """Wait for this pass's round; on a mismatch, forget the pass and raise.
@@ -306,6 +326,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         last step (an empty batch), its current gradients, zeros where ``.grad`` is ``None``,
         as Horovod submits them, so the step stays collective and the replicas equal.
         """
+        self._synchronized = True
+        self._synchronize()
+
+    def _synchronize(self) -> None:
         k = self.backward_passes_per_step
         if (self._reducer is not None and self._context is not None and not self._reduced
                 and self._passes < k):
@@ -313,6 +337,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 negotiate(self._context, self._request())
             self._reducer.enabled = True
             self._reducer.finish()
+            self._restore_sparse()
         self._reduced = True
         self._passes = 0
 
@@ -328,7 +353,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Callable[[], float] | None = None) -> Any:
         """Synchronize (unless inside ``skip_synchronize()``), then step the wrapped optimizer."""
         if self._should_synchronize:
-            self.synchronize()
+            if self._synchronized:
+                warnings.warn(
+                    "optimizer.step() called without optimizer.skip_synchronize() after an "
+                    "explicit optimizer.synchronize(); wrap the step in "
+                    "`with optimizer.skip_synchronize():` (here the second synchronize has "
+                    "nothing left to do, but under Horovod it reduces again)", stacklevel=2)
+            self._synchronize()
+        self._synchronized = False
         self._passes = 0
         self._reduced = False
         return self.optimizer.step(closure)

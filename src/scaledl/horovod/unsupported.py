@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 from scaledl.horovod.errors import unsupported
 
-__all__ = ["elastic", "sparse_allreduce_async", "start_timeline", "stop_timeline"]
+__all__ = ["elastic", "start_timeline", "stop_timeline"]
 
 
 class _Elastic(types.ModuleType):
@@ -23,11 +23,6 @@ class _Elastic(types.ModuleType):
 
 
 elastic = _Elastic("scaledl.horovod.elastic", "Not supported: see docs/horovod.md.")
-
-
-def sparse_allreduce_async(*args: Any, **kwargs: Any) -> NoReturn:
-    """Not supported."""
-    raise unsupported("hvd.sparse_allreduce_async", "pass tensor.to_dense() to allreduce_async")
 
 
 def start_timeline(*args: Any, **kwargs: Any) -> NoReturn:
