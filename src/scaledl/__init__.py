@@ -5,13 +5,15 @@ collectives ``allreduce``, ``reduce_scatter``, ``allgather``, ``broadcast``, ``r
 a choice of algorithm (``scaledl.collectives.available("allreduce")``).
 
 ``import scaledl`` checks the installed torch's version and imports nothing heavy: each name
-below loads its module (and torch) when first used.  So the ``scaledl`` command can catch a
-Ctrl-C while torch is still loading and print one line instead of a traceback.
+below, and each submodule (``scaledl.collectives``, ``scaledl.data``, ...), loads its module
+(and torch) when first used.  So the ``scaledl`` command can catch a Ctrl-C while torch is still
+loading and print one line instead of a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 # First: a one-sentence ImportError on a torch older than scaledl supports.
@@ -33,23 +35,26 @@ check_installed_torch()
 __version__ = "0.1.0"
 
 _HOMES = {
-    "bootstrap": "scaledl", "init": "scaledl.bootstrap", "Topology": "scaledl.topology",
+    "init": "scaledl.bootstrap", "Topology": "scaledl.topology",
     **dict.fromkeys(("CollectiveHandle", "ReduceOp", "allgather", "allreduce", "broadcast",
                      "explain", "reduce", "reduce_scatter"), "scaledl.collectives"),
     **dict.fromkeys(("AllreduceSGD", "ReduceBroadcastSGD", "Strategy", "build_strategy"),
                     "scaledl.strategies"),
     **dict.fromkeys(("DataParallel", "ReduceBroadcast", "ddp_hook"), "scaledl.sync"),
 }
-"""Where each public name lives (``scaledl`` itself: a submodule of that name)."""
+"""Where each public name lives."""
 
 
 def __getattr__(name: str) -> Any:
-    """Load a public name's module on first use (PEP 562)."""
+    """Load a public name's module, or a submodule, on first use (PEP 562): after ``import
+    scaledl``, ``scaledl.collectives.available()`` works as ``scaledl.init()`` does."""
     home = _HOMES.get(name)
-    if home is None:
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
         raise AttributeError(f"module 'scaledl' has no attribute {name!r}")
-    module = importlib.import_module(f"scaledl.{name}" if home == "scaledl" else home)
-    value = module if home == "scaledl" else getattr(module, name)
     globals()[name] = value
     return value
 
