@@ -155,3 +155,40 @@ def test_rendezvous_timeout_is_one_line(tmp_path: Path) -> None:
     assert lines[-1].startswith("scaledl: error: rank 0 of 2 (torchrun) could not join"), lines
     assert "127.0.0.1" in lines[-1] and "within 3 s" in lines[-1]
     assert "Traceback" not in done.stderr
+
+
+def _npz(tmp_path: Path) -> Path:
+    import numpy as np
+
+    path = tmp_path / "vectors.npz"
+    np.savez(path, x=np.random.default_rng(0).random((16, 8), dtype=np.float32),
+             y=np.arange(16) % 4)
+    return path
+
+
+@pytest.mark.parametrize(("model", "needle"), [
+    ("lenet", "lenet needs an image input (C, H, W), got (8,); use 'mlp' for vector data"),
+    ("bert_base", "model 'bert_base' reads token ids and dataset 'npz' holds float features of "
+                  "shape (8,); train one of: mlp"),
+    ("resnet1000", "unknown model 'resnet1000'; use one of: mlp (the models that train on npz: "
+                   "samples of shape (8,))"),
+])
+def test_train_checks_the_model_against_npz_samples_before_launch(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, needle: str
+) -> None:
+    """npz's sample shape is only in its file: it is read in the parent, before the workers
+    (which each failed on their own)."""
+    _refused(["train", "--workers", "2", "--dataset", "npz", "--data-dir", str(_npz(tmp_path)),
+              "--model", model, "--out", str(tmp_path / "run")], needle, capsys)
+
+
+@pytest.mark.parametrize(("dataset", "models"), [
+    ("digits", "mlp, lenet, resnet20, resnet56 (the models that train on digits: samples of "
+               "shape (1, 8, 8))"),
+    ("synthetic:64:3", "mlp (the models that train on synthetic:64:3: samples of shape (64,))"),
+])
+def test_train_unknown_model_lists_only_the_models_that_train_on_the_dataset(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: str, models: str
+) -> None:
+    _refused(["train", "--dataset", dataset, "--model", "resnet1000", "--out", str(tmp_path)],
+             f"unknown model 'resnet1000'; use one of: {models}", capsys)

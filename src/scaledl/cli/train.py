@@ -110,17 +110,25 @@ def _config(args: argparse.Namespace) -> TrainConfig:
 
 def _preflight(config: TrainConfig, workers: int, fault: str | None) -> None:
     """Fail before launching for anything a user can get wrong."""
-    from scaledl.data import load_dataset
+    from scaledl.data import available_datasets, declared_shape, load_dataset
     from scaledl.train.setup import validate_config
 
-    validate_config(config, workers)
+    data = config.data
+    sample = None
+    if declared_shape(data.dataset) is None and \
+            data.dataset.split(":")[0] in available_datasets():
+        # only the files tell the sample shape (npz): read them first, so that the model is
+        # checked against it here rather than on every worker after launch
+        train = load_dataset(data.dataset, data.data_dir, "train", config.run.seed,
+                             data.synthetic_size)
+        sample = (train.input_shape, train.num_classes)
+    validate_config(config, workers, sample)
     _check_layout(config)
     _check_faults(config, workers)
     if fault is not None:
         check_fault_spec(fault, workers)
     check_output_dir(config.run.out, "--out")
-    data = config.data
-    for split in ("train", "test"):
+    for split in ("test",) if sample is not None else ("train", "test"):
         load_dataset(data.dataset, data.data_dir, split, config.run.seed, data.synthetic_size)
     _check_resume(config)
 

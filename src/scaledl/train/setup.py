@@ -29,7 +29,8 @@ from scaledl.topology import Topology, parse_axes
 from scaledl.train.config import OptimConfig, TrainConfig
 from scaledl.train.parallel_config import ParallelConfig
 
-__all__ = ["validate_config", "RunParts", "build_run", "algorithms_for", "elastic_alpha"]
+__all__ = ["validate_config", "check_model_fits", "trainable_models", "Sample", "RunParts",
+           "build_run", "algorithms_for", "elastic_alpha"]
 
 
 def algorithms_for(strategy: str, easgd_form: str = "tree") -> tuple[str, ...]:
@@ -70,19 +71,64 @@ def _check_run_values(config: TrainConfig) -> None:
                          f"{', '.join(served)} apply momentum)")
 
 
-def validate_config(config: TrainConfig, workers: int) -> None:
-    """Raise ``ValueError`` (one line: the value and the fix) for anything that cannot run."""
-    if config.model.name not in available_models():
-        raise ValueError(f"unknown model {config.model.name!r}; use one of: "
-                         f"{', '.join(available_models())}")
+Sample = tuple[tuple[int, ...], int]
+"""A data set's sample shape (no batch dim) and its number of classes."""
+
+
+def _reads_token_ids(model: nn.Module) -> bool:
+    """Whether ``model`` starts from token ids (an embedding table): no data set of
+    ``scaledl train`` has any, they all hold float features."""
+    return any(isinstance(module, nn.Embedding) for module in model.modules())
+
+
+def _fits(name: str, sample: Sample) -> bool:
+    """Whether model ``name`` trains on ``sample``: it builds for it and reads float features."""
+    try:
+        with torch.device("meta"):  # no memory, no weights drawn: only the shapes are checked
+            return not _reads_token_ids(build_model(name, *sample))
+    except (ValueError, TypeError):
+        return False
+
+
+def trainable_models(sample: Sample) -> list[str]:
+    """The models ``scaledl train`` can train on samples of ``sample``'s shape and classes."""
+    return [name for name in available_models() if _fits(name, sample)]
+
+
+def check_model_fits(config: TrainConfig, sample: Sample) -> None:
+    """Raise the one-line ``ValueError`` of a model that cannot train on the data set's samples
+    (the model's own message for a shape it cannot take), before any worker starts."""
+    name, dataset = config.model.name, config.data.dataset
+    with torch.device("meta"):
+        model = build_model(name, *sample)
+    if _reads_token_ids(model):
+        raise ValueError(
+            f"model {name!r} reads token ids and dataset {dataset!r} holds float features of "
+            f"shape {sample[0]}; train one of: {', '.join(trainable_models(sample))} (or "
+            f"predict {name} with `scaledl simulate --model {name}`)"
+        )
+
+
+def validate_config(config: TrainConfig, workers: int, sample: Sample | None = None) -> None:
+    """Raise ``ValueError`` (one line: the value and the fix) for anything that cannot run.
+
+    ``sample`` is the data set's sample shape and classes when already loaded; otherwise the
+    one its name declares is used, and a data set whose files alone tell it (``npz``) leaves
+    the model to :func:`check_model_fits` once they are read.
+    """
     dataset = config.data.dataset.split(":")[0]
     if dataset not in available_datasets():
         raise ValueError(f"unknown dataset {config.data.dataset!r}; use one of: "
                          f"{', '.join(available_datasets())}")
-    declared = declared_shape(config.data.dataset)
-    if declared is not None:  # the model's own error for inputs it cannot take, before launch
-        with torch.device("meta"):
-            build_model(config.model.name, *declared)
+    sample = sample if sample is not None else declared_shape(config.data.dataset)
+    if config.model.name not in available_models():
+        fitting = available_models() if sample is None else trainable_models(sample)
+        which = "" if sample is None else \
+            f" (the models that train on {config.data.dataset}: samples of shape {sample[0]})"
+        raise ValueError(f"unknown model {config.model.name!r}; use one of: "
+                         f"{', '.join(fitting)}{which}")
+    if sample is not None:
+        check_model_fits(config, sample)
     strategy = config.parallel.strategy
     strategy_class(strategy)  # a one-line error naming the known ones
     config.parallel.strategy_options().check_job(workers, config.optim.lr)
