@@ -60,7 +60,7 @@ def _wait_for(arrive: float, monkeypatch: pytest.MonkeyPatch) -> _Clock:
     monkeypatch.setattr(shm.time, "sleep", clock.sleep)
     monkeypatch.setattr(shm.os, "sched_yield", clock.sched_yield)
     group = SimpleNamespace(_words=[words], _done=ShmGroup._done,
-                            _check_peer=lambda *args: None)
+                            _check_peer=lambda *args: None, _pause=lambda point: None)
     ShmGroup._wait(group, 0, 0, 1, "arrive")  # type: ignore[arg-type]
     return clock
 

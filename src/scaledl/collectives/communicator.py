@@ -22,6 +22,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -222,12 +223,16 @@ class Communicator:
         return members, requested
 
     def shared_buffers(
-        self, numels: Sequence[int], dtype: torch.dtype
+        self, numels: Sequence[int], dtype: torch.dtype, owner: object | None = None,
     ) -> list[torch.Tensor] | None:
         """Zeroed 1-D tensors of ``numels`` elements carved from one shared-memory arena, which
         the shared-memory path reduces in place (no copy in); None when the group has no such
         path or the arena did not fit (then on every rank).  A collective: every rank of the
-        group calls it with the same sizes."""
+        group calls it with the same sizes.
+
+        The arena is released when ``owner`` (e.g. the wrapper that reduces the tensors) is
+        garbage-collected, and its memory unmapped once the tensors are gone too; without an
+        owner it lasts as long as the group."""
         if self.fabric.hosts is None or self.world_size == 1:
             return None
         itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -235,11 +240,14 @@ class Communicator:
         for numel in numels:
             offsets.append(total)
             total += -(-numel * itemsize // 64) * 64  # each on its own cache lines
-        arena = open_arena(self.channel, self.shm, self.fabric.hosts,
-                           [m.pid for m in self.members], max(total, 1))
-        if arena is None:
+        opened = open_arena(self.channel, self.shm, self.fabric.hosts,
+                            [m.pid for m in self.members], max(total, 1))
+        if opened is None:
             return None
-        return [arena[start:start + numel * itemsize].view(dtype)
+        arena, memory = opened
+        if owner is not None and self.shm is not None:
+            weakref.finalize(owner, self.shm.release_arena, arena)
+        return [memory[start:start + numel * itemsize].view(dtype)
                 for start, numel in zip(offsets, numels)]
 
     def _agree_on_model(self, local: CostModel) -> CostModel:

@@ -73,7 +73,7 @@ class DataParallel(nn.Module):
         named = list(module.named_parameters())
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
         self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline,
-                                       buffers=_shared_buffers(self.buckets, group))
+                                       buffers=_shared_buffers(self.buckets, group, self))
         self.require_backward_grad_sync = True
         """False inside :meth:`no_sync`; read by :meth:`forward`, as in DDP."""
 
@@ -129,12 +129,14 @@ def _check_wrappable(module: object) -> None:
 
 
 def _shared_buffers(
-    buckets: list[Bucket], group: dist.ProcessGroup | None
+    buckets: list[Bucket], group: dist.ProcessGroup | None, owner: object
 ) -> list[torch.Tensor] | None:
     """The buckets' buffers in shared memory, when the group's ranks share a host's memory and
     every bucket is a CPU tensor of one dtype, so the shared-memory path reduces them in place;
-    None otherwise (the reducer allocates private ones)."""
+    None otherwise (the reducer allocates private ones).  The memory is released once
+    ``owner`` (the wrapper) is gone."""
     dtypes = {b.dtype for b in buckets}
     if not buckets or len(dtypes) != 1 or any(b.device.type != "cpu" for b in buckets):
         return None
-    return communicator_for(group).shared_buffers([b.numel for b in buckets], dtypes.pop())
+    return communicator_for(group).shared_buffers([b.numel for b in buckets], dtypes.pop(),
+                                                  owner)

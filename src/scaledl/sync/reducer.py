@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from scaledl.collectives import CollectiveHandle
 from scaledl.sync.bucketing import Bucket
@@ -82,6 +84,8 @@ class GradientReducer:
                 self._hook_for(name))
             for name, param in self._params.items()
         ]
+        # A model that outlives its wrapper (re-wrapped, say) keeps no dead reducer's hooks.
+        weakref.finalize(self, _remove_hooks, list(self._hooks))
         self._begin_step()
 
     def _begin_step(self) -> None:
@@ -93,9 +97,15 @@ class GradientReducer:
         """Autograd graph task whose end-of-backward callback is queued."""
 
     def _hook_for(self, name: str) -> Callable[[torch.Tensor], None]:
+        # A weak reference: the hook lives in torch's autograd graph, which the garbage
+        # collector cannot see through, so a strong one would keep the reducer, its wrapper and
+        # its buckets (shared memory among them) alive for as long as the parameter lives.
+        reducer = weakref.ref(self)
+
         def hook(param: torch.Tensor) -> None:
-            if self.enabled:
-                self._mark_ready(name, param)
+            this = reducer()
+            if this is not None and this.enabled:
+                this._mark_ready(name, param)
         return hook
 
     def _mark_ready(self, name: str, param: torch.Tensor) -> None:
@@ -180,6 +190,11 @@ class GradientReducer:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+
+
+def _remove_hooks(handles: list[RemovableHandle]) -> None:
+    for handle in handles:
+        handle.remove()
 
 
 def _dense(grad: torch.Tensor) -> torch.Tensor:

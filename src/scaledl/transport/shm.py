@@ -12,6 +12,9 @@ talking.  That makes any subset of the host's ranks a valid set of members for a
 The owner ``i`` writes, in its own segment, for each peer ``j``:
 
 - ``arrived[j][w]``: the pair count of the piece now in window ``w`` (its data is complete);
+- ``shared[j]`` and ``where[j]``: minus the pair count of the operation whose data lies in one
+  of ``i``'s arenas, and where (arena and offset); a line of its own, so an arena operation never
+  overwrites the arrival of a window piece that a peer has not read yet;
 - ``reduced[j]``: the pair count up to which ``i``'s shard of the piece is reduced;
 - ``released[j]``: the pair count up to which ``i`` has finished reading ``j``'s window;
 - ``call[j][n % 2]`` and ``described[j][n % 2]``: the number ``n`` of ``i``'s current collective
@@ -20,10 +23,17 @@ The owner ``i`` writes, in its own segment, for each peer ``j``:
   sizes, dtypes, ops or roots) fail with both calls named instead of reading each other's
   windows as if they matched.
 
-Before overwriting a window, the owner waits until every peer that read its previous contents
-has released it.  Counters are written after the data they announce; on x86 (total store order)
-that order is what the other cores see, so no fence is needed.  Python has no memory barrier to
-order them on weaker CPUs, so the shared-memory path is offered on x86 only.
+The rule that keeps every word readable: a word that a peer waits to see *equal* to a value
+(``arrived``, ``shared``, ``where``, ``call``, ``described``) is rewritten only after every peer
+that waits for its previous value has published ``released`` (or announced a later call) past
+it; words that peers wait to see *reach* a value (``reduced``, ``released``) only grow.  So
+before overwriting a window, the owner waits until every peer that read its previous contents
+has released it, and an arena operation returns only once every peer released it.
+docs/algorithms.md ("The shared-memory protocol") has the table of every word.
+
+Counters are written after the data they announce; on x86 (total store order) that order is what
+the other cores see, so no fence is needed.  Python has no memory barrier to order them on weaker
+CPUs, so the shared-memory path is offered on x86 only.
 
 Every wait spins briefly, then yields the CPU (and the GIL), then naps, checks every
 ``CHECK_S`` seconds that the awaited peer still runs (its pid and start time), and gives up
@@ -49,6 +59,7 @@ import numpy as np
 import torch
 
 from scaledl.transport.base import TransportError
+from scaledl.transport.shm_jitter import Jitter
 from scaledl.transport.shm_segment import Segment, process_alive
 
 __all__ = ["ShmGroup", "Peer", "CHECK_S", "control_lines", "nap_seconds"]
@@ -67,11 +78,11 @@ adds at most about 6% to a wait."""
 NAP_MAX_S = 1e-3
 """The longest nap: a waiter wakes at most a thousand times a second."""
 ABORTED = 0
-ARRIVED, REDUCED, RELEASED, WHERE, CALL, DESCRIBED = 0, 2, 3, 4, 5, 7
-PAIR_LINES = 9
+ARRIVED, REDUCED, RELEASED, WHERE, CALL, DESCRIBED, SHARED = 0, 2, 3, 4, 5, 7, 9
+PAIR_LINES = 10
 """Control lines per peer: arrived (two windows), reduced, released, where a piece that lives
-in a shared arena is (arena and offset), and the current call's number and description (two
-of each: a peer may be one call ahead)."""
+in a shared arena is (arena and offset), the current call's number and description (two of
+each: a peer may be one call ahead), and the arrival of arena data (shared)."""
 _TWO_LINES = (ARRIVED, CALL, DESCRIBED)
 
 
@@ -122,8 +133,12 @@ class ShmGroup:
     _words: list[np.ndarray] = field(init=False)
     _windows: list[list[torch.Tensor]] = field(init=False)
     _broken: str | None = field(init=False, default=None)
-    _arenas: list[list[torch.Tensor]] = field(init=False, default_factory=list)
-    _arena_bases: list[int] = field(init=False, default_factory=list)
+    _arenas: dict[int, list[torch.Tensor]] = field(init=False, default_factory=dict)
+    _arena_bases: dict[int, int] = field(init=False, default_factory=dict)
+    _arenas_made: int = field(init=False, default=0)
+    jitter: Jitter | None = field(init=False, default=None)
+    """Random delays at every control-word read, write and wait (tests only; see
+    :mod:`scaledl.transport.shm_jitter`)."""
     _calls: list[int] = field(init=False)
     _current: tuple[int, Callable[[int], str]] | None = field(init=False, default=None)
 
@@ -136,6 +151,7 @@ class ShmGroup:
             [torch.from_numpy(peer.segment.data(slot)) for slot in range(peer.segment.slots)]
             for peer in self.peers
         ]
+        self.jitter = Jitter.from_environment(self.peers[self.index].global_rank)
 
     # -- layout -----------------------------------------------------------------------------
     def local_index(self, rank: int) -> int:
@@ -160,20 +176,38 @@ class ShmGroup:
         return self._windows[local][slot][:numel * _ITEMSIZE[dtype]].view(dtype)
 
     # -- arenas: tensors that live in shared memory ---------------------------------------------
-    def add_arena(self, segments: Sequence[Segment]) -> torch.Tensor:
-        """Register an arena (one segment per rank of the host, in local order) and return this
-        rank's as bytes; tensors carved from it are reduced in place, with no copy in."""
+    def add_arena(self, segments: Sequence[Segment]) -> tuple[int, torch.Tensor]:
+        """Register an arena (one segment per rank of the host, in local order); return its id
+        and this rank's memory as bytes.  Tensors carved from it are reduced in place, with no
+        copy in.  Ids count the arenas made, never reused, so they agree on every rank as long
+        as all make them in one order (a collective does)."""
         views = [torch.from_numpy(segment.data(0)) for segment in segments]
-        self._arenas.append(views)
-        self._arena_bases.append(views[self.index].data_ptr())
-        return views[self.index]
+        arena = self._arenas_made
+        self._arenas_made += 1
+        # Replaced, not mutated: release_arena may run on another thread (a finalizer).
+        self._arenas = {**self._arenas, arena: views}
+        self._arena_bases = {**self._arena_bases, arena: views[self.index].data_ptr()}
+        return arena, views[self.index]
+
+    def release_arena(self, arena: int) -> None:
+        """Forget arena ``arena``: the group holds no view of it any more, so each segment is
+        unmapped as soon as the last tensor carved from it is gone."""
+        self._arenas = {key: views for key, views in self._arenas.items() if key != arena}
+        self._arena_bases = {key: base for key, base in self._arena_bases.items() if key != arena}
+
+    @property
+    def arenas(self) -> int:
+        """Arenas registered and not released."""
+        return len(self._arenas)
 
     def locate(self, tensor: torch.Tensor) -> tuple[int, int] | None:
         """``(arena, byte offset)`` of ``tensor`` when it lies in one of this rank's arenas."""
         start = tensor.data_ptr()
         end = start + tensor.numel() * tensor.element_size()
-        for arena, base in enumerate(self._arena_bases):
-            if base <= start and end <= base + self._arenas[arena][self.index].numel():
+        arenas = self._arenas
+        for arena, base in self._arena_bases.items():
+            views = arenas.get(arena)
+            if views is not None and base <= start and end <= base + views[self.index].numel():
                 return arena, start - base
         return None
 
@@ -199,21 +233,28 @@ class ShmGroup:
         return counts
 
     def publish_shared(self, counts: dict[int, int], where: tuple[int, int]) -> None:
-        """Announce that this rank's data (in its arena at ``where``) is ready."""
+        """Announce that this rank's data (in its arena at ``where``) is ready.  The previous
+        arena operation returned only after every peer released it, so no peer still waits
+        for the values overwritten here."""
         words = self._words[self.index]
         code = (where[0] << 40) + where[1] + 1
         for peer, count in counts.items():
+            self._pause("write where")
             words[self._own_line(WHERE, peer)] = code
-            words[self._own_line(ARRIVED, peer, 0)] = -count
+            self._pause("write shared")
+            words[self._own_line(SHARED, peer)] = -count
+        self._pause("published shared")
 
     def arrived_shared(self, peer: int, count: int, where: tuple[int, int]) -> None:
         """Wait for ``peer``'s arena data of operation ``count``; it must sit where ours does."""
         words = self._words[peer]
-        first = self._peer_line(peer, ARRIVED, 0)
-        if words[first] != -count:
-            self._wait(peer, -1, -count, "bring its data", (first, first))
+        line = self._peer_line(peer, SHARED)
+        self._pause("read shared")
+        if words[line] != -count:
+            self._wait(peer, -1, -count, "bring its data", (line, line))
         self._verify(peer)
         code = (where[0] << 40) + where[1] + 1
+        self._pause("read where")
         if words[self._peer_line(peer, WHERE)] != code:
             self._fail(f"rank {self.peers[peer].global_rank} reduces a tensor at another place "
                        "of shared memory than this rank; every rank must allocate its shared "
@@ -222,6 +263,7 @@ class ShmGroup:
     def _own_line(self, kind: int, peer: int, slot: int = 0) -> int:
         """Word index, in this rank's segment, of its counter ``kind`` towards ``peer``."""
         extra = slot if kind in _TWO_LINES else 0
+        assert 0 <= extra < 2 and kind + extra < PAIR_LINES
         return self.own.control(1 + PAIR_LINES * peer + kind + extra)
 
     def _peer_line(self, peer: int, kind: int, slot: int = 0) -> int:
@@ -239,14 +281,18 @@ class ShmGroup:
             if peer != self.index:
                 self._calls[peer] += 1
                 number = self._calls[peer]
+                self._pause("write described")
                 words[self._own_line(DESCRIBED, peer, number % 2)] = word
+                self._pause("write call")
                 words[self._own_line(CALL, peer, number % 2)] = number
+        self._pause("announced")
         self._current = (word, describe)
 
     def agreed(self, peer: int) -> None:
         """Wait until ``peer`` has announced this call, and check that it is the same one."""
         if self._current is not None:
             line = self._peer_line(peer, CALL, self._calls[peer] % 2)
+            self._pause("read call")
             if self._words[peer][line] < self._calls[peer]:
                 self._wait(peer, line, self._calls[peer], "start the same collective")
             self._verify(peer)
@@ -256,6 +302,7 @@ class ShmGroup:
         if self._current is None:
             return
         mine, describe = self._current
+        self._pause("read described")
         number, slot, words = self._calls[peer], self._calls[peer] % 2, self._words[peer]
         if words[self._peer_line(peer, CALL, slot)] != number:
             theirs = "another collective"
@@ -285,13 +332,16 @@ class ShmGroup:
         """Announce to every peer of the piece that this rank reached ``kind``."""
         words = self._words[self.index]
         for peer, count in counts.items():
+            self._pause("write")
             words[self._own_line(kind, peer, slot)] = count
+        self._pause("published")
 
     def arrived(self, peer: int, count: int) -> int:
         """Wait until ``peer``'s data of piece ``count`` is in one of its windows; return it."""
         words = self._words[peer]
         first = self._peer_line(peer, ARRIVED, 0)
         second = self._peer_line(peer, ARRIVED, 1)
+        self._pause("read arrived")
         if words[first] != count and words[second] != count:
             self._wait(peer, -1, count, "bring its data", (first, second))
         self._verify(peer)
@@ -300,6 +350,7 @@ class ShmGroup:
     def reached(self, peer: int, kind: int, count: int, what: str) -> None:
         """Wait until ``peer`` published ``kind`` for piece ``count``."""
         line = self._peer_line(peer, kind)
+        self._pause("read")
         if self._words[peer][line] < count:
             self._wait(peer, line, count, what)
 
@@ -312,8 +363,10 @@ class ShmGroup:
         to ``NAP_MAX_S``, :func:`nap_seconds`)."""
         words = self._words[peer]
         done = self._done
+        self._pause("wait")
         for _ in range(SPINS):
             if done(words, line, count, either):
+                self._pause("waited")
                 return
         start = time.monotonic()
         check = start + CHECK_S
@@ -326,6 +379,12 @@ class ShmGroup:
             if now >= check:
                 self._check_peer(peer, what, now - start)
                 check = now + CHECK_S
+        self._pause("waited")
+
+    def _pause(self, point: str) -> None:
+        """A random delay at ``point`` when the test hook is on; nothing otherwise."""
+        if self.jitter is not None:
+            self.jitter.pause(point)
 
     @staticmethod
     def _done(words: np.ndarray, line: int, count: int, either: tuple[int, int] | None) -> bool:
@@ -366,6 +425,8 @@ class ShmGroup:
         """Drop the views and unmap every segment."""
         self._windows = []
         self._words = []
+        self._arenas = {}
+        self._arena_bases = {}
         for peer in self.peers:
             peer.segment.close()
 

@@ -96,10 +96,11 @@ def open_shm(
 def open_arena(
     channel: Channel, group: ShmGroup | None, hosts: Sequence[int], pids: Sequence[int],
     nbytes: int,
-) -> torch.Tensor | None:
-    """An arena of ``nbytes`` in shared memory for this rank, mapped by its host peers, as a
-    byte tensor (None on every rank if any rank could not make one, and on a rank alone on its
-    host).  Every rank of the group must call this once the group's shared memory is open."""
+) -> tuple[int, torch.Tensor] | None:
+    """An arena of ``nbytes`` in shared memory for this rank, mapped by its host peers: its id
+    in ``group`` and this rank's memory as a byte tensor (None on every rank if any rank could
+    not make one, and on a rank alone on its host).  Every rank of the group must call this
+    once the group's shared memory is open; :meth:`ShmGroup.release_arena` forgets it."""
     mine = hosts[channel.rank]
     local = [r for r in range(channel.world_size) if hosts[r] == mine]
     token = channel.exchange([secrets.randbits(62)])[0][0]
