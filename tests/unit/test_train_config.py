@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from scaledl.bootstrap import DEFAULT_TIMEOUT_S
 from scaledl.train.config import (
     FIELD_SECTION, SECTIONS, DataConfig, ModelConfig, OptimConfig, ParallelConfig, RunConfig,
     TrainConfig, build_config, load_toml,
@@ -19,7 +20,7 @@ def test_defaults_are_valid_and_small() -> None:
     assert config.model.name == "mlp"
     assert config.data.dataset == "digits"
     assert config.parallel.strategy == "allreduce"
-    assert config.parallel.timeout_s <= 60
+    assert config.parallel.timeout_s == DEFAULT_TIMEOUT_S == 300  # one default everywhere
     assert 1 <= config.optim.epochs <= 20
     assert config.run.checkpoint_every is None
 
@@ -185,3 +186,17 @@ def test_workers_left_to_the_launch_are_recorded_as_launched(
     assert main(["train", "--out", str(tmp_path), "--model", "mlp"]) == 0
     logged = next(line for line in capsys.readouterr().err.splitlines() if " config: " in line)
     assert json.loads(logged.split(" config: ", 1)[1])["parallel"]["workers"] == 3
+
+
+@pytest.mark.parametrize(("argv", "timeout"), [
+    ([], None), (["--timeout", "7"], 7.0), (["--timeout-s", "8.5"], 8.5),
+])
+def test_train_takes_timeout_as_every_command_does_and_timeout_s_as_before(
+    argv: list[str], timeout: float | None
+) -> None:
+    from scaledl.cli.main import build_parser
+    from scaledl.cli.train import _config
+
+    args = build_parser().parse_args(["train", *argv])
+    assert args.timeout_s == timeout
+    assert _config(args).parallel.timeout_s == (timeout or DEFAULT_TIMEOUT_S)

@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from scaledl.bootstrap import DEFAULT_TIMEOUT_S
 from scaledl.cli.launch import (
     SHARED_STORE_ENV, FaultPolicy, die_with_launcher, run_distributed, under_launcher,
 )
@@ -63,10 +64,16 @@ _RUN_FLAGS: tuple[Flag, ...] = (
     ("eval_every", int, "steps between test evaluations (default: every epoch)"),
     ("log_every", int, "steps between log lines of loss and accuracy when there is no "
                        "progress bar (--no-progress; default 10)"),
-    ("timeout_s", float, "seconds a blocking call may take before a dead peer is reported"),
+    ("timeout_s", float, "seconds any blocking distributed call may take before a dead or "
+                         f"hung peer is reported (default {DEFAULT_TIMEOUT_S:g}, as in scaledl "
+                         "bench and scaledl.init(); --timeout-s is the same flag)"),
     ("synthetic_size", int, "samples of the synthetic data set"),
 )
 """The flags of the run; ``--strategy`` and the strategies' options come from the catalogue."""
+
+_FLAG_NAMES: dict[str, tuple[str, ...]] = {"timeout_s": ("--timeout", "--timeout-s")}
+"""Flags spelled otherwise than ``--`` plus the key with dashes: ``--timeout``, the name every
+other command gives its timeout, and ``--timeout-s``, the name it had first (kept)."""
 
 
 def flags() -> tuple[Flag, ...]:
@@ -86,8 +93,8 @@ def add_parser(subparsers: Any) -> None:
         description="Data-parallel training with overlapped gradient aggregation.",
     )
     for name, kind, text in flags():
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
-                            help=text)
+        names = _FLAG_NAMES.get(name, ("--" + name.replace("_", "-"),))
+        parser.add_argument(*names, dest=name, type=kind, default=None, help=text)
     parser.add_argument("--config", default=None, help="TOML file with [data], [model], "
                         "[optim], [parallel], [run] tables; flags override it")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,

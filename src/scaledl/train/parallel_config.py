@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from scaledl.bootstrap import DEFAULT_TIMEOUT_S
 from scaledl.strategies.catalogue import option_fields, option_takers, strategy_class
 from scaledl.strategies.options import StrategyOptions
 from scaledl.topology import parse_axes
@@ -37,8 +38,10 @@ class ParallelConfig:
     """Network layout innermost axis first, e.g. ``"2x2"``; ``None`` detects or assumes flat."""
     bucket_mb: float = 25.0
     """Gradient bucket size in MiB: a full bucket starts its collective during backward."""
-    timeout_s: float = 60.0
-    """Seconds any blocking distributed call may take before the run fails naming the rank."""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """Seconds any blocking distributed call may take before the run fails naming the rank;
+    the library's own default (``scaledl.init()``, ``scaledl bench``), so one number holds
+    everywhere."""
     # The strategies' options: their dataclasses (scaledl.strategies.options, SyncEASGDOptions)
     # declare, document and check them; a strategy with an option of a new name needs its
     # field here too.
