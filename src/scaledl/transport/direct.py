@@ -13,6 +13,12 @@ Every wait is bounded: a peer that died makes the wait raise at once (its socket
 that hangs makes it raise after the deadline.  Both, and any error torch raises while posting,
 surface as a one-line :class:`PeerError` naming the peer.  A deadline of ``None`` waits with no
 practical limit (:data:`NO_DEADLINE_S`), for a server waiting on a worker's next request.
+
+For tests of the protocols above it under skewed schedules, ``SCALEDL_WIRE_JITTER=SEED:MAX_MS
+[:PROBABILITY]`` (:data:`WIRE_JITTER_ENV`) makes every transport of the process sleep at random
+(a :class:`~scaledl.transport.shm_jitter.Jitter` seeded by ``SEED`` and the global rank) before
+and after posting every send and receive and around every wait.  Off, each call pays one
+``is None`` test.
 """
 
 from __future__ import annotations
@@ -25,8 +31,13 @@ import torch.distributed as dist
 
 from scaledl.transport.base import TransportError
 from scaledl.transport.channel import first_line
+from scaledl.transport.shm_jitter import Jitter
 
-__all__ = ["DirectTransport", "PeerError", "NO_DEADLINE_S"]
+__all__ = ["DirectTransport", "PeerError", "NO_DEADLINE_S", "WIRE_JITTER_ENV"]
+
+WIRE_JITTER_ENV = "SCALEDL_WIRE_JITTER"
+"""The variable that switches on random delays around every post and wait (``SEED:MAX_MS
+[:PROBABILITY]``, as :class:`~scaledl.transport.shm_jitter.Jitter` reads it)."""
 
 NO_DEADLINE_S = 30 * 24 * 3600.0
 """The deadline of a wait that has none: 30 days (a dead peer still fails it at once)."""
@@ -45,27 +56,40 @@ class DirectTransport:
 
     def __init__(self, group: dist.ProcessGroup) -> None:
         self.group = group
+        self.jitter = Jitter.from_environment(_global_rank(), WIRE_JITTER_ENV)
+        """Random delays around every post and wait (``SCALEDL_WIRE_JITTER``), or None."""
 
     def isend(self, tensor: torch.Tensor, peer: int, tag: int,
               what: str = "send to") -> dist.Work:
         """Start sending ``tensor`` to ``peer``; keep ``tensor`` alive until :meth:`wait`."""
-        return _post(lambda: dist.isend(tensor, dst=peer, group=self.group, tag=tag), peer, what)
+        if self.jitter is None:
+            return _post(lambda: dist.isend(tensor, dst=peer, group=self.group, tag=tag), peer,
+                         what)
+        self.jitter.pause("before isend")
+        work = _post(lambda: dist.isend(tensor, dst=peer, group=self.group, tag=tag), peer, what)
+        self.jitter.pause("after isend")
+        return work
 
     def irecv(self, tensor: torch.Tensor, peer: int, tag: int,
               what: str = "receive from") -> dist.Work:
         """Start receiving into ``tensor`` from ``peer``."""
-        return _post(lambda: dist.irecv(tensor, src=peer, group=self.group, tag=tag), peer, what)
+        if self.jitter is None:
+            return _post(lambda: dist.irecv(tensor, src=peer, group=self.group, tag=tag), peer,
+                         what)
+        self.jitter.pause("before irecv")
+        work = _post(lambda: dist.irecv(tensor, src=peer, group=self.group, tag=tag), peer, what)
+        self.jitter.pause("after irecv")
+        return work
 
-    @staticmethod
-    def wait(work: dist.Work, peer: int, what: str, timeout_s: float | None) -> None:
+    def wait(self, work: dist.Work, peer: int, what: str, timeout_s: float | None) -> None:
         """Wait for ``work`` (talking to ``peer``) for at most ``timeout_s`` seconds (None: no
         practical deadline)."""
-        seconds = NO_DEADLINE_S if timeout_s is None else timeout_s
-        try:
-            work.wait(timedelta(seconds=seconds))
-        except Exception as exc:  # Gloo raises RuntimeError subclasses for closed/timed-out pairs
-            limit = "" if timeout_s is None else f" within {timeout_s:g} s"
-            raise PeerError(f"{what} rank {peer} failed{limit}: {first_line(exc)}") from exc
+        if self.jitter is None:
+            _wait(work, peer, what, timeout_s)
+            return
+        self.jitter.pause("before wait")
+        _wait(work, peer, what, timeout_s)
+        self.jitter.pause("after wait")
 
     def send(self, tensor: torch.Tensor, peer: int, tag: int, timeout_s: float | None,
              what: str = "send to") -> None:
@@ -76,6 +100,21 @@ class DirectTransport:
              what: str = "receive from") -> None:
         """Receive into ``tensor`` from ``peer``."""
         self.wait(self.irecv(tensor, peer, tag, what), peer, what, timeout_s)
+
+
+def _global_rank() -> int:
+    """This process's global rank (0 without a process group), to seed the jitter."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _wait(work: dist.Work, peer: int, what: str, timeout_s: float | None) -> None:
+    """:meth:`DirectTransport.wait` without the delays."""
+    seconds = NO_DEADLINE_S if timeout_s is None else timeout_s
+    try:
+        work.wait(timedelta(seconds=seconds))
+    except Exception as exc:  # Gloo raises RuntimeError subclasses for closed/timed-out pairs
+        limit = "" if timeout_s is None else f" within {timeout_s:g} s"
+        raise PeerError(f"{what} rank {peer} failed{limit}: {first_line(exc)}") from exc
 
 
 def _post(start: Callable[[], dist.Work | None], peer: int, what: str) -> dist.Work:

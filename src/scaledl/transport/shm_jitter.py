@@ -11,6 +11,9 @@ rank, so a failing schedule can be replayed.  Off (no variable), the protocol pa
 attribute test per step.
 
 ``benchmarks/reliability/shm_soak.py`` and ``tests/distributed/test_shm_jitter.py`` use it.
+The parameter server's point-to-point wire (:mod:`scaledl.transport.direct`) draws its delays
+from the same class, read from ``SCALEDL_WIRE_JITTER`` (``variable`` of
+:meth:`Jitter.from_environment`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class Jitter:
     probability: float = 0.5
     """Chance that a point sleeps at all."""
     rank: int = 0
+    variable: str = JITTER_ENV
+    """The environment variable the setting came from (named in error messages)."""
     pauses: int = field(default=0, init=False)
     """Points passed so far."""
     slept_s: float = field(default=0.0, init=False)
@@ -46,31 +51,33 @@ class Jitter:
 
     def __post_init__(self) -> None:
         if self.max_s < 0 or not 0 <= self.probability <= 1:
-            raise ValueError(f"{JITTER_ENV}: a delay of {self.max_s * 1e3:g} ms with probability "
-                             f"{self.probability:g} is not possible; give MAX_MS >= 0 and a "
-                             "PROBABILITY in [0, 1]")
+            raise ValueError(f"{self.variable}: a delay of {self.max_s * 1e3:g} ms with "
+                             f"probability {self.probability:g} is not possible; give MAX_MS "
+                             ">= 0 and a PROBABILITY in [0, 1]")
         self._random = random.Random(self.seed * 1_000_003 + self.rank)
 
     @classmethod
-    def parse(cls, text: str, rank: int) -> Jitter:
-        """``SEED:MAX_MS[:PROBABILITY]`` for ``rank`` (a ``ValueError`` naming the text)."""
+    def parse(cls, text: str, rank: int, variable: str = JITTER_ENV) -> Jitter:
+        """``SEED:MAX_MS[:PROBABILITY]`` for ``rank`` (a ``ValueError`` naming ``variable`` and
+        the text)."""
         fields = text.split(":")
         try:
             if len(fields) not in (2, 3):
                 raise ValueError(text)
             probability = float(fields[2]) if len(fields) == 3 else 0.5
-            return cls(int(fields[0]), float(fields[1]) / 1e3, probability, rank)
+            return cls(int(fields[0]), float(fields[1]) / 1e3, probability, rank, variable)
         except ValueError as error:
-            if str(error).startswith(JITTER_ENV):
+            if str(error).startswith(variable):
                 raise
-            raise ValueError(f"{JITTER_ENV}={text!r} is not SEED:MAX_MS[:PROBABILITY]; write "
+            raise ValueError(f"{variable}={text!r} is not SEED:MAX_MS[:PROBABILITY]; write "
                              "e.g. 7:2 (seed 7, up to 2 ms at half the points)") from None
 
     @classmethod
-    def from_environment(cls, rank: int) -> Jitter | None:
-        """The jitter ``SCALEDL_SHM_JITTER`` asks for, or None when it is unset or empty."""
-        text = os.environ.get(JITTER_ENV, "").strip()
-        return cls.parse(text, rank) if text else None
+    def from_environment(cls, rank: int, variable: str = JITTER_ENV) -> Jitter | None:
+        """The jitter ``variable`` (default ``SCALEDL_SHM_JITTER``) asks for, or None when it is
+        unset or empty."""
+        text = os.environ.get(variable, "").strip()
+        return cls.parse(text, rank, variable) if text else None
 
     def pause(self, point: str) -> None:
         """Maybe sleep at ``point`` (the name is for reading a trace; draws do not depend on it)."""
