@@ -106,6 +106,31 @@ def test_a_script_that_is_not_executable_is_named_so(
     assert f"command '{script}' is not executable" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("script", "mode", "needle"), [
+    ("train.py", 0o644, "command 'train.py' is not executable (a file without execute "
+     "permission); run it with its interpreter (scaledl run -np 2 python train.py --lr 1), or "
+     "make it executable (chmod +x train.py) and write ./train.py"),
+    ("job", 0o755, "command 'job' is a file here, but a command without a '/' is looked up on "
+     "PATH; write ./job, or run it with its interpreter (scaledl run -np 2 bash job --lr 1)"),
+    ("tool", 0o644, "(scaledl run -np 2 python3 tool --lr 1)"),
+])
+def test_a_script_in_this_directory_is_not_called_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    script: str, mode: int, needle: str
+) -> None:
+    """``scaledl run -np 2 train.py`` said the existing file was 'not a file'."""
+    monkeypatch.chdir(tmp_path)
+    shebang = {"job": "#!/bin/bash\n", "tool": "#!/usr/bin/env python3\n"}.get(script, "")
+    (tmp_path / script).write_text(shebang + "print(1)\n")
+    (tmp_path / script).chmod(mode)
+    (tmp_path / "folder").mkdir()
+    assert main(["run", "-np", "2", script, "--lr", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert main(["run", "-np", "2", "folder"]) == 2
+    assert "command 'folder' is a directory" in capsys.readouterr().err
+
+
 LEAVER = """
 import os, subprocess, sys
 child = subprocess.Popen(["sleep", "90"])  # in the rank's process group, left running

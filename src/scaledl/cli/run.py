@@ -130,17 +130,52 @@ def _process_count(args: argparse.Namespace) -> int:
     return count
 
 
-def _command(args: argparse.Namespace) -> list[str]:
+_INTERPRETERS = {".py": "python", ".sh": "bash"}
+"""The interpreter to suggest for a script without a ``#!`` line, by its suffix."""
+
+
+def _interpreter(path: Path) -> str | None:
+    """The program that runs script ``path``: its ``#!`` line's (``env`` looked through), else
+    the usual one for its suffix; None when neither tells."""
+    try:
+        with path.open("rb") as script:
+            first = script.readline(256).decode("utf-8", "replace")
+    except OSError:
+        first = ""
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and Path(words[0]).name == "env" and len(words) > 1:
+        words = words[1:]
+    if words:
+        return Path(words[0]).name
+    return _INTERPRETERS.get(path.suffix.lower())
+
+
+def _not_runnable(name: str, count: int, rest: list[str]) -> str:
+    """Why ``name``, which exec cannot start, is no command, and how to run it instead."""
+    path = Path(name)
+    if path.is_dir():
+        return f"command {name!r} is a directory; name the program to run in it"
+    if not path.is_file():
+        return f"command {name!r} was not found (not a file, nor on PATH)"
+    interpreter = _interpreter(path)
+    line = " ".join(["scaledl run -np", str(count), interpreter or "INTERPRETER", name, *rest])
+    run_it = f"run it with its interpreter ({line})"
+    if not os.access(path, os.X_OK):
+        return (f"command {name!r} is not executable (a file without execute permission); "
+                f"{run_it}, or make it executable (chmod +x {name})"
+                + ("" if "/" in name else f" and write ./{name}"))
+    return (f"command {name!r} is a file here, but a command without a '/' is looked up on PATH; "
+            f"write ./{name}, or {run_it}")
+
+
+def _command(args: argparse.Namespace, count: int) -> list[str]:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise ValueError("give the command to run, e.g. scaledl run -np 2 python train.py")
     if shutil.which(command[0]) is None:
-        if "/" in command[0] and Path(command[0]).is_file():
-            raise ValueError(f"command {command[0]!r} is not executable; make it so (chmod +x "
-                             f"{command[0]}) or name its interpreter, e.g. bash {command[0]}")
-        raise ValueError(f"command {command[0]!r} was not found (not a file, nor on PATH)")
+        raise ValueError(_not_runnable(command[0], count, command[1:]))
     return command
 
 
@@ -148,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     """Check the arguments, then run the command on the processes; return the exit code."""
     label_logs("scaledl run")
     count = _process_count(args)
-    command = _command(args)
+    command = _command(args, count)
     if under_launcher():
         raise ValueError("scaledl run is itself a launcher; under torchrun, mpirun or srun run "
                          "the command directly")
