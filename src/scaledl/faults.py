@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "FAULT_ENV", "KINDS", "Fault", "InjectedFault", "parse_faults", "check_fault_spec",
-    "at_step", "at_collective", "reset",
+    "fault_problem", "at_step", "at_collective", "reset",
 ]
 
 log = logging.getLogger(__name__)
@@ -141,16 +141,45 @@ def parse_faults(text: str) -> tuple[Fault, ...]:
     return tuple(_parse_one(part) for part in text.split(";") if part.strip())
 
 
-def check_fault_spec(text: str, world_size: int | None = None) -> tuple[Fault, ...]:
-    """:func:`parse_faults`, and each rank inside ``world_size`` when it is given."""
+def fault_problem(fault: Fault, world_size: int | None = None, steps: int | None = None,
+                  training_ranks: int | None = None) -> str | None:
+    """Why ``fault`` can never fire in a job of ``world_size`` ranks, of which the first
+    ``training_ranks`` train (the others serve parameters) for ``steps`` steps; None when it
+    can, or when what would tell is not given.  The reason names the value and the fix."""
+    if world_size is not None and fault.rank >= world_size:
+        return (f"rank:{fault.rank} is outside the {world_size} workers; name a rank in "
+                f"0..{world_size - 1}")
+    if fault.step is None:
+        return None
+    if training_ranks is not None and fault.rank >= training_ranks:
+        return (f"rank:{fault.rank} serves parameters and takes no training step, so "
+                f"step:{fault.step} never comes; name a training rank in "
+                f"0..{training_ranks - 1}, or collective:N")
+    if steps is not None and fault.step > steps:
+        return (f"step:{fault.step} is beyond the run's {steps} training steps, so the fault "
+                f"would never fire; name a step in 1..{steps} or train for more epochs")
+    return None
+
+
+def check_fault_spec(
+    text: str,
+    world_size: int | None = None,
+    *,
+    steps: int | None = None,
+    training_ranks: int | None = None,
+    source: str = FAULT_ENV,
+) -> tuple[Fault, ...]:
+    """:func:`parse_faults`, refusing a plan with no fault or with a fault that cannot fire
+    (:func:`fault_problem`, for what is given); ``source`` names where the plan came from in
+    the message (the variable, or ``--inject-fault``)."""
     faults = parse_faults(text)
     if not faults:
-        raise ValueError(f"{FAULT_ENV} {text!r} names no fault; write e.g. "
+        raise ValueError(f"{source} {text!r} names no fault; write e.g. "
                          "rank:1,step:5,kind:crash")
     for fault in faults:
-        if world_size is not None and fault.rank >= world_size:
-            raise ValueError(f"{FAULT_ENV}: rank:{fault.rank} is outside the {world_size} "
-                             f"workers; name a rank in 0..{world_size - 1}")
+        problem = fault_problem(fault, world_size, steps, training_ranks)
+        if problem is not None:
+            raise ValueError(f"{source} {text!r}: {problem}")
     return faults
 
 

@@ -192,3 +192,29 @@ def test_train_unknown_model_lists_only_the_models_that_train_on_the_dataset(
 ) -> None:
     _refused(["train", "--dataset", dataset, "--model", "resnet1000", "--out", str(tmp_path)],
              f"unknown model 'resnet1000'; use one of: {models}", capsys)
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--workers", "2", "--epochs", "1", "--inject-fault", "rank:1,step:24,kind:crash"],
+     "--inject-fault 'rank:1,step:24,kind:crash': step:24 is beyond the run's 23 training steps"),
+    (["--workers", "3", "--epochs", "1", "--strategy", "async-sgd", "--servers", "1",
+      "--inject-fault", "rank:2,step:3,kind:crash"], "rank:2 serves parameters"),
+    (["--workers", "2", "--inject-fault", "rank:2,step:20,kind:hang"],
+     "rank:2 is outside the 2 workers"),
+])
+def test_train_refuses_a_fault_that_would_never_fire(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+    needle: str
+) -> None:
+    """digits: 1437 training samples, 719 per worker, 23 steps of 32 in an epoch."""
+    _refused(["train", *argv, "--out", str(tmp_path)], needle, capsys)
+
+
+def test_train_accepts_a_fault_at_the_last_step_of_an_elastic_run(
+    no_work: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --min-workers 1 a lone worker would take 45 steps: step 45 can come."""
+    with pytest.raises(AssertionError, match="started its work"):
+        main(["train", "--workers", "2", "--epochs", "1", "--min-workers", "1",
+              "--max-restarts", "1", "--inject-fault", "rank:0,step:45,kind:crash",
+              "--out", str(tmp_path)])

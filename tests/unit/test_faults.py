@@ -57,6 +57,28 @@ def test_check_fault_spec_bounds_the_rank() -> None:
         faults.check_fault_spec(" ; ")
 
 
+@pytest.mark.parametrize(("text", "needle"), [
+    ("rank:1,step:16,kind:crash", "step:16 is beyond the run's 15 training steps, so the fault "
+     "would never fire; name a step in 1..15 or train for more epochs"),
+    ("rank:0,step:1,kind:raise;rank:3,step:2,kind:hang", "rank:3 serves parameters and takes "
+     "no training step, so step:2 never comes; name a training rank in 0..2, or collective:N"),
+    ("rank:4,collective:9,kind:crash", "rank:4 is outside the 4 workers; name a rank in 0..3"),
+])
+def test_a_fault_that_can_never_fire_is_refused(text: str, needle: str) -> None:
+    """rank:2,step:20 on a 15-step run never fired, and nothing said so."""
+    with pytest.raises(ValueError, match=needle) as info:
+        faults.check_fault_spec(text, 4, steps=15, training_ranks=3, source="--inject-fault")
+    assert str(info.value).startswith(f"--inject-fault {text!r}: ")
+
+
+def test_faults_that_can_fire_pass() -> None:
+    plan = "rank:1,step:15,kind:crash;rank:3,collective:2,kind:hang;rank:2,step:900,kind:raise"
+    with pytest.raises(ValueError, match="step:900"):
+        faults.check_fault_spec(plan, 4, steps=15)
+    assert len(faults.check_fault_spec(plan, 4, training_ranks=3)) == 3
+    assert faults.fault_problem(faults.Fault(rank=3, kind="crash", step=15), 4, 15, 4) is None
+
+
 def test_step_fault_fires_once_on_its_rank_and_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(faults.FAULT_ENV, "rank:1,step:3,kind:raise;rank:0,step:3,kind:raise")
     monkeypatch.setenv("RANK", "1")

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import TensorDataset
 
-from scaledl.data import ArrayDataset, ShardedLoader, ShardedSampler
+from scaledl.data import ArrayDataset, ShardedLoader, ShardedSampler, batches_per_epoch
 
 
 def _shards(
@@ -433,3 +433,16 @@ def test_loader_errors() -> None:
         ShardedLoader(dataset, 2, ShardedSampler(11, 0, 1))
     with pytest.raises(TypeError, match="dataset of tensors"):
         ShardedLoader([1, 2, 3], 2, ShardedSampler(3, 0, 1))
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_batches_per_epoch_is_the_loaders_length(drop_last: bool) -> None:
+    for num_samples in (8, 9, 37, 100):
+        for world_size in (1, 2, 3, 8):
+            for batch_size in (1, 4, 5, 64):
+                sampler = ShardedSampler(num_samples, world_size - 1, world_size,
+                                         drop_last=drop_last)
+                loader = ShardedLoader(_dataset(num_samples), batch_size, sampler,
+                                       drop_last=drop_last)
+                assert batches_per_epoch(num_samples, world_size, batch_size, drop_last) == \
+                    len(loader) == len(loader.batch_indices())

@@ -115,29 +115,54 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     return build_config(file_values, overrides)
 
 
-def _preflight(config: TrainConfig, workers: int, fault: str | None) -> None:
+def _preflight(config: TrainConfig, workers: int, fault: str | None,
+               fault_source: str = FAULT_ENV) -> None:
     """Fail before launching for anything a user can get wrong."""
-    from scaledl.data import available_datasets, declared_shape, load_dataset
+    from scaledl.data import ArrayDataset, available_datasets, declared_shape, load_dataset
     from scaledl.train.setup import validate_config
 
     data = config.data
-    sample = None
+
+    def load(split: str) -> ArrayDataset:
+        return load_dataset(data.dataset, data.data_dir, split, config.run.seed,
+                            data.synthetic_size)
+
+    train, sample = None, None
     if declared_shape(data.dataset) is None and \
             data.dataset.split(":")[0] in available_datasets():
         # only the files tell the sample shape (npz): read them first, so that the model is
         # checked against it here rather than on every worker after launch
-        train = load_dataset(data.dataset, data.data_dir, "train", config.run.seed,
-                             data.synthetic_size)
+        train = load("train")
         sample = (train.input_shape, train.num_classes)
     validate_config(config, workers, sample)
     _check_layout(config)
     _check_faults(config, workers)
     if fault is not None:
-        check_fault_spec(fault, workers)
+        check_fault_spec(fault, workers, source=fault_source)
     check_output_dir(config.run.out, "--out")
-    for split in ("test",) if sample is not None else ("train", "test"):
-        load_dataset(data.dataset, data.data_dir, split, config.run.seed, data.synthetic_size)
+    train = train if train is not None else load("train")
+    load("test")
+    if fault is not None:  # a step past the run's last one, or a server's, never comes
+        trainers = workers - _server_ranks(config)
+        check_fault_spec(fault, workers, steps=_most_steps(config, trainers, len(train)),
+                         training_ranks=trainers, source=fault_source)
     _check_resume(config)
+
+
+def _server_ranks(config: TrainConfig) -> int:
+    """Dedicated parameter-server ranks: the last ``--servers`` ranks of a server strategy."""
+    return config.parallel.servers if strategy_class(config.parallel.strategy).server else 0
+
+
+def _most_steps(config: TrainConfig, trainers: int, num_samples: int) -> int:
+    """The training steps of the run (steps are numbered across epochs and restarts), at the
+    most: an elastic job that goes on with ``--min-workers`` takes more steps per epoch."""
+    from scaledl.data import batches_per_epoch
+
+    fewest = min(trainers, config.run.min_workers or trainers)
+    data = config.data
+    return config.optim.epochs * batches_per_epoch(num_samples, fewest, data.batch_size,
+                                                   data.drop_last)
 
 
 def _check_resume(config: TrainConfig) -> None:
@@ -209,12 +234,13 @@ def run(args: argparse.Namespace) -> int:
     fault = args.inject_fault if args.inject_fault is not None else \
         os.environ.get(FAULT_ENV, "").strip() or None
     if under_launcher():
-        _check_launched_workers(config.parallel.workers, config.run.min_workers)
+        world_size = _check_launched_workers(config.parallel.workers, config.run.min_workers)
         if args.inject_fault is not None:
-            check_fault_spec(args.inject_fault)
+            check_fault_spec(args.inject_fault, world_size, source="--inject-fault")
             os.environ[FAULT_ENV] = args.inject_fault  # this worker reads its plan from it
     else:
-        _preflight(config, workers, fault)
+        _preflight(config, workers, fault,
+                   FAULT_ENV if args.inject_fault is None else "--inject-fault")
         log.info("config: %s", json.dumps(config.with_workers(workers).to_dict(),
                                           sort_keys=True))
     code = run_distributed(workers, args.argv, lambda: _worker(config),
@@ -243,21 +269,23 @@ def _report_failure(code: int, config: TrainConfig) -> None:
                   "nothing to resume: run it again from the start", code, after)
 
 
-def _check_launched_workers(workers: int | None, min_workers: int | None) -> None:
-    """Under a launcher the job has the launcher's world size; a different ``--workers`` is an
-    error (else the run would train at one size while its summary records another), unless
-    the job is elastic and the size is within ``--min-workers``..``--workers``."""
+def _check_launched_workers(workers: int | None, min_workers: int | None) -> int:
+    """Under a launcher the job has the launcher's world size, which this returns; a different
+    ``--workers`` is an error (else the run would train at one size while its summary records
+    another), unless the job is elastic and the size is within ``--min-workers``..``--workers``.
+    """
     from scaledl.bootstrap import read_launch_env
 
     launch = read_launch_env()
     if workers is not None and min_workers is not None and \
             min_workers <= launch.world_size <= workers:
-        return
+        return launch.world_size
     if workers is not None and workers != launch.world_size:
         raise ValueError(
             f"--workers {workers} but {launch.launcher} started {launch.world_size} rank(s); "
             f"drop --workers under a launcher or start {workers} ranks"
         )
+    return launch.world_size
 
 
 def _check_restartable(env: Mapping[str, str]) -> None:

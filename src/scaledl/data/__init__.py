@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from scaledl.data.datasets import ArrayDataset, available_datasets, declared_shape, load_dataset
-from scaledl.data.loader import ShardedLoader
+from scaledl.data.loader import ShardedLoader, batches_per_epoch
 from scaledl.data.sharding import ShardedSampler
 
 __all__ = [
     "ArrayDataset", "ShardedLoader", "ShardedSampler", "available_datasets", "declared_shape",
-    "load_dataset",
+    "batches_per_epoch", "load_dataset",
 ]

@@ -30,7 +30,7 @@ import torch
 
 from scaledl.data.sharding import ShardedSampler
 
-__all__ = ["ShardedLoader", "Batch"]
+__all__ = ["ShardedLoader", "Batch", "batches_per_epoch"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +97,16 @@ def _put(ready: queue.Queue[_Item], item: _Item, stop: threading.Event) -> bool:
         except queue.Full:
             continue
     return False
+
+
+def batches_per_epoch(num_samples: int, world_size: int, batch_size: int,
+                      drop_last: bool = False) -> int:
+    """Batches each of ``world_size`` ranks reads in a whole epoch of ``num_samples`` (the
+    ``len()`` of a :class:`ShardedLoader` whose sampler and loader share ``drop_last``), known
+    before any rank starts."""
+    if drop_last:
+        return num_samples // world_size // batch_size
+    return math.ceil(math.ceil(num_samples / world_size) / batch_size)
 
 
 class ShardedLoader:
