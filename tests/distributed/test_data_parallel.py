@@ -152,6 +152,30 @@ def test_unused_parameter_on_one_rank_does_not_hang() -> None:
     assert results[0][0] > 0  # rank 0's gradient, averaged with rank 1's zeros
 
 
+def _unused_everywhere(rank: int, world_size: int) -> list[object]:
+    torch.manual_seed(0)
+    model = Net(extra_branch=True)
+    dp = scaledl.DataParallel(model, algorithm="ring")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+    assert model.extra is not None
+    before = model.extra.weight.detach().clone()
+    x, y = _local(rank, world_size, 0)
+    for _ in range(2):
+        opt.zero_grad()
+        nn.functional.cross_entropy(dp(x), y).backward()
+        opt.step()
+    grad = model.extra.weight.grad
+    return [None if grad is None else grad.tolist(), torch.equal(model.extra.weight, before),
+            model.fc1.weight.grad is not None]
+
+
+def test_a_parameter_no_rank_used_keeps_no_gradient() -> None:
+    # it got a zero .grad, so weight decay and momentum moved it; single-process training and
+    # DDP(find_unused_parameters=True) leave its .grad None and the parameter where it was
+    for grad, unmoved, others in run_ranks(2, _unused_everywhere, timeout=60):
+        assert grad is None and unmoved and others
+
+
 def _ddp(rank: int, world_size: int, algorithm: str) -> list[list[float]]:
     torch.manual_seed(0)
     model = Net()

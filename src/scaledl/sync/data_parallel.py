@@ -14,10 +14,12 @@ share a host's memory, the buckets live in a shared-memory arena and the shared-
 reduces them where they are (no copy in; :mod:`scaledl.collectives.shm_inplace`).
 
 A parameter that gets no gradient in a step (a branch not taken, on one rank or all) does not
-hang the job: at the end of backward its slot contributes its accumulated ``.grad`` or zeros,
-and afterwards its ``.grad`` holds the average (zeros when no rank used it).  Unlike DDP with
-``find_unused_parameters``, it is then not ``None``, so an optimizer with momentum or weight
-decay still updates it.
+hang the job: at the end of backward its slot contributes its accumulated ``.grad`` or zeros.
+Where some rank used it, its ``.grad`` then holds the average on every rank; where no rank did,
+its ``.grad`` is left as it was (``None`` after ``zero_grad()``), as single-process training
+and DDP with ``find_unused_parameters`` leave it, so momentum and weight decay do not move it
+(the ranks learn which parameters nobody used from a flag per parameter reduced with the
+gradients; see :mod:`scaledl.sync.reducer`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from scaledl.collectives import CollectiveHandle
 from scaledl.collectives.communicator import communicator_for
 from scaledl.sync.bucketing import Bucket, plan_buckets
 from scaledl.sync.consistency import broadcast_state, broadcast_tensors, check_same_model
-from scaledl.sync.reducer import GradientReducer
+from scaledl.sync.reducer import GradientReducer, buffer_numels
 from scaledl.sync.stats import SpanRecorder, SyncStats
 from scaledl.topology import Topology
 
@@ -73,7 +75,8 @@ class DataParallel(nn.Module):
         named = list(module.named_parameters())
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
         self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline,
-                                       buffers=_shared_buffers(self.buckets, group, self))
+                                       buffers=_shared_buffers(self.buckets, group, self),
+                                       track_unused=True)
         self.require_backward_grad_sync = True
         """False inside :meth:`no_sync`; read by :meth:`forward`, as in DDP."""
 
@@ -138,5 +141,6 @@ def _shared_buffers(
     dtypes = {b.dtype for b in buckets}
     if not buckets or len(dtypes) != 1 or any(b.device.type != "cpu" for b in buckets):
         return None
-    return communicator_for(group).shared_buffers([b.numel for b in buckets], dtypes.pop(),
+    numels = buffer_numels(buckets, track_unused=True)
+    return communicator_for(group).shared_buffers(numels, dtypes.pop(),
                                                   owner)

@@ -15,6 +15,15 @@ How one backward pass goes:
    of the slot, as torch's DDP does by default: the buffers are reused by every step, and a
    gradient a script kept after ``zero_grad()`` must not change under it).
 
+With ``track_unused`` (DataParallel), each bucket's buffer also carries one flag per parameter
+after the gradients: 1 where this rank produced or accumulated a gradient for it, else 0.  The
+flags are filled as the bucket launches (a bucket launches once all its parameters are ready or
+at the end of backward, so every flag is known by then) and reduced with the gradients, so
+afterwards every rank knows which parameters no rank used: their ``.grad`` is left as it was
+(``None`` after ``zero_grad()``), as in single-process training and in DDP with
+``find_unused_parameters``, so momentum and weight decay do not move a parameter that took no
+part in the step.  One element per parameter, no extra collective.
+
 A backward that raises (an out-of-memory error, a bad batch) never reaches step 3: autograd
 drops the queued callback.  The reducer notices at the next backward, because its hooks then
 fire in another autograd graph task: it first finishes the abandoned step (launches the buckets
@@ -45,7 +54,7 @@ from scaledl.collectives import CollectiveHandle
 from scaledl.sync.bucketing import Bucket
 from scaledl.sync.stats import SpanRecorder, SyncStats, charge_run, charge_wait
 
-__all__ = ["GradientReducer", "Launch"]
+__all__ = ["GradientReducer", "Launch", "buffer_numels"]
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +68,23 @@ class GradientReducer:
     def __init__(
         self, buckets: Sequence[Bucket], parameters: dict[str, nn.Parameter], launch: Launch,
         timeline: SpanRecorder | None = None, label: str = "allreduce",
-        buffers: Sequence[torch.Tensor] | None = None,
+        buffers: Sequence[torch.Tensor] | None = None, track_unused: bool = False,
     ) -> None:
         self.buckets = list(buckets)
+        self.track_unused = track_unused
         self.launch = launch
         self.timeline = timeline
         self.label = label
         self.enabled = True
         self.stats = SyncStats()
+        numels = buffer_numels(self.buckets, track_unused)
         self.buffers = list(buffers) if buffers is not None else [
-            torch.zeros(b.numel, dtype=b.dtype, device=b.device) for b in buckets
+            torch.zeros(numel, dtype=b.dtype, device=b.device)
+            for b, numel in zip(self.buckets, numels)
         ]
-        """One flat buffer per bucket (zeroed; given, e.g. in shared memory, or allocated)."""
+        """One flat buffer per bucket (zeroed; given, e.g. in shared memory, or allocated):
+        the gradients, then the used flags when ``track_unused``."""
+        assert [b.numel() for b in self.buffers] == numels, "a given buffer has the wrong size"
         self._slots: dict[str, tuple[int, torch.Tensor]] = {}
         self._params: dict[str, nn.Parameter] = {}
         for bucket, buffer in zip(self.buckets, self.buffers):
@@ -91,6 +105,8 @@ class GradientReducer:
     def _begin_step(self) -> None:
         self._missing = [len(b.names) for b in self.buckets]
         self._ready: set[str] = set()
+        self._used: set[str] = set()
+        """Parameters whose slot holds a gradient of this rank (not zeros for want of one)."""
         self._handles: list[CollectiveHandle | None] = []
         self._queued = False
         self._task: int | None = None
@@ -121,6 +137,7 @@ class GradientReducer:
         index, view = self._slots[name]
         if param.grad is not None:
             view.copy_(_dense(param.grad))
+            self._used.add(name)
         self._missing[index] -= 1
         self._launch_ready()
 
@@ -130,7 +147,11 @@ class GradientReducer:
 
     def _launch_next(self) -> None:
         bucket = self.buckets[len(self._handles)]
-        self._handles.append(self.launch(bucket, self.buffers[bucket.index]))
+        buffer = self.buffers[bucket.index]
+        if self.track_unused:
+            flags = buffer[bucket.numel:]
+            flags.copy_(torch.tensor([name in self._used for name in bucket.names]))
+        self._handles.append(self.launch(bucket, buffer))
 
     def _fill_missing(self) -> None:
         for name, param in self._params.items():
@@ -141,6 +162,7 @@ class GradientReducer:
                 view.zero_()
             else:
                 view.copy_(_dense(param.grad))
+                self._used.add(name)
             self._ready.add(name)
 
     def _abandon(self) -> None:
@@ -181,9 +203,21 @@ class GradientReducer:
             self.stats.bytes += bucket.nbytes
         charge_wait(self.stats, self.timeline, "wait for gradients", blocked, time.perf_counter())
         self.stats.syncs += 1
+        unused = self._unused_everywhere()
         for name, param in self._params.items():
-            if param.requires_grad:  # one frozen since wrapping keeps its .grad (None)
+            # one frozen since wrapping keeps its .grad (None), as does one no rank used
+            if param.requires_grad and name not in unused:
                 _expose(param, self._slots[name][1])
+
+    def _unused_everywhere(self) -> set[str]:
+        """Parameters whose reduced flag is 0: no rank had a gradient for them."""
+        if not self.track_unused:
+            return set()
+        unused: set[str] = set()
+        for bucket, buffer in zip(self.buckets, self.buffers):
+            flags = buffer[bucket.numel:].tolist()
+            unused.update(name for name, flag in zip(bucket.names, flags) if flag == 0)
+        return unused
 
     def remove(self) -> None:
         """Remove the hooks (the model goes back to plain local gradients)."""
@@ -195,6 +229,12 @@ class GradientReducer:
 def _remove_hooks(handles: list[RemovableHandle]) -> None:
     for handle in handles:
         handle.remove()
+
+
+def buffer_numels(buckets: Sequence[Bucket], track_unused: bool) -> list[int]:
+    """Elements of each bucket's flat buffer: its gradients, and a used flag per parameter when
+    ``track_unused``."""
+    return [b.numel + (len(b.names) if track_unused else 0) for b in buckets]
 
 
 def _dense(grad: torch.Tensor) -> torch.Tensor:
