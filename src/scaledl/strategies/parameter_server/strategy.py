@@ -192,6 +192,12 @@ class ParameterServerStrategy(Strategy):
         return [] if self._server is None else list(self._server.dropped)
 
     @property
+    def shard_server(self) -> ShardServer | None:
+        """The threads serving this rank's shard (a dedicated server, or rank 0 beside its
+        worker); None on a rank that hosts no shard or without a process group."""
+        return self._server
+
+    @property
     def link(self) -> ServerConnection:
         """This worker's connection to the servers."""
         if self._link is None:

@@ -1,0 +1,69 @@
+"""The parameter server's wire protocol under skewed schedules: random delays before and after
+every post and wait of every request, payload and reply (``SCALEDL_WIRE_JITTER``), random
+sequences of every request kind (push through a step or the link, exchange, pull, state, done;
+``tests/ps_schedules.py``), every reply checked exactly against a replay of the shard's updates in
+version order, on 2, 3 and 4 ranks, with the server thread beside rank 0 and with one to three
+dedicated server ranks (one shard each).
+
+A short seeded version of ``benchmarks/reliability/ps_soak.py``.  A hang fails within the
+harness's timeout (and every wait of the protocol gives up after ``ps_schedules.TIMEOUT_S``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scaledl.transport.direct import WIRE_JITTER_ENV, DirectTransport
+from tests import ps_schedules
+from tests.harness import run_ranks
+from tests.ps_schedules import Config
+
+pytestmark = pytest.mark.distributed
+
+F32, F64, F16, BF16 = torch.float32, torch.float64, torch.float16, torch.bfloat16
+RUNS = {
+    3: [Config("async-msgd", 0, 1000, F64), Config("async-sgd", 2, 7, F32),
+        Config("hogwild-sgd", 1, 64, F16), Config("async-easgd", 0, 64, F64),
+        Config("async-sgd", 1, 1, BF16)],
+    4: [Config("async-easgd", 2, 7, F64), Config("async-sgd", 3, 3, F32),
+        Config("hogwild-easgd", 0, 2, BF16), Config("async-msgd", 2, 64, F16),
+        Config("async-sgd", 0, 1000, F32)],
+}
+"""Every rule, locked and Hogwild, the server thread and 1-3 dedicated servers, every dtype.
+Two ranks (one worker, or the thread and one remote worker) are left to the soak: each process
+set costs some 15 s of start-up (Gloo, and torch.optim's first import of torch._dynamo) on a
+loaded 2-core machine, against under a second of requests."""
+
+
+@pytest.mark.parametrize("world_size", sorted(RUNS))
+def test_random_requests_with_random_delays_are_exact(world_size: int) -> None:
+    seed, calls = 20 + world_size, 40
+    env = {WIRE_JITTER_ENV: f"{seed}:1:0.3"}
+    results = run_ranks(world_size, ps_schedules.run, seed, calls, RUNS[world_size],
+                        timeout=120, env=env)
+    assert [f for result in results for f in result["failures"]] == []
+    configs = RUNS[world_size]
+    workers = sum(world_size - c.servers for c in configs)
+    assert results[0]["requests"] == workers * (calls + 1)
+    for rank, result in enumerate(results):  # every rank's wire (link or server) was delayed
+        for config, pauses in zip(configs, result["pauses"]):
+            assert pauses > calls, (rank, config, pauses)
+
+
+def test_wire_jitter_is_off_without_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WIRE_JITTER_ENV, raising=False)
+    assert DirectTransport(None).jitter is None  # type: ignore[arg-type]
+    monkeypatch.setenv(WIRE_JITTER_ENV, "5:0.5:0.25")
+    jitter = DirectTransport(None).jitter  # type: ignore[arg-type]
+    assert jitter is not None and jitter.probability == 0.25 and jitter.seed == 5
+    monkeypatch.setenv(WIRE_JITTER_ENV, "5")
+    with pytest.raises(ValueError, match=WIRE_JITTER_ENV):
+        DirectTransport(None)  # type: ignore[arg-type]
+
+
+def test_drawn_configs_cover_every_strategy_and_server_count() -> None:
+    configs = ps_schedules.draw_configs(4, seed=3, count=20)
+    assert {(c.strategy, c.servers) for c in configs} == {
+        (name, servers) for name in ps_schedules.STRATEGIES for servers in range(4)}
+    assert all(c.numel >= c.servers for c in configs)
