@@ -30,6 +30,11 @@ def test_default_training_reaches_90_percent_and_writes_every_output(tmp_path: P
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["result"]["test_accuracy"] >= 0.90
     assert summary["result"]["world_size"] == 2
+    # the default MLP's gradients fit one bucket, so none can be hidden; the summary says why
+    assert len(summary["result"]["gradient_buckets"]) == 1
+    if summary["result"]["hidden_fraction"] < 0.05:
+        assert "fit one 25 MiB bucket" in summary["result"]["overlap_note"]
+        assert "why none is hidden" in done.stdout
     for name in ("metrics.jsonl", "timeline.json", "loss.png", "accuracy.png", "latest"):
         assert (tmp_path / name).stat().st_size > 0, name
     steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -354,6 +354,8 @@ def _report(result: dict[str, Any], config: TrainConfig) -> None:
         ("communication hidden behind compute",
          "n/a" if hidden is None else f"{100 * hidden:.1f} %"),
     ]
+    if result.get("overlap_note"):  # a 0 % that is measured right: say why, not only that
+        rows.append(("why none is hidden", str(result["overlap_note"])))
     rows += _staleness_rows(result)
     rows += _fault_rows(result)
     rows.append(("run directory", str(out)))

@@ -39,7 +39,10 @@ from scaledl.train.checkpoint_schedule import CheckpointSchedule
 from scaledl.train.checkpoint_writer import CheckpointWriter
 from scaledl.strategies.catalogue import strategy_class
 from scaledl.train.config import TrainConfig
-from scaledl.train.metrics import METRICS_NAME, MetricsWriter, RunStats, StepTimes
+from scaledl.sync.data_parallel import DataParallel
+from scaledl.train.metrics import (
+    METRICS_NAME, MetricsWriter, RunStats, StepTimes, overlap_note,
+)
 from scaledl.train.plots import plot_metrics
 from scaledl.train.progress import LogProgress, NoProgress, StepProgress
 from scaledl.train.restarts import job_id, restart_record, restart_totals
@@ -301,10 +304,15 @@ class Trainer:
             dropped = []
         strategy.close()
         summary = self.stats.summary()
+        buckets = [nbytes for _, _, nbytes in strategy.model.bucket_summary()] \
+            if isinstance(strategy.model, DataParallel) else []
         result: dict[str, Any] = {**summary.to_dict(), "test_accuracy": accuracy,
                                   "out": str(self.out), "world_size": self.world_size,
                                   "workers": strategy.num_workers,
-                                  "staleness_per_worker": staleness, "dropped_workers": dropped}
+                                  "staleness_per_worker": staleness, "dropped_workers": dropped,
+                                  "gradient_buckets": buckets,
+                                  "overlap_note": overlap_note(summary.hidden_fraction, buckets,
+                                                               self.config.parallel.bucket_mb)}
         if self.rank != 0:
             return result
         assert self.metrics is not None
