@@ -5,7 +5,8 @@ updates; Async EASGD and Hogwild EASGD exchange parameters), a number of dedicat
 server thread beside rank 0, which rank 0's own worker calls in-process while the other workers
 reach it over the wire; k > 0: the last k ranks, each owning one shard), a parameter count and a
 dtype.  Every rank builds the job, each worker sends its own random sequence of requests, drawn
-from ``(seed, config, rank)``:
+from ``(seed, config, rank)`` (the first worker sends none, the last ``calls``, the others
+between; :func:`worker_calls`):
 
 - ``step``: a strategy step whose gradients are small integers (``lr`` 0.5, so the pushed update
   ``lr * gradient`` is exact), the fresh parameters taken from the reply;
@@ -135,14 +136,22 @@ def _build(config: Config, seed: int) -> ParameterServerStrategy:
                                        timeout_s=TIMEOUT_S, **extra)
 
 
+def worker_calls(worker: int, workers: int, calls: int) -> int:
+    """Requests worker ``worker`` of ``workers`` sends before DONE: from 0 (the first, when there
+    are several) up to ``calls`` (the last), so workers finish, and close their groups, while
+    others are still pushing."""
+    return calls if workers == 1 else calls * worker // (workers - 1)
+
+
 def _work(strategy: ParameterServerStrategy, seed: int, index: int, rank: int,
           calls: int) -> list[Event]:
-    """Send ``calls`` random requests, then DONE; return what was sent and received."""
+    """Send this worker's share of ``calls`` random requests (:func:`worker_calls`), then DONE;
+    return what was sent and received."""
     link, flat = strategy.link, strategy.flat
     choose = random.Random(f"{seed}:{index}:{rank}")
     generator = torch.Generator().manual_seed(seed * 1009 + index * 31 + rank)
     events = []
-    for call in range(calls):
+    for call in range(worker_calls(strategy.worker_rank, strategy.num_workers, calls)):
         kind = choose.choice(CALLS[strategy.rule])
         data = _ints(generator, flat.numel(), flat.dtype)
         if kind == "step":
@@ -221,17 +230,20 @@ def run_config(rank: int, world_size: int, seed: int, index: int, config: Config
 def run(rank: int, world_size: int, seed: int, calls: int,
         configs: list[Config] | None = None, count: int = 3) -> dict[str, Any]:
     """Run ``configs`` (default: ``count`` drawn from ``seed``) in turn, ``calls`` requests per
-    worker in each; return failures, requests, the strategies run and the delays drawn."""
+    worker in each; return failures, requests (a worker's request goes to every shard:
+    ``shard_requests`` counts each shard's), the configs run, the delays drawn and the time."""
     torch.set_num_threads(1)
     jobs = draw_configs(world_size, seed, count) if configs is None else configs
-    failures, requests, pauses, seconds = [], 0, [], []
+    failures, requests, shard_requests, pauses, seconds = [], 0, 0, [], []
     for index, config in enumerate(jobs):
         result = run_config(rank, world_size, seed, index, config, calls)
         failures += result["failures"]
         requests += result["requests"]
+        shard_requests += result["requests"] * max(1, config.servers)
         pauses.append(result["pauses"])
         seconds.append(result["seconds"])
-    return {"failures": failures, "requests": requests, "pauses": pauses,
+    return {"failures": failures, "requests": requests, "shard_requests": shard_requests,
+            "pauses": pauses,
             "configs": [str(c) for c in jobs], "seconds": seconds}
 
 
