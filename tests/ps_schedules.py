@@ -13,6 +13,10 @@ between; :func:`worker_calls`):
 - ``push``: an integer update pushed through the link, with the versions last read;
 - ``exchange``: integer parameters sent for an elastic exchange;
 - ``pull`` and ``state``: read the parameters (and momentum, versions);
+- ``rejected`` (over the wire only): a PUSH the server must refuse, with its payload (a read
+  version from the future for the SGD rule, a PUSH at all for the EASGD rule): the server
+  answers ERROR, discards the payload and serves on; the worker's link says so in a
+  ProtocolError, and is then used again;
 
 then DONE (:meth:`finish`); a dedicated server serves until every worker is done.  Every worker's
 requests, replies and versions are gathered on rank 0, which checks them exactly:
@@ -37,8 +41,10 @@ seeded sequences; ``benchmarks/reliability/ps_soak.py`` runs 10,000 requests and
 
 from __future__ import annotations
 
+import logging
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,12 +55,15 @@ from torch import nn
 from scaledl.strategies.async_easgd import AsyncEASGD, HogwildEASGD
 from scaledl.strategies.async_sgd import AsyncMSGD, AsyncSGD, HogwildSGD
 from scaledl.strategies.elastic import elastic_difference
-from scaledl.strategies.parameter_server import ParameterServerStrategy, ShardSpec, shard_specs
+from scaledl.strategies.parameter_server import (
+    ParameterServerStrategy, ProtocolError, ShardSpec, shard_specs,
+)
 from scaledl.strategies.parameter_server.connections import RemoteServers
 
 STRATEGIES: dict[str, type[ParameterServerStrategy]] = {
     cls.name: cls for cls in (AsyncSGD, AsyncMSGD, HogwildSGD, AsyncEASGD, HogwildEASGD)}
-CALLS = {"sgd": ("step", "push", "pull", "state"), "easgd": ("exchange", "pull", "state")}
+CALLS = {"sgd": ("step", "push", "pull", "state", "rejected"),
+         "easgd": ("exchange", "pull", "state", "rejected")}
 """The request kinds a worker draws from, by server rule (DONE ends every sequence)."""
 NUMELS = (1, 2, 3, 7, 64, 1000)
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -109,6 +118,8 @@ class Event:
     read: list[int] | None = None
     """The versions a push says its update was computed at."""
     staleness: int | None = None
+    error: str = ""
+    """What went wrong with a rejected request ("" when it was rejected as it must be)."""
 
 
 class _Params(nn.Module):
@@ -179,12 +190,29 @@ def _work(strategy: ParameterServerStrategy, seed: int, index: int, rank: int,
         elif kind == "pull":
             out = torch.full_like(flat, float("nan"))
             events.append(Event("pull", call, link.pull(out), reply=out))
+        elif kind == "rejected" and isinstance(link, RemoteServers):
+            events.append(_rejected(link, strategy, data, call))
         else:
             state = link.state()
             events.append(Event("state", call, state.versions, reply=state.params,
                                 velocity=state.velocity))
     strategy.finish()
     return events
+
+
+def _rejected(link: RemoteServers, strategy: ParameterServerStrategy, data: torch.Tensor,
+              call: int) -> Event:
+    """A PUSH every server must reject (its ``versions``: those it claimed to have read)."""
+    known = list(getattr(strategy, "versions", [0] * len(link.shards)))
+    future = [v + 1000 for v in known] if strategy.rule == "sgd" else known
+    want = "BAD_VERSION" if strategy.rule == "sgd" else "WRONG_RULE"
+    try:
+        link.push(data, future, torch.empty_like(strategy.flat))
+        error = "accepted"
+    except ProtocolError as exc:
+        error = "" if str(exc).endswith(f"rejected PUSH: {want}") else str(exc)
+    link.broken = None  # every server answered and served on: the link is in step again
+    return Event("rejected", call, known, error=error)
 
 
 def _pauses(strategy: ParameterServerStrategy) -> int:
@@ -222,6 +250,7 @@ def run_config(rank: int, world_size: int, seed: int, index: int, config: Config
     return {"failures": [f"config {index} ({config}): {f}" for f in failures],
             "requests": sum(len(g["events"]) + 1 for g in gathered if g["rank"] <
                             world_size - config.servers),
+            "kinds": Counter(e.kind for g in gathered for e in g["events"]),
             "pauses": pauses, "seconds": {"build": round(built - started, 3),
                                           "requests": round(served - built, 3),
                                           "close": round(time.perf_counter() - served, 3)}}
@@ -233,18 +262,22 @@ def run(rank: int, world_size: int, seed: int, calls: int,
     worker in each; return failures, requests (a worker's request goes to every shard:
     ``shard_requests`` counts each shard's), the configs run, the delays drawn and the time."""
     torch.set_num_threads(1)
+    # the server logs every rejection as an error; the check counts them (and any drop) instead
+    logging.getLogger("scaledl.strategies.parameter_server.server").setLevel(logging.CRITICAL)
     jobs = draw_configs(world_size, seed, count) if configs is None else configs
     failures, requests, shard_requests, pauses, seconds = [], 0, 0, [], []
+    kinds: Counter[str] = Counter()
     for index, config in enumerate(jobs):
         result = run_config(rank, world_size, seed, index, config, calls)
         failures += result["failures"]
         requests += result["requests"]
+        kinds.update(result["kinds"])
         shard_requests += result["requests"] * max(1, config.servers)
         pauses.append(result["pauses"])
         seconds.append(result["seconds"])
     return {"failures": failures, "requests": requests, "shard_requests": shard_requests,
-            "pauses": pauses,
-            "configs": [str(c) for c in jobs], "seconds": seconds}
+            "kinds": dict(kinds), "pauses": pauses, "configs": [str(c) for c in jobs],
+            "seconds": seconds}
 
 
 # -- the check ------------------------------------------------------------------------------------
@@ -255,11 +288,14 @@ def check(config: Config, initial: torch.Tensor, gathered: list[dict[str, Any]])
     events = [(g["rank"], e) for g in gathered for e in g["events"]]
     finals = {g["final"][0].index: g["final"] for g in gathered if g["final"] is not None}
     failures = _check_versions(gathered, len(specs))
+    failures += [f"rank {rank} call {e.call}: a request the server must reject: {e.error}"
+                 for rank, e in events if e.kind == "rejected" and e.error]
+    rejected = sum(e.kind == "rejected" for _, e in events)
     for spec in specs:
         if spec.index not in finals:
             failures.append(f"no rank reported shard {spec.index}")
             continue
-        failures += _check_shard(cls, spec, initial, events, finals[spec.index])
+        failures += _check_shard(cls, spec, initial, events, finals[spec.index], rejected)
     if cls.rule == "sgd":
         for rank, event in events:
             if event.staleness is not None and event.read is not None:
@@ -286,6 +322,8 @@ def _check_versions(gathered: list[dict[str, Any]], shards: int) -> list[str]:
     for g in gathered:
         last = [0] * shards
         for event in g["events"]:
+            if event.kind == "rejected":
+                continue  # its reply is an ERROR, which carries no versions
             if len(event.versions) != shards:
                 failures.append(f"rank {g['rank']} call {event.call}: {len(event.versions)} "
                                 f"versions for {shards} shards")
@@ -300,11 +338,13 @@ def _check_versions(gathered: list[dict[str, Any]], shards: int) -> list[str]:
 
 
 def _check_shard(cls: type[ParameterServerStrategy], spec: ShardSpec, initial: torch.Tensor,
-                 events: list[tuple[int, Event]], final: tuple[Any, ...]) -> list[str]:
+                 events: list[tuple[int, Event]], final: tuple[Any, ...],
+                 rejections: int) -> list[str]:
     """Replay shard ``spec``'s updates in version order; compare every reply and its end."""
     _, params_end, velocity_end, version_end, dropped, rejected = final
-    failures = [] if not dropped and not rejected else [
-        f"shard {spec.index}: server dropped {dropped}, rejected {rejected} requests"]
+    failures = [] if not dropped and rejected == rejections else [
+        f"shard {spec.index}: server dropped {dropped}, rejected {rejected} requests of the "
+        f"{rejections} it had to"]
     applied: dict[int, tuple[int, Event]] = {}
     for rank, event in events:
         if event.kind in ("push", "exchange"):

@@ -7,7 +7,8 @@ Runs ``tests/ps_schedules.py``'s random request sequences on 2, 3 and 4 ranks in
 with its own seed and ``--configs`` parameter-server jobs drawn from it (Async SGD, Async MSGD,
 Hogwild SGD, Async EASGD, Hogwild EASGD; the server thread beside rank 0 or 1..world_size-1
 dedicated shard servers; 1 to 1000 parameters of float32, float64, float16 or bfloat16), each
-worker sending ``--calls`` random requests (step, push, exchange, pull, state) and DONE per job.
+worker sending up to ``--calls`` random requests (step, push, exchange, pull, state, a request
+the server must reject) and DONE per job.
 Runs cycle through the delays of ``JITTERS`` (``SCALEDL_WIRE_JITTER``: before and after posting
 every send and receive and around every wait, on workers and servers).  Every reply is checked
 exactly against a replay of each shard's updates in version order; a run that does not finish
@@ -49,6 +50,7 @@ def main() -> int:
     load_before = os.getloadavg()
     totals = {"requests": 0, "shard_requests": 0, "runs": 0, "jobs": 0, "hangs": 0, "wrong": 0,
               "errors": 0}
+    by_kind: dict[str, int] = {}
     runs = []
     run = 0
     while totals["requests"] < args.requests:
@@ -70,6 +72,8 @@ def main() -> int:
                        first_wrong=wrong[:3],
                        pauses=sum(sum(result["pauses"]) for result in results))
             totals["shard_requests"] += results[0]["shard_requests"]
+            for kind, count in results[0]["kinds"].items():
+                by_kind[kind] = by_kind.get(kind, 0) + count
         except RankFailure as failure:
             text = str(failure)
             hang = "did not finish" in text or "within" in text
@@ -83,7 +87,7 @@ def main() -> int:
         runs.append(row)
         print(json.dumps(row), flush=True)
         run += 1
-    summary = {"totals": totals, "seeds": [r["seed"] for r in runs],
+    summary = {"totals": totals, "by_kind": by_kind, "seeds": [r["seed"] for r in runs],
                "seconds": round(time.monotonic() - started, 1),
                "load_average_before": load_before, "load_average_after": os.getloadavg(),
                "cpus": os.cpu_count(), "runs": runs}

@@ -47,6 +47,7 @@ def test_random_requests_with_random_delays_are_exact(world_size: int) -> None:
     assert results[0]["requests"] == sum(  # every request and DONE of every worker
         ps_schedules.worker_calls(w, world_size - c.servers, calls) + 1
         for c in configs for w in range(world_size - c.servers))
+    assert set(results[0]["kinds"]) == {"push", "exchange", "pull", "state", "rejected"}
     for rank, result in enumerate(results):  # every rank's wire (link or server) was delayed
         for config, pauses in zip(configs, result["pauses"]):
             assert pauses > 4, (rank, config, pauses)
