@@ -49,6 +49,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sybil import Document, Example, Region, Sybil
+from sybil.integration.pytest import SybilItem
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 from sybil.parsers.markdown.lexers import FencedCodeBlockLexer
 
@@ -104,11 +107,22 @@ def workdir(example: Example) -> Path:
 
 
 def environment() -> dict[str, str]:
-    """This environment with this interpreter's scripts first on PATH (scaledl, torchrun)."""
+    """This environment as a user who follows docs/launching.md has it: this interpreter's
+    scripts first on PATH (``scaledl``, ``torchrun``), Open MPI allowed to run as root (its
+    ``OMPI_ALLOW_RUN_AS_ROOT`` variables), and a free ``MASTER_PORT``, so that an MPI job of a
+    block meets no other job of this machine on the default port."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               MASTER_PORT=str(_free_port()))
     env.pop("PYTEST_CURRENT_TEST", None)
     return env
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def run_command(argv: list[str], cwd: Path, timeout_s: float = TIMEOUT_S) -> str:
@@ -317,3 +331,13 @@ _collect = SYBIL.pytest()
 def pytest_collect_file(file_path: Path, parent: Any) -> Any:
     """The pytest hook (imported by the root conftest.py): collect README.md and docs/*.md."""
     return _collect(file_path, parent) if is_document(file_path) else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A skipped block is reported at its line of its document (pytest would name the line of
+    its own module that turned Sybil's ``unittest.SkipTest`` into a skip)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and isinstance(item, SybilItem) and isinstance(report.longrepr, tuple):
+        report.longrepr = (str(item.path), item.example.line, report.longrepr[2])
