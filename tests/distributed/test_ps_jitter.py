@@ -11,9 +11,13 @@ harness's timeout (and every wait of the protocol gives up after ``ps_schedules.
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 import torch
 
+from scaledl.strategies.async_sgd import AsyncSGD
 from scaledl.transport.direct import WIRE_JITTER_ENV, DirectTransport
 from tests import ps_schedules
 from tests.harness import run_ranks
@@ -34,6 +38,8 @@ RUNS = {
 Two ranks (one worker, or the thread and one remote worker) are left to the soak: each process
 set costs some 15 s of start-up (Gloo, and torch.optim's first import of torch._dynamo) on a
 loaded 2-core machine, against under a second of requests."""
+SLOW_TIMEOUT_S = 1.5
+"""The deadline of the late-shard test (the late server starts three of them late)."""
 
 
 @pytest.mark.parametrize("world_size", sorted(RUNS))
@@ -51,6 +57,35 @@ def test_random_requests_with_random_delays_are_exact(world_size: int) -> None:
     for rank, result in enumerate(results):  # every rank's wire (link or server) was delayed
         for config, pauses in zip(configs, result["pauses"]):
             assert pauses > 4, (rank, config, pauses)
+
+
+def _slow_first_shard(rank: int, world_size: int) -> dict[str, Any]:
+    """One worker, two shard servers; the first shard's server starts serving 3 timeouts late (as
+    one still loading a checkpoint would).  The worker's first PULL waits for it without a
+    deadline; the second shard's reply must wait too, not time out and drop the worker."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    strategy = AsyncSGD(model, torch.optim.SGD(model.parameters(), lr=0.5), servers=2,
+                        timeout_s=SLOW_TIMEOUT_S)
+    out = torch.full_like(strategy.flat, float("nan"))
+    versions: list[int] = []
+    if strategy.is_worker:
+        versions = strategy.link.pull(out)
+        strategy.finish()
+    else:
+        if rank == 1:
+            time.sleep(3 * SLOW_TIMEOUT_S)
+        strategy.serve()
+    dropped = strategy.dropped_workers
+    strategy.close()
+    return {"pulled": bool(torch.equal(out, strategy.flat)), "versions": versions,
+            "dropped": dropped}
+
+
+def test_a_late_shard_does_not_make_the_others_drop_the_worker() -> None:
+    results = run_ranks(3, _slow_first_shard, timeout=60)
+    assert results[0]["pulled"] and results[0]["versions"] == [0, 0]
+    assert [r["dropped"] for r in results] == [[], [], []]
 
 
 def test_wire_jitter_is_off_without_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

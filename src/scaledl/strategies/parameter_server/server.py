@@ -9,16 +9,20 @@ Failures stay local to one worker.  A worker may be quiet for a long time betwee
 (tau local steps, an evaluation, a checkpoint, a slower worker at a collective), so the wait for
 its next request header has its own deadline, ``idle_timeout_s`` (default: none; a worker that
 dies is still noticed at once, because its connection closes).  Once a header has arrived, its
-payload and the reply must move within ``timeout_s``.  Every header and payload is received
-with its exact size checked (:mod:`.framing`), so a longer or shorter message than announced is
-never served.  A malformed request is answered with an ERROR header and logged; when its
-framing can be trusted and its announced payload fits in one shard that payload is received and
-discarded and the thread goes on serving, otherwise (a wrong magic, a message whose size is not
-the size it declares) the worker is dropped: the thread never receives from it again, so a
-stray payload can never be matched with a later receive.  A worker that dies, hangs past a
-deadline, or breaks the protocol, and any unexpected error in its thread, drops that worker with
-a log line while the other threads keep serving.  :meth:`ShardServer.join` returns when every
-worker has sent DONE or been dropped.
+payload must arrive within ``timeout_s``.  A reply (or ERROR) waits for the worker to take it
+with the idle deadline too: a send completes only when the worker has posted its receive, and
+a worker of several shards takes the replies one shard after another, so one late shard (still
+loading a checkpoint, or busy with a queue of requests) holds every later shard's reply; with
+``timeout_s`` there, the later shards dropped a worker that was only waiting.  Every header and
+payload is received with its exact size checked (:mod:`.framing`), so a longer or shorter
+message than announced is never served.  A malformed request is answered with an ERROR header
+and logged; when its framing can be trusted and its announced payload fits in one shard that
+payload is received and discarded and the thread goes on serving, otherwise (a wrong magic, a
+message whose size is not the size it declares) the worker is dropped: the thread never
+receives from it again, so a stray payload can never be matched with a later receive.  A worker
+that dies, hangs past a deadline, or breaks the protocol, and any unexpected error in its
+thread, drops that worker with a log line while the other threads keep serving.
+:meth:`ShardServer.join` returns when every worker has sent DONE or been dropped.
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ class ShardServer:
         """Where requests arrive and replies leave."""
         self.timeout_s = timeout_s
         self.idle_timeout_s = idle_timeout_s
-        """Deadline of the wait for a worker's next request (None: none)."""
+        """Deadline of the wait for a worker's next request, and for it to take a reply (None:
+        none)."""
         self.finished: list[int] = []
         """Workers that sent DONE."""
         self.dropped: list[int] = []
@@ -166,10 +171,11 @@ class ShardServer:
                           self.rank, kind.name, worker)
             self._reject(worker, frame, ErrorCode.SERVER_FAULT, str(exc))
             return False
-        self.wire.send(reply.with_payload(data).encode(), worker, REPLY_TAG, self.timeout_s,
-                       "reply to")
+        # the worker may be taking an earlier shard's reply first: wait as for a next request
+        self.wire.send(reply.with_payload(data).encode(), worker, REPLY_TAG,
+                       self.idle_timeout_s, "reply to")
         if data is not None:
-            self.wire.send(data, worker, REPLY_PAYLOAD_TAG, self.timeout_s, "reply to")
+            self.wire.send(data, worker, REPLY_PAYLOAD_TAG, self.idle_timeout_s, "reply to")
         return kind == Kind.DONE
 
     @staticmethod
@@ -198,7 +204,8 @@ class ShardServer:
                   "answering ERROR", self.rank, worker, frame.kind_name, reason)
         error = Header(Kind.ERROR, self.rank, self.shard.version, 0, 0, int(code),
                        self.shard.spec.index)
-        self.wire.send(error.encode(), worker, REPLY_TAG, self.timeout_s, "error reply to")
+        self.wire.send(error.encode(), worker, REPLY_TAG, self.idle_timeout_s,
+                       "error reply to")
 
     def answer(self, kind: Kind, header: Header, payload: torch.Tensor | None,
                out: torch.Tensor | None = None) -> tuple[Header, torch.Tensor | None]:
