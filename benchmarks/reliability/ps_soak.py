@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,31 @@ from tests.harness import RankFailure, run_ranks  # noqa: E402
 JITTERS = ("1:0.3", "0.2:0.5", "5:0.05", "")
 """Delays per run, in turn (MAX_MS:PROBABILITY): up to 1 ms at 30% of the points, up to 0.2 ms
 at half, up to 5 ms at 5%, none."""
+
+
+SOURCES = ("src/scaledl/strategies", "src/scaledl/transport", "tests/ps_schedules.py",
+           "tests/harness.py")
+"""What the soak exercises (other engineers' uncommitted work elsewhere does not count)."""
+
+
+def _commit() -> str:
+    """The checkout's commit (``+dirty`` when :data:`SOURCES` have uncommitted changes), or
+    ``unknown``."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *SOURCES], cwd=ROOT,
+                               check=True, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def torch_version() -> str:
+    """The torch version the ranks run."""
+    import torch
+
+    return str(torch.__version__)
 
 
 def main() -> int:
@@ -87,12 +113,18 @@ def main() -> int:
         runs.append(row)
         print(json.dumps(row), flush=True)
         run += 1
-    summary = {"totals": totals, "by_kind": by_kind, "seeds": [r["seed"] for r in runs],
+    seeds = [int(str(r["seed"])) for r in runs]
+    summary = {"commit": _commit(), "torch": torch_version(), "cpus": os.cpu_count(),
+               "settings": {"calls_per_worker": args.calls, "configs_per_run": args.configs,
+                            "world_sizes": [2, 3, 4], "jitter_ms_probability": list(JITTERS),
+                            "timeout_s": ps_schedules.TIMEOUT_S},
+               "totals": totals, "by_kind": by_kind, "seeds": f"{seeds[0]}..{seeds[-1]}",
+               "failed_seeds": [r["seed"] for r in runs if r.get("wrong") or "failure" in r],
                "seconds": round(time.monotonic() - started, 1),
-               "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "cpus": os.cpu_count(), "runs": runs}
-    print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=1))
-    if args.json:
+               "load_average_before": [round(v, 2) for v in load_before],
+               "load_average_after": [round(v, 2) for v in os.getloadavg()]}
+    print(json.dumps(summary, indent=1))
+    if args.json:  # the short figures; each run's row is on stdout
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
     return 0 if totals["hangs"] == totals["wrong"] == totals["errors"] == 0 else 1
 
