@@ -20,9 +20,13 @@ __all__ = ["AlexNet"]
 
 
 class AlexNet(nn.Module):
-    """The two-group AlexNet of the paper, in one module."""
+    """The two-group AlexNet of the paper, in one module.
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+    ``classifier_width`` is the width of the two hidden fully-connected layers (4096 in the
+    paper; a small one builds the same architecture for tests)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int,
+                 classifier_width: int = 4096) -> None:
         super().__init__()
         channels, _, _ = image_shape("alexnet", input_shape, min_side=64)
         self.features = nn.Sequential(
@@ -36,11 +40,12 @@ class AlexNet(nn.Module):
             nn.MaxPool2d(3, stride=2),
         )
         self.pool = nn.AdaptiveAvgPool2d(6)
+        width = classifier_width
         self.classifier = nn.Sequential(
             nn.Flatten(),
-            nn.Dropout(0.5), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(inplace=True),
-            nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
-            nn.Linear(4096, num_classes),
+            nn.Dropout(0.5), nn.Linear(256 * 6 * 6, width), nn.ReLU(inplace=True),
+            nn.Dropout(0.5), nn.Linear(width, width), nn.ReLU(inplace=True),
+            nn.Linear(width, num_classes),
         )
         init_weights(self)
 

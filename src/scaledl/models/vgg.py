@@ -25,13 +25,17 @@ VGG16_CONFIG: tuple[int | str, ...] = (
 
 
 class VGG(nn.Module):
-    """A VGG network from a configuration of convolution widths and pooling layers."""
+    """A VGG network from a configuration of convolution widths and pooling layers.
+
+    ``classifier_width`` is the width of the two hidden fully-connected layers (4096 in the
+    paper; a small one builds the same architecture for tests)."""
 
     def __init__(
         self,
         input_shape: tuple[int, ...],
         num_classes: int,
         config: tuple[int | str, ...] = VGG16_CONFIG,
+        classifier_width: int = 4096,
     ) -> None:
         super().__init__()
         cin, _, _ = image_shape("vgg16", input_shape, min_side=32)
@@ -44,11 +48,12 @@ class VGG(nn.Module):
                 cin = int(entry)
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(7)
+        width = classifier_width
         self.classifier = nn.Sequential(
             nn.Flatten(),
-            nn.Linear(cin * 7 * 7, 4096), nn.ReLU(inplace=True), nn.Dropout(0.5),
-            nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout(0.5),
-            nn.Linear(4096, num_classes),
+            nn.Linear(cin * 7 * 7, width), nn.ReLU(inplace=True), nn.Dropout(0.5),
+            nn.Linear(width, width), nn.ReLU(inplace=True), nn.Dropout(0.5),
+            nn.Linear(width, num_classes),
         )
         init_weights(self)
 
