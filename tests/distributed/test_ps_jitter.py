@@ -1,9 +1,11 @@
 """The parameter server's wire protocol under skewed schedules: random delays before and after
 every post and wait of every request, payload and reply (``SCALEDL_WIRE_JITTER``), random
-sequences of every request kind (push through a step or the link, exchange, pull, state, done;
-``tests/ps_schedules.py``), every reply checked exactly against a replay of the shard's updates in
-version order, on 2, 3 and 4 ranks, with the server thread beside rank 0 and with one to three
-dedicated server ranks (one shard each).
+sequences of every request kind (push through a step or the link, exchange, pull, state, a
+request the server must reject, done; ``tests/ps_schedules.py``), every reply checked exactly
+against a replay of the shard's updates in version order, on 3 and 4 ranks (2 in the soak), with
+the server thread beside rank 0 and with one to three dedicated server ranks (one shard each).
+Beside them, the skew no random delay of milliseconds reaches: a shard server that starts
+serving several timeouts after the others.
 
 A short seeded version of ``benchmarks/reliability/ps_soak.py``.  A hang fails within the
 harness's timeout (and every wait of the protocol gives up after ``ps_schedules.TIMEOUT_S``).
