@@ -56,8 +56,6 @@ class Case:
     """``"single"`` (one process, global batch) or ``"ddp"`` (torch DDP on Gloo)."""
     covers: tuple[str, ...] = ()
     """Registry names whose architecture this case trains."""
-    sparse: bool = False
-    """Sparse gradients: trained with plain SGD (torch's SGD takes no momentum on them)."""
     atol: float = 1e-6
     """Absolute tolerance of the comparison (relative: 1e-5)."""
     heavy: bool = False
@@ -319,6 +317,5 @@ def user_cases() -> list[Case]:
         Case("tied_weights", TiedAutoencoder, _images((6,), 3)),
         Case("unused_parameters", UnusedBranches, _flagged_batch),
         Case("frozen_before_wrapping", FrozenParts, _tokens(4, 20, 3, per_token=False)),
-        Case("sparse_gradients", SparseEmbedding, _tokens(4, 30, 3, per_token=False),
-             sparse=True),
+        Case("sparse_gradients", SparseEmbedding, _tokens(4, 30, 3, per_token=False)),
     ]

@@ -355,16 +355,18 @@ def _sparse_and_frozen(rank: int, world_size: int) -> list[object]:
     model.frozen.requires_grad_(False)  # frozen after wrapping
     dp(torch.tensor([rank, 3])).sum().backward()
     grad = model.embed.weight.grad
-    assert grad is not None and grad.layout == torch.strided
-    return [grad.sum(dim=1).tolist(), model.frozen.weight.grad]
+    assert grad is not None and grad.layout == torch.sparse_coo
+    rows = sorted(grad.coalesce().indices()[0].tolist())
+    return [grad.to_dense().sum(dim=1).tolist(), model.frozen.weight.grad, rows]
 
 
 def test_sparse_gradients_are_averaged_and_a_frozen_parameter_keeps_no_gradient() -> None:
-    # the sparse one failed with "copy_() between dense and sparse Tensors"; the frozen one got
-    # a zero .grad, which weight decay then moved
+    # the sparse one failed with "copy_() between dense and sparse Tensors", then came back
+    # dense (SparseAdam refused it); the frozen one got a zero .grad, which weight decay moved
     results = run_ranks(2, _sparse_and_frozen, timeout=60)
     assert results[0] == results[1]
-    rows, frozen = results[0]
+    rows, frozen, looked_up = results[0]
+    assert looked_up == [0, 1, 3]  # the rows either rank looked up
     weight_sum = float(sum(rows))  # rows 0, 1 once each (halved), row 3 twice (whole)
     assert frozen is None and rows[2] == 0.0 and rows[4] == 0.0 and weight_sum != 0.0
     assert rows[0] == pytest.approx(rows[1]) and rows[3] == pytest.approx(2 * rows[0])

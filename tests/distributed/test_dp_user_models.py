@@ -55,10 +55,17 @@ def _cases() -> dict[str, Case]:
     return {case.name: case for case in user_cases() + zoo_cases()}
 
 
-def _optimizer(case: Case, model: nn.Module) -> torch.optim.Optimizer:
-    if case.sparse:
-        return torch.optim.SGD(model.parameters(), lr=0.1)
-    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=0.01)
+def _optimizers(case: Case, model: nn.Module) -> list[torch.optim.Optimizer]:
+    """SGD with momentum and weight decay; SparseAdam for sparse embeddings, as users pair them
+    (it refuses dense gradients)."""
+    sparse = [m.weight for m in model.modules()
+              if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse]
+    dense = [p for p in model.parameters() if all(p is not s for s in sparse)]
+    optimizers: list[torch.optim.Optimizer] = [
+        torch.optim.SGD(dense, lr=0.01, momentum=0.9, weight_decay=0.01)]
+    if sparse:
+        optimizers.append(torch.optim.SparseAdam(sparse, lr=0.01))
+    return optimizers
 
 
 def _build(case: Case, seed: int) -> nn.Module:
@@ -74,12 +81,14 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def _steps(case: Case, model: nn.Module, forward: nn.Module, world_size: int,
            part: slice) -> Iterator[None]:
-    optimizer = _optimizer(case, model)
+    optimizers = _optimizers(case, model)
     for step in range(STEPS):
         *inputs, target = (t[part] for t in case.batch(world_size * PER_RANK, step))
-        optimizer.zero_grad()
+        for optimizer in optimizers:
+            optimizer.zero_grad()
         case.loss(forward(*inputs), target).backward()
-        optimizer.step()
+        for optimizer in optimizers:
+            optimizer.step()
         yield
 
 

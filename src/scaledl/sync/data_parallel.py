@@ -76,7 +76,7 @@ class DataParallel(nn.Module):
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
         self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline,
                                        buffers=_shared_buffers(self.buckets, group, self),
-                                       track_unused=True)
+                                       track_unused=True, sparse=_sparse_gradients(module))
         self.require_backward_grad_sync = True
         """False inside :meth:`no_sync`; read by :meth:`forward`, as in DDP."""
 
@@ -129,6 +129,14 @@ def _check_wrappable(module: object) -> None:
     if isinstance(module, (DataParallel, nn.parallel.DistributedDataParallel)):
         raise TypeError(f"the model is already a {type(module).__name__}, whose gradients would "
                         "be averaged twice; wrap the model itself")
+
+
+def _sparse_gradients(module: nn.Module) -> set[str]:
+    """Names of the parameters whose gradients torch makes sparse: embeddings' weights with
+    ``sparse=True`` (known at wrap time, so a rank that did not look any row up this step hands
+    back the same layout as the others)."""
+    return {f"{name}.weight" if name else "weight" for name, child in module.named_modules()
+            if isinstance(child, (nn.Embedding, nn.EmbeddingBag)) and child.sparse}
 
 
 def _shared_buffers(

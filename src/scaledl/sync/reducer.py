@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import torch
 from torch import nn
@@ -69,9 +69,13 @@ class GradientReducer:
         self, buckets: Sequence[Bucket], parameters: dict[str, nn.Parameter], launch: Launch,
         timeline: SpanRecorder | None = None, label: str = "allreduce",
         buffers: Sequence[torch.Tensor] | None = None, track_unused: bool = False,
+        sparse: Collection[str] = (),
     ) -> None:
         self.buckets = list(buckets)
         self.track_unused = track_unused
+        self.sparse = frozenset(sparse)
+        """Parameters whose reduced gradient is handed back sparse (e.g. the weights of
+        embeddings with ``sparse=True``); any other sparse gradient comes back dense."""
         self.launch = launch
         self.timeline = timeline
         self.label = label
@@ -207,7 +211,7 @@ class GradientReducer:
         for name, param in self._params.items():
             # one frozen since wrapping keeps its .grad (None), as does one no rank used
             if param.requires_grad and name not in unused:
-                _expose(param, self._slots[name][1])
+                _expose(param, self._slots[name][1], name in self.sparse)
 
     def _unused_everywhere(self) -> set[str]:
         """Parameters whose reduced flag is 0: no rank had a gradient for them."""
@@ -239,19 +243,24 @@ def buffer_numels(buckets: Sequence[Bucket], track_unused: bool) -> list[int]:
 
 def _dense(grad: torch.Tensor) -> torch.Tensor:
     """A sparse gradient (an embedding's with ``sparse=True``) as the dense one it adds up to:
-    reduced as dense, it comes back dense."""
+    it is reduced as dense."""
     return grad if grad.layout == torch.strided else grad.to_dense()
 
 
-def _expose(param: nn.Parameter, slot: torch.Tensor) -> None:
+def _expose(param: nn.Parameter, slot: torch.Tensor, sparse: bool) -> None:
     """Put the reduced gradient of ``slot`` in ``param.grad``, never aliasing the bucket.
 
     The gradient autograd produced holds it (as torch's DDP does by default): a ``.grad`` that
     a script kept after ``zero_grad()`` dropped it is never written by a later step, as it
     would be if ``.grad`` were a view of the reused bucket buffer.  A parameter that got no
-    gradient gets a copy of its slot.
+    gradient gets a copy of its slot.  A ``sparse`` one gets a sparse gradient of the rows that
+    are not all zero (an optimizer for sparse gradients, ``SparseAdam``, refuses dense ones):
+    the rows some rank's batch looked up, as DDP's sparse allreduce gives, except a row whose
+    contributions cancel exactly, which DDP would list with zeros.
     """
-    if param.grad is None or param.grad.layout != torch.strided:
+    if sparse:
+        param.grad = slot.to_sparse(sparse_dim=1)
+    elif param.grad is None or param.grad.layout != torch.strided:
         param.grad = slot.clone()
     else:
         param.grad.copy_(slot)
