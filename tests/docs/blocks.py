@@ -31,7 +31,9 @@ Markers, HTML comments on the lines just above a block:
 ``<!-- skip: next "needs 2 GPU hosts" -->``
     Sybil's skip: the next block is reported skipped with that reason (``skip: next
     if(condition, reason="...")`` skips only when the condition holds; the document's
-    namespace has ``os`` and ``shutil`` for conditions).
+    namespace has ``os`` and ``shutil`` for conditions).  ``<!-- skip: needs 2 GPU hosts -->``,
+    a reason that does not start with one of Sybil's actions (``next``, ``start``, ``end``), is
+    short for the first form.
 ``<!-- launch: python; torchrun --standalone --nproc-per-node 2 -->``
     the Python block below is a program: it is written to a file and run under each launcher
     in turn, as a separate process (multi-rank examples, examples that start process groups).
@@ -253,6 +255,19 @@ class InWorkdir:
             os.chdir(here)
 
 
+class SkipMarkers(SkipParser):
+    """Sybil's skip parser, also taking ``skip: REASON`` for ``skip: next "REASON"``."""
+
+    def __call__(self, document: Document) -> Iterable[Region]:
+        for region in super().__call__(document):
+            action, _ = region.parsed
+            if action not in ("next", "start", "end"):
+                text = document.text[region.start:region.end]
+                reason = text.split("skip:", 1)[1].rsplit("-->", 1)[0].strip()
+                region.parsed = ("next", repr(reason))
+            yield region
+
+
 class PythonBlocks:
     """Sybil's Python parser, with ``launch`` and ``save`` markers honoured."""
 
@@ -313,7 +328,7 @@ def tear_down(namespace: dict[str, Any]) -> None:
 
 SYBIL = Sybil(
     parsers=[
-        SkipParser(),
+        SkipMarkers(),
         PythonBlocks(),
         CodeBlockParser(language="bash", evaluator=run_shell),
         CodeBlockParser(language="sh", evaluator=run_shell),
