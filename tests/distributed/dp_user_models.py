@@ -123,9 +123,12 @@ TINY_GPT = Gpt2Config(layers=2, hidden=16, heads=2, vocab=50, positions=12)
 TINY_BERT = BertConfig(layers=2, hidden=8, heads=2)
 
 
-FULL_SIZE_ONLY = {"alexnet": (3, 64, 64), "googlenet": (3, 32, 32), "inception_v3": (3, 75, 75)}
+FULL_SIZE_ONLY = {"alexnet": (3, 64, 64), "googlenet": (3, 64, 64), "inception_v3": (3, 139, 139)}
 """Registry models with no small configuration (fixed widths, millions of parameters even at
-their smallest input): trained only at full size, by the benchmark script."""
+their smallest input): trained only at full size, by the benchmark script.  The inputs leave
+maps of 2x2 or more at the last batch norms: over 1x1 maps of two samples per rank, float32
+training is chaotic (float32 against float64 of the same computation differ by 1e3 after three
+steps on 3 ranks), and no reference can be matched."""
 
 
 def full_size_case(name: str, shape: tuple[int, ...]) -> Case:
