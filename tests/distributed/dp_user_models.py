@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from scaledl.models import build_model
 from scaledl.models.efficientnet import EfficientNet
@@ -310,6 +311,39 @@ class SparseEmbedding(nn.Module):
         return out
 
 
+class MixedDtypes(nn.Module):
+    """A float64 layer between float32 ones (buckets of two dtypes), and an empty parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(6, 8)
+        self.wide = nn.Linear(8, 8).double()
+        self.fc2 = nn.Linear(8, 3)
+        self.empty = nn.Parameter(torch.zeros(0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.wide(torch.tanh(self.fc1(x)).double())).float()
+        out: torch.Tensor = self.fc2(hidden) + self.empty.sum()
+        return out
+
+
+class Checkpointed(nn.Module):
+    """Activation checkpointing, both of torch's kinds: the reentrant one runs its block's
+    backward as a backward of its own, inside the outer one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Sequential(nn.Linear(6, 8), nn.Tanh())
+        self.second = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = checkpoint(self.first, x, use_reentrant=False)
+        hidden = checkpoint(self.second, hidden, use_reentrant=True)
+        out: torch.Tensor = self.head(hidden)
+        return out
+
+
 def user_cases() -> list[Case]:
     """Buffers of every kind, batch norm, tied weights, unused, frozen and sparse parameters."""
     return [
@@ -321,4 +355,6 @@ def user_cases() -> list[Case]:
         Case("unused_parameters", UnusedBranches, _flagged_batch),
         Case("frozen_before_wrapping", FrozenParts, _tokens(4, 20, 3, per_token=False)),
         Case("sparse_gradients", SparseEmbedding, _tokens(4, 30, 3, per_token=False)),
+        Case("mixed_dtypes", MixedDtypes, _images((6,), 3)),
+        Case("activation_checkpointing", Checkpointed, _images((6,), 3)),
     ]

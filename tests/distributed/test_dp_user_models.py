@@ -129,12 +129,20 @@ def _data_parallel(case: Case, algorithm: str, bucket_mb: float, rank: int, worl
             pass
     finally:
         wrapped.reducer.remove()
-    return _state(model)
+    state = _state(model)
+    state[SYNCS] = torch.tensor(wrapped.stats.syncs)
+    return state
+
+
+SYNCS = "<gradient reductions>"
+"""Key of the number of reductions in a trained state: one per step."""
 
 
 def _compare(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], atol: float
              ) -> list[str]:
     failures = []
+    if SYNCS in got and int(got[SYNCS]) != STEPS:
+        failures.append(f"{int(got[SYNCS])} gradient reductions in {STEPS} steps")
     for name, expected in want.items():
         actual = got[name]
         if expected.is_floating_point():

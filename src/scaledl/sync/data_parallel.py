@@ -9,7 +9,9 @@ parameters and buffers.  During backward, gradients are packed into buckets in r
 registration order and each full bucket is averaged with an asynchronous scaledl allreduce
 while backward goes on (:mod:`scaledl.sync.reducer`); the end of backward waits for the last
 ones.  ``no_sync()`` skips the reduction for gradient accumulation (decided at forward time, as
-in DDP).  A backward that raises is survived: the next one reduces normally.  When the ranks
+in DDP).  A backward that raises is survived: the next forward closes its step, and the next
+backward reduces normally.  A backward nested in backward (reentrant activation checkpointing)
+counts in the step of the backward around it.  When the ranks
 share a host's memory, the buckets live in a shared-memory arena and the shared-memory path
 reduces them where they are (no copy in; :mod:`scaledl.collectives.shm_inplace`).
 
@@ -76,7 +78,8 @@ class DataParallel(nn.Module):
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
         self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline,
                                        buffers=_shared_buffers(self.buckets, group, self),
-                                       track_unused=True, sparse=_sparse_gradients(module))
+                                       track_unused=True, sparse=_sparse_gradients(module),
+                                       nested_backward=True)
         self.require_backward_grad_sync = True
         """False inside :meth:`no_sync`; read by :meth:`forward`, as in DDP."""
 
@@ -92,6 +95,7 @@ class DataParallel(nn.Module):
         Whether the backward of this forward averages gradients is decided here, as DDP
         decides it: by whether the forward ran inside :meth:`no_sync`.
         """
+        self.reducer.close_abandoned()  # before any collective of this step
         self.reducer.enabled = self.require_backward_grad_sync
         if self.broadcast_buffers and self.world_size > 1:
             buffers = [b for b in self.module.buffers()]

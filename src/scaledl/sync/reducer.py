@@ -29,6 +29,13 @@ drops the queued callback.  The reducer notices at the next backward, because it
 fire in another autograd graph task: it first finishes the abandoned step (launches the buckets
 not yet launched, whatever they hold, and waits for all of them, discarding the results), so
 every rank has issued the same sequence of collectives, then reduces the new backward as usual.
+With ``nested_backward`` (DataParallel), a hook firing in another graph task while a step is
+open is instead taken as a backward nested in this one (reentrant activation checkpointing,
+``checkpoint(..., use_reentrant=True)``, runs each block's backward as a backward of its own)
+and counted in the open step; the owner then closes a step whose backward raised by calling
+:meth:`GradientReducer.close_abandoned` before its next forward, as DDP prepares each backward
+in its forward.  (The end-of-backward callback goes to the task of the first gradient to
+arrive: the outer backward's, unless every parameter is inside a reentrant checkpoint.)
 ``enabled`` is read when the hooks fire; :class:`~scaledl.sync.data_parallel.DataParallel`
 sets it at forward time, as DDP decides ``no_sync`` in its forward.
 
@@ -69,10 +76,11 @@ class GradientReducer:
         self, buckets: Sequence[Bucket], parameters: dict[str, nn.Parameter], launch: Launch,
         timeline: SpanRecorder | None = None, label: str = "allreduce",
         buffers: Sequence[torch.Tensor] | None = None, track_unused: bool = False,
-        sparse: Collection[str] = (),
+        sparse: Collection[str] = (), nested_backward: bool = False,
     ) -> None:
         self.buckets = list(buckets)
         self.track_unused = track_unused
+        self.nested_backward = nested_backward
         self.sparse = frozenset(sparse)
         """Parameters whose reduced gradient is handed back sparse (e.g. the weights of
         embeddings with ``sparse=True``); any other sparse gradient comes back dense."""
@@ -130,7 +138,7 @@ class GradientReducer:
 
     def _mark_ready(self, name: str, param: torch.Tensor) -> None:
         task = _graph_task()
-        if self._queued and task != self._task:
+        if self._queued and task != self._task and not self.nested_backward:
             self._abandon()
         if not self._queued:
             self._queued, self._task = True, task
@@ -168,6 +176,12 @@ class GradientReducer:
                 view.copy_(_dense(param.grad))
                 self._used.add(name)
             self._ready.add(name)
+
+    def close_abandoned(self) -> None:
+        """Close the open step if its backward raised (its end-of-backward callback never ran):
+        launch and wait for its buckets as the other ranks expect, discard the results."""
+        if self._queued:
+            self._abandon()
 
     def _abandon(self) -> None:
         """Close a step whose backward raised: launch and wait for every bucket, then reset."""
