@@ -27,6 +27,7 @@ LAYERS: dict[str, float] = {
     "train": 7, "integrations": 7,
     "bench": 8, "sim": 8, "cluster": 8,
     "cli": 9,
+    "__main__": 10,  # python -m scaledl: runs the cli
 }
 
 
