@@ -1,20 +1,27 @@
 """``scaledl.DataParallel`` on the models users write trains as its reference does.
 
-For every case of :mod:`tests.distributed.dp_user_models` (each zoo architecture, buffers only
-float / only integer / none, batch norm, tied weights, unused, frozen and sparse parameters),
-every allreduce algorithm of the registry (``auto`` included) and both thread settings (one
-intra-op thread, and torch's default), each rank trains ``STEPS`` steps of SGD with momentum and
-weight decay on its slice of fixed global batches, starting from different weights (wrapping
-must give it rank 0's).  Then:
+The cases are :mod:`tests.distributed.dp_user_models`: every zoo architecture; buffers only
+float (a positional encoding under a transformer block), only integer, none; batch norm; tied
+weights; unused parameters (on some ranks, on all); parameters frozen before wrapping; sparse
+embeddings (with SparseAdam); mixed dtypes with an empty parameter; activation checkpointing.
+:func:`plan` crosses them with every allreduce algorithm of the registry (``auto`` included),
+both thread settings (one intra-op thread, and torch's default) and two bucket sizes (DDP's
+25 MB, and about one bucket per parameter).  Each rank trains ``STEPS`` steps of SGD with
+momentum and weight decay on its slice of fixed global batches, starting from different weights
+(wrapping must give it rank 0's).  Then:
 
-- its parameters and buffers equal the reference's within rtol 1e-5 / atol 1e-6 (integer
-  buffers exactly): one process on the global batch, or, for batch norm, torch's DDP over the
-  same Gloo group rank by rank (why: the docstring of ``dp_user_models``);
-- every rank holds bit-identical parameters (each algorithm hands every rank the same average).
+- its parameters and buffers equal the reference's within rtol 1e-5 / atol 1e-6 (1e-5 for the
+  deep batch-norm zoo models; integer buffers exactly): one process on the global batch, or,
+  for batch norm, torch's DDP over the same Gloo group rank by rank (why: the docstring of
+  ``dp_user_models``);
+- every rank holds bit-identical parameters (each algorithm hands every rank the same average);
+- the gradients were reduced once per step.
 
-The whole matrix of a world size runs inside one process group (one spawn of 2 ranks, one of 3),
-so it stays within about a minute and a half on two cores.  Each group gets the timeout of
-``SCALEDL_TIMEOUT`` (20 s unless set), so a hang fails fast and named.
+The learning rate (0.01) and the inputs keep the comparison well conditioned: the same training
+in float32 and float64 ends within about 1e-7.  The whole matrix of a world size runs inside
+one process group (one spawn of 2 ranks, one of 3): about 65 s for both on two shared cores.
+Each group gets the timeout of ``SCALEDL_TIMEOUT`` (20 s unless set), so a hang fails fast and
+named.
 """
 
 from __future__ import annotations
