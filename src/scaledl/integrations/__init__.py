@@ -4,7 +4,7 @@ Each module imports its framework, so none is imported here (``import scaledl`` 
 
 - :mod:`scaledl.integrations.lightning`: ``ScaledlStrategy``, a PyTorch Lightning
   ``DDPStrategy`` whose gradient buckets are averaged by a scaledl algorithm
-  (``pip install scaledl[lightning]``);
+  (``pip install lightning``);
 - :mod:`scaledl.integrations.accelerate`: ``register_comm_hook`` for a model prepared by
-  Hugging Face Accelerate (``pip install scaledl[accelerate]``).
+  Hugging Face Accelerate (``pip install accelerate``).
 """

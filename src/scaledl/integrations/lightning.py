@@ -36,7 +36,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError(
         f"scaledl.integrations.lightning needs PyTorch Lightning ({error}); install it with "
-        "pip install 'scaledl[lightning]'"
+        "pip install lightning (in a scaledl clone: pip install -e '.[lightning]')"
     ) from None
 
 __all__ = ["ScaledlStrategy"]
