@@ -370,3 +370,54 @@ def test_sparse_gradients_are_averaged_and_a_frozen_parameter_keeps_no_gradient(
     weight_sum = float(sum(rows))  # rows 0, 1 once each (halved), row 3 twice (whole)
     assert frozen is None and rows[2] == 0.0 and rows[4] == 0.0 and weight_sum != 0.0
     assert rows[0] == pytest.approx(rows[1]) and rows[3] == pytest.approx(2 * rows[0])
+
+
+class RaisesOnce(torch.autograd.Function):
+    """Identity whose backward raises while ``fail`` is set (an out-of-memory error, say)."""
+
+    fail = False
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        if RaisesOnce.fail:
+            raise RuntimeError("simulated failure in backward")
+        return grad
+
+
+class Normed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.norm = nn.BatchNorm1d(4)
+        self.last = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(RaisesOnce.apply(self.norm(self.first(x)))).sum()
+
+
+def _failed_backward_with_buffers(rank: int, world_size: int) -> list[float]:
+    torch.manual_seed(0)
+    net = Normed()
+    dp = scaledl.DataParallel(net, algorithm="ring", bucket_mb=1e-5)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank))
+    RaisesOnce.fail = rank == 0
+    try:
+        dp(x).backward()
+    except RuntimeError:
+        pass
+    RaisesOnce.fail = False
+    net.zero_grad()
+    dp(x).backward()
+    assert net.last.weight.grad is not None
+    return net.last.weight.grad.reshape(-1).tolist()
+
+
+def test_a_rank_whose_backward_raised_rejoins_a_model_with_buffers() -> None:
+    # the failing rank closed its step only at its next backward, after the next forward's
+    # buffer broadcast, which met the other rank's gradient collectives: a mismatch
+    first, second = run_ranks(2, _failed_backward_with_buffers, timeout=90)
+    assert first == pytest.approx(second)
