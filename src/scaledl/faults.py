@@ -120,9 +120,10 @@ def _parse_one(text: str) -> Fault:
                              f"{', '.join(k + ':' for k in _FIELDS)} (each once), e.g. "
                              "rank:1,step:5,kind:crash")
         fields[key] = value.strip()
-    if "rank" not in fields or "kind" not in fields:
-        raise ValueError(f"{FAULT_ENV} {text!r} needs rank: and kind:, e.g. "
-                         "rank:1,step:5,kind:crash")
+    missing = [key + ":" for key in ("rank", "kind") if key not in fields]
+    if missing:
+        raise ValueError(f"{FAULT_ENV} {text!r} needs {' and '.join(missing)} too (kind: one of "
+                         "crash, hang, raise, slow:S, lose), e.g. rank:1,step:5,kind:crash")
     if ("step" in fields) == ("collective" in fields):
         raise ValueError(f"{FAULT_ENV} {text!r} needs exactly one of step:N or collective:N")
     kind, seconds = _kind(fields["kind"], text)
@@ -172,7 +173,12 @@ def check_fault_spec(
     """:func:`parse_faults`, refusing a plan with no fault or with a fault that cannot fire
     (:func:`fault_problem`, for what is given); ``source`` names where the plan came from in
     the message (the variable, or ``--inject-fault``)."""
-    faults = parse_faults(text)
+    try:
+        faults = parse_faults(text)
+    except ValueError as error:  # name what the user typed, not the variable it travels in
+        if source == FAULT_ENV:
+            raise
+        raise ValueError(str(error).replace(FAULT_ENV, source, 1)) from None
     if not faults:
         raise ValueError(f"{source} {text!r} names no fault; write e.g. "
                          "rank:1,step:5,kind:crash")

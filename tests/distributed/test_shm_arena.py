@@ -96,3 +96,26 @@ def test_arenas_are_unmapped_when_their_wrapper_is_gone() -> None:
         assert len({mapped for mapped, _ in rows}) == 1, rows  # flat across 20 wraps
     assert not [name for name in os.listdir("/dev/shm") if name.startswith("scaledl-")
                 and f"-p{os.getpid()}" in name]
+
+
+def _one_rank_stops_early(rank: int, p: int) -> str:
+    scaledl.init()
+    x = torch.ones(64)
+    scaledl.allreduce(x, algorithm="shm")
+    if rank == 0:
+        scaledl.shutdown()  # as a rank that ran out of batches one step early would, at exit
+        return "left"
+    started = time.monotonic()
+    try:
+        scaledl.allreduce(x, algorithm="shm")
+    except Exception as error:  # noqa: BLE001 - the message is the result
+        assert time.monotonic() - started < 2.0
+        return str(error)
+    return "no error"
+
+
+def test_a_peer_that_left_is_named_as_such_not_as_dead() -> None:
+    left, waiting = run_ranks(2, _one_rank_stops_early, timeout=60, env={"SCALEDL_TIMEOUT": "30"})
+    assert left == "left"
+    assert "rank 0 left the group (it finished or shut down)" in waiting, waiting
+    assert "different numbers of collective calls" in waiting

@@ -33,7 +33,9 @@ def test_parse_every_kind() -> None:
 @pytest.mark.parametrize(("text", "needle"), [
     ("rank:1,kind:crash", "exactly one of step:N or collective:N"),
     ("rank:1,step:2,collective:3,kind:crash", "exactly one of"),
-    ("step:2,kind:crash", "needs rank: and kind:"),
+    ("step:2,kind:crash", "needs rank: too"),
+    ("rank:5,step:1", "needs kind: too .kind: one of crash, hang, raise, slow:S, lose"),
+    ("step:1", "needs rank: and kind: too"),
     ("rank:1,step:0,kind:crash", "step:0 must be a whole number >= 1"),
     ("rank:x,step:2,kind:crash", "rank:x must be a whole number"),
     ("rank:1,step:2,kind:explode", "kind:explode is unknown"),
@@ -48,6 +50,13 @@ def test_malformed_plans_are_one_line_errors(text: str, needle: str) -> None:
     with pytest.raises(ValueError, match=needle) as info:
         faults.parse_faults(text)
     assert "\n" not in str(info.value)
+
+
+def test_a_malformed_flag_is_named_as_the_flag() -> None:
+    """``--inject-fault rank:5,step:1`` said 'SCALEDL_FAULT ... needs rank: and kind:'."""
+    with pytest.raises(ValueError) as info:
+        faults.check_fault_spec("rank:5,step:1", 2, source="--inject-fault")
+    assert str(info.value).startswith("--inject-fault 'rank:5,step:1' needs kind: too")
 
 
 def test_check_fault_spec_bounds_the_rank() -> None:

@@ -200,3 +200,9 @@ def test_train_takes_timeout_as_every_command_does_and_timeout_s_as_before(
     args = build_parser().parse_args(["train", *argv])
     assert args.timeout_s == timeout
     assert _config(args).parallel.timeout_s == (timeout or DEFAULT_TIMEOUT_S)
+
+
+def test_a_too_short_timeout_names_the_real_default() -> None:
+    """It said '(default 60)' after the default became 300 s."""
+    with pytest.raises(ValueError, match=r"give at least 1 s \(default 300\)"):
+        ParallelConfig(timeout_s=0.0)

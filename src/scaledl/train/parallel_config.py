@@ -111,7 +111,7 @@ class ParallelConfig:
         if not self.timeout_s >= MIN_TIMEOUT_S:
             raise ValueError(f"timeout_s {self.timeout_s} is too short for workers to connect "
                              f"and a collective to finish; give at least {MIN_TIMEOUT_S:g} s "
-                             "(default 60)")
+                             f"(default {DEFAULT_TIMEOUT_S:g})")
 
 def check_types(instance: Any) -> None:
     """Raise ``ValueError`` when a field holds a value of the wrong type (TOML typos); accept

@@ -141,7 +141,8 @@ class Channel(ABC):
 
             raise TransportError(
                 f"{what} on scaledl's channel of {self.world_size} ranks failed: "
-                f"{first_line(error)}; a peer may have died or fallen out of step"
+                f"{first_line(error)}; a peer may have died or fallen out of step (rerun with "
+                "SCALEDL_DEBUG=1 to compare every rank's calls)"
             ) from error
 
 

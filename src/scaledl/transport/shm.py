@@ -78,6 +78,9 @@ adds at most about 6% to a wait."""
 NAP_MAX_S = 1e-3
 """The longest nap: a waiter wakes at most a thousand times a second."""
 ABORTED = 0
+"""Line of the segment's own word: 0 while the rank takes part, :data:`FAILED` once it failed
+inside a collective, :data:`LEFT` once it closed the group (finished, or shut down)."""
+FAILED, LEFT = 1, 2
 ARRIVED, REDUCED, RELEASED, WHERE, CALL, DESCRIBED, SHARED = 0, 2, 3, 4, 5, 7, 9
 PAIR_LINES = 10
 """Control lines per peer: arrived (two windows), reduced, released, where a piece that lives
@@ -395,8 +398,14 @@ class ShmGroup:
     def _check_peer(self, peer: int, what: str, waited: float) -> None:
         target = self.peers[peer]
         rank = target.global_rank
-        if self._words[peer][self._abort_line(peer)]:
+        state = self._words[peer][self._abort_line(peer)]
+        if state == FAILED:
             self._fail(f"rank {rank} aborted the shared-memory collective after an error")
+        if state == LEFT:
+            self._fail(f"rank {rank} left the group (it finished or shut down) while rank "
+                       f"{self.peers[self.index].global_rank} waits for it in a shared-memory "
+                       "collective: the ranks made different numbers of collective calls; "
+                       "give every rank the same number of steps (batches per epoch, epochs)")
         if not process_alive(target.pid, target.start_time):
             self._fail(f"rank {rank} (pid {target.pid}) died during a shared-memory collective")
         if waited > self.timeout:
@@ -414,7 +423,7 @@ class ShmGroup:
     def abort(self, reason: str) -> None:
         """Tell every peer to stop waiting for this rank; the group is unusable afterwards."""
         self._broken = self._broken or reason
-        self._words[self.index][self.own.control(ABORTED)] = 1
+        self._words[self.index][self.own.control(ABORTED)] = FAILED
 
     def _check_usable(self) -> None:
         if self._broken is not None:
@@ -422,7 +431,10 @@ class ShmGroup:
                                  f"({self._broken}); restart the job")
 
     def close(self) -> None:
-        """Drop the views and unmap every segment."""
+        """Tell the peers this rank has left (a peer still waiting for it then says so), drop
+        the views and unmap every segment."""
+        if self._words and self._broken is None:
+            self._words[self.index][self.own.control(ABORTED)] = LEFT
         self._windows = []
         self._words = []
         self._arenas = {}

@@ -54,7 +54,8 @@ class _TorchHandle:
             raise TransportError(
                 f"{self.kind} of {self.tensor.numel()} elements {direction} rank "
                 f"{self.peer_global} failed: {first_line(error)}; the peer may have died or "
-                "fallen out of step (check that every rank runs the same collectives in order)"
+                "fallen out of step (every rank must run the same collectives in order; rerun "
+                "with SCALEDL_DEBUG=1 to compare every rank's calls)"
             ) from error
 
 
