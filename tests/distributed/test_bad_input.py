@@ -88,3 +88,14 @@ def test_mismatch_without_debug_fails_fast_instead_of_hanging() -> None:
     # size"); the point here is that the job ends quickly, with no endless hang.
     with pytest.raises(RankFailure):
         run_ranks(2, _mismatch, "numel", timeout=45)
+
+
+def _explain_alone(rank: int, world_size: int) -> str:
+    scaledl.init()
+    return scaledl.explain("allreduce", 1000)
+
+
+def test_explain_on_one_rank_says_there_is_nothing_to_communicate() -> None:
+    """It said 'auto chose ring' with every algorithm at 0.0 us."""
+    [text] = run_ranks(1, _explain_alone, timeout=60)
+    assert text.startswith("auto: a group of one rank has nothing to communicate"), text

@@ -421,3 +421,29 @@ def test_a_rank_whose_backward_raised_rejoins_a_model_with_buffers() -> None:
     # buffer broadcast, which met the other rank's gradient collectives: a mismatch
     first, second = run_ranks(2, _failed_backward_with_buffers, timeout=90)
     assert first == pytest.approx(second)
+
+
+def _wrap_twice(rank: int, world_size: int) -> list[str]:
+    import gc
+    import warnings
+
+    scaledl.init()
+    net = torch.nn.Linear(4, 2)
+    seen = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = scaledl.DataParallel(net)
+        second = scaledl.DataParallel(net)  # the first still alive: both would reduce
+        seen.append(str(caught[-1].message) if caught else "")
+        del first, second
+        gc.collect()
+        scaledl.DataParallel(net)  # the earlier wrappers are gone: nothing to say
+        seen.append(str(caught[-1].message) if len(caught) > 1 else "")
+    return seen
+
+
+def test_wrapping_a_model_twice_warns_while_the_first_wrapper_lives() -> None:
+    """Both wrappers averaged every gradient, silently (twice the communication)."""
+    for warned, after in run_ranks(2, _wrap_twice, timeout=60):
+        assert "already wrapped by a DataParallel that is still alive" in warned
+        assert after == ""

@@ -222,6 +222,9 @@ def explain(
     check_dtype(torch.empty(0, dtype=dtype))
     view = _view(group)
     topo = _checked_topology(AUTO, wanted, topology, view)
+    if topo.world_size == 1:
+        return (f"auto: a group of one rank has nothing to communicate ({wanted.value} of "
+                f"{numel} elements returns at once, whatever the algorithm)")
     itemsize = torch.empty(0, dtype=dtype).element_size()
     text = choose(wanted, topo, numel, itemsize, view.cost_model, fabric=view.fabric).explain()
     if not view.agreed:

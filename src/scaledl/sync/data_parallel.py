@@ -26,6 +26,9 @@ gradients; see :mod:`scaledl.sync.reducer`).
 
 from __future__ import annotations
 
+import gc
+import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -82,6 +85,8 @@ class DataParallel(nn.Module):
                                        nested_backward=True)
         self.require_backward_grad_sync = True
         """False inside :meth:`no_sync`; read by :meth:`forward`, as in DDP."""
+        _warn_if_wrapped(module)
+        _WRAPPERS[module] = weakref.ref(self)
 
     def _launch(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
         return collectives.allreduce(
@@ -122,6 +127,25 @@ class DataParallel(nn.Module):
     def bucket_summary(self) -> list[tuple[int, int, int]]:
         """``(index, parameters, bytes)`` of every bucket, in launch order."""
         return [(b.index, len(b.names), b.nbytes) for b in self.buckets]
+
+
+_WRAPPERS: weakref.WeakKeyDictionary[nn.Module, weakref.ref[DataParallel]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The latest wrapper of each wrapped model, to notice a model wrapped twice."""
+
+
+def _warn_if_wrapped(module: nn.Module) -> None:
+    """Warn when ``module`` already has a live wrapper: both would average its gradients."""
+    previous = _WRAPPERS.get(module)
+    if previous is None or previous() is None:
+        return
+    gc.collect()  # a wrapper the script let go of may wait for the cycle collector
+    if previous() is not None:
+        warnings.warn("this model is already wrapped by a DataParallel that is still alive, so "
+                      "both average its gradients (twice the communication; no_sync() of one "
+                      "does not stop the other); drop the first wrapper (del it) before "
+                      "wrapping the model again", stacklevel=3)
 
 
 def _check_wrappable(module: object) -> None:
