@@ -15,6 +15,7 @@ import scaledl
 from scaledl.collectives import available
 from scaledl.topology import Topology
 from tests.harness import run_ranks
+from tests.helpers_backward import FailingBackward
 
 pytestmark = pytest.mark.distributed
 
@@ -372,22 +373,6 @@ def test_sparse_gradients_are_averaged_and_a_frozen_parameter_keeps_no_gradient(
     assert rows[0] == pytest.approx(rows[1]) and rows[3] == pytest.approx(2 * rows[0])
 
 
-class RaisesOnce(torch.autograd.Function):
-    """Identity whose backward raises while ``fail`` is set (an out-of-memory error, say)."""
-
-    fail = False
-
-    @staticmethod
-    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        if RaisesOnce.fail:
-            raise RuntimeError("simulated failure in backward")
-        return grad
-
-
 class Normed(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -396,7 +381,7 @@ class Normed(nn.Module):
         self.last = nn.Linear(4, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.last(RaisesOnce.apply(self.norm(self.first(x)))).sum()
+        return self.last(FailingBackward.apply(self.norm(self.first(x)))).sum()
 
 
 def _failed_backward_with_buffers(rank: int, world_size: int) -> list[float]:
@@ -404,12 +389,12 @@ def _failed_backward_with_buffers(rank: int, world_size: int) -> list[float]:
     net = Normed()
     dp = scaledl.DataParallel(net, algorithm="ring", bucket_mb=1e-5)
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank))
-    RaisesOnce.fail = rank == 0
+    FailingBackward.fail = rank == 0
     try:
         dp(x).backward()
     except RuntimeError:
         pass
-    RaisesOnce.fail = False
+    FailingBackward.fail = False
     net.zero_grad()
     dp(x).backward()
     assert net.last.weight.grad is not None

@@ -14,24 +14,9 @@ from torch import nn
 
 import scaledl
 from tests.harness import run_ranks
+from tests.helpers_backward import FailingBackward
 
 pytestmark = pytest.mark.distributed
-
-
-class Boom(torch.autograd.Function):
-    """Identity whose backward raises while ``fail`` is set (an OOM in the middle of backward)."""
-
-    fail = False
-
-    @staticmethod
-    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        if Boom.fail:
-            raise RuntimeError("simulated failure in backward")
-        return grad
 
 
 class Net(nn.Module):
@@ -41,7 +26,7 @@ class Net(nn.Module):
         self.last = nn.Linear(4, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.last(Boom.apply(self.first(x))).sum()
+        return self.last(FailingBackward.apply(self.first(x))).sum()
 
 
 def _averaged_after_failure(rank: int, world_size: int, wrapper: str, who_fails: str) -> list[bool]:
@@ -53,12 +38,12 @@ def _averaged_after_failure(rank: int, world_size: int, wrapper: str, who_fails:
     else:
         model = scaledl.ReduceBroadcast(net, algorithm="tree")
     x = torch.ones(2, 4) * (rank + 1)
-    Boom.fail = who_fails == "all" or rank == 0
+    FailingBackward.fail = who_fails == "all" or rank == 0
     try:
         model(x).backward()
     except RuntimeError:
         pass
-    Boom.fail = False
+    FailingBackward.fail = False
     verdicts = []
     for _ in range(3):
         for p in net.parameters():

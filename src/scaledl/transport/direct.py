@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -32,6 +33,8 @@ import torch.distributed as dist
 from scaledl.transport.base import TransportError
 from scaledl.transport.channel import first_line
 from scaledl.transport.shm_jitter import Jitter
+
+_T = TypeVar("_T")
 
 __all__ = ["DirectTransport", "PeerError", "NO_DEADLINE_S", "WIRE_JITTER_ENV"]
 
@@ -62,34 +65,28 @@ class DirectTransport:
     def isend(self, tensor: torch.Tensor, peer: int, tag: int,
               what: str = "send to") -> dist.Work:
         """Start sending ``tensor`` to ``peer``; keep ``tensor`` alive until :meth:`wait`."""
-        if self.jitter is None:
-            return _post(lambda: dist.isend(tensor, dst=peer, group=self.group, tag=tag), peer,
-                         what)
-        self.jitter.pause("before isend")
-        work = _post(lambda: dist.isend(tensor, dst=peer, group=self.group, tag=tag), peer, what)
-        self.jitter.pause("after isend")
-        return work
+        return self._delayed("isend", lambda: _post(
+            lambda: dist.isend(tensor, dst=peer, group=self.group, tag=tag), peer, what))
 
     def irecv(self, tensor: torch.Tensor, peer: int, tag: int,
               what: str = "receive from") -> dist.Work:
         """Start receiving into ``tensor`` from ``peer``."""
-        if self.jitter is None:
-            return _post(lambda: dist.irecv(tensor, src=peer, group=self.group, tag=tag), peer,
-                         what)
-        self.jitter.pause("before irecv")
-        work = _post(lambda: dist.irecv(tensor, src=peer, group=self.group, tag=tag), peer, what)
-        self.jitter.pause("after irecv")
-        return work
+        return self._delayed("irecv", lambda: _post(
+            lambda: dist.irecv(tensor, src=peer, group=self.group, tag=tag), peer, what))
 
     def wait(self, work: dist.Work, peer: int, what: str, timeout_s: float | None) -> None:
         """Wait for ``work`` (talking to ``peer``) for at most ``timeout_s`` seconds (None: no
         practical deadline)."""
+        self._delayed("wait", lambda: _wait(work, peer, what, timeout_s))
+
+    def _delayed(self, point: str, call: Callable[[], _T]) -> _T:
+        """``call()``, with the jitter's random delays before and after it when one is set."""
         if self.jitter is None:
-            _wait(work, peer, what, timeout_s)
-            return
-        self.jitter.pause("before wait")
-        _wait(work, peer, what, timeout_s)
-        self.jitter.pause("after wait")
+            return call()
+        self.jitter.pause(f"before {point}")
+        result = call()
+        self.jitter.pause(f"after {point}")
+        return result
 
     def send(self, tensor: torch.Tensor, peer: int, tag: int, timeout_s: float | None,
              what: str = "send to") -> None:
