@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from scaledl.sync.ddp_hook import ddp_hook
     from scaledl.sync import DataParallel, ReduceBroadcast
     from scaledl.topology import Topology
+    from scaledl.train.model_file import load_model
 
 check_installed_torch()
 
@@ -41,6 +42,7 @@ _HOMES = {
     **dict.fromkeys(("AllreduceSGD", "ReduceBroadcastSGD", "Strategy", "build_strategy"),
                     "scaledl.strategies"),
     **dict.fromkeys(("DataParallel", "ReduceBroadcast", "ddp_hook"), "scaledl.sync"),
+    "load_model": "scaledl.train.model_file",
 }
 """Where each public name lives."""
 
@@ -76,5 +78,5 @@ __all__ = [
     "init", "shutdown", "Topology", "allreduce", "reduce_scatter", "allgather", "broadcast",
     "reduce", "explain",
     "CollectiveHandle", "ReduceOp", "DataParallel", "ReduceBroadcast", "ddp_hook", "Strategy",
-    "AllreduceSGD", "ReduceBroadcastSGD", "build_strategy", "__version__",
+    "AllreduceSGD", "ReduceBroadcastSGD", "build_strategy", "load_model", "__version__",
 ]

@@ -20,6 +20,7 @@ from scaledl.train.checkpoint import (
 from scaledl.train.config import TrainConfig
 from scaledl.train.finish import REPORTS_DIR
 from scaledl.train.metrics import METRICS_NAME, SUMMARY_NAME
+from scaledl.train.model_file import MODEL_NAME
 from scaledl.train.plots import PLOTS
 from scaledl.train.sample_log import SAMPLES_DIR
 from scaledl.train.timeline import TIMELINE_NAME
@@ -70,7 +71,7 @@ def clear_old_run(out: Path) -> None:
     old = list_checkpoints(out)
     for _, path in old:
         path.unlink(missing_ok=True)
-    outputs = [LATEST_NAME, METRICS_NAME, SUMMARY_NAME, TIMELINE_NAME,
+    outputs = [LATEST_NAME, METRICS_NAME, SUMMARY_NAME, TIMELINE_NAME, MODEL_NAME,
                *(f"{stem}.png" for stem, _, _ in PLOTS)]
     for name in outputs:
         (out / name).unlink(missing_ok=True)
