@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from scaledl.strategies.catalogue import option_fields
 from scaledl.train.config import SECTIONS
 from tests.docs.blocks import ROOT
 
-STRATEGY_OPTIONS = {"alpha", "rho", "tau", "servers", "easgd_form"}
-"""What training.md calls "the strategy options" (under ``[parallel]``)."""
+STRATEGY_OPTIONS = set(option_fields())
+"""What training.md calls "the strategy options" (under ``[parallel]``): every strategy's."""
 
 
 def _documented_tables() -> dict[str, set[str]]:

@@ -199,6 +199,8 @@ def train_command(method: Method, spec: BenchSpec, out: Path) -> list[str]:
         args += ["--tau", str(method.tau)]
     if method.elastic:
         args += ["--alpha", repr(spec.alpha())]
+    for option, value in method.row.options:
+        args += ["--" + option.replace("_", "-"), value]
     return args
 
 

@@ -2,7 +2,9 @@
 
 Synchronous: ``allreduce`` (DDP's algorithm), ``reduce-broadcast`` (S-Caffe's root update with
 per-layer propagation), ``sync-easgd`` (You et al.'s deterministic elastic averaging), ``easgd``
-(the original round-robin exchange with a master), ``local-sgd`` (periodic averaging).
+(the original round-robin exchange with a master), ``local-sgd`` (periodic averaging),
+``diloco`` and ``streaming-diloco`` (an outer Nesterov step on the averaged pseudo-gradient,
+the whole model or staggered fragments).
 Asynchronous, through a parameter server: ``async-sgd``, ``async-msgd``, ``hogwild-sgd``,
 ``async-easgd``, ``async-measgd``, ``hogwild-easgd``.
 """
@@ -19,6 +21,7 @@ from scaledl.strategies.async_easgd import AsyncEASGD, AsyncMEASGD, HogwildEASGD
 from scaledl.strategies.async_sgd import AsyncMSGD, AsyncSGD, HogwildSGD
 from scaledl.strategies.base import Strategy
 from scaledl.strategies.catalogue import strategies, strategy_class
+from scaledl.strategies.diloco import DiLoCo, StreamingDiLoCo
 from scaledl.strategies.local_sgd import LocalSGD
 from scaledl.strategies.reduce_broadcast import ReduceBroadcastSGD
 from scaledl.strategies.round_robin_easgd import RoundRobinEASGD
@@ -26,7 +29,8 @@ from scaledl.strategies.sync_easgd import SyncEASGD
 
 __all__ = [
     "Strategy", "AllreduceSGD", "ReduceBroadcastSGD", "SyncEASGD", "RoundRobinEASGD", "LocalSGD",
-    "AsyncSGD", "AsyncMSGD", "HogwildSGD", "AsyncEASGD", "AsyncMEASGD", "HogwildEASGD",
+    "DiLoCo", "StreamingDiLoCo", "AsyncSGD", "AsyncMSGD", "HogwildSGD", "AsyncEASGD",
+    "AsyncMEASGD", "HogwildEASGD",
     "STRATEGIES", "build_strategy",
 ]
 

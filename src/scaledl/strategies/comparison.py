@@ -26,3 +26,6 @@ class MethodRow:
     """Local steps between exchanges (periodic methods); ``None`` for the others."""
     counterpart: str | None = None
     """The SGD method this EASGD variant is compared with (You et al.'s pairs)."""
+    options: tuple[tuple[str, str], ...] = ()
+    """Further strategy options of the method, as ``(option, value)`` pairs (the
+    ``scaledl train`` flag ``--option value``), e.g. ``(("outer_dtype", "bfloat16"),)``."""

@@ -7,11 +7,13 @@ blocks they are built from, so a family's option is declared, documented and che
 * :class:`PeriodicOptions`: ``tau``, the local steps between exchanges;
 * :class:`ElasticOptions`: ``tau`` and the elastic moving rate ``alpha`` (or ``rho``);
 * :class:`ServerOptions`: ``servers``, the dedicated parameter-server ranks;
-* :class:`ServerElasticOptions`: both, for the asynchronous EASGD family.
+* :class:`ServerElasticOptions`: both, for the asynchronous EASGD family;
+* DiLoCo's options extend :class:`PeriodicOptions` in :mod:`scaledl.strategies.diloco`.
 
 A field's ``metadata`` gives its ``scaledl train`` flag (type and help); a class checks its own
 values in ``_check`` (one-line errors naming the value and the fix), checks that need the job
-(the ranks, the learning rate) in :meth:`StrategyOptions.check_job`, and turns itself into the
+(the ranks, the learning rate) in :meth:`StrategyOptions.check_job`, checks that need the model
+in :meth:`StrategyOptions.check_model`, and turns itself into the
 strategy's constructor keywords in :meth:`StrategyOptions.keywords`.  No torch here: the
 configuration check and the CLI read these without building anything.
 """
@@ -20,7 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: the configuration check imports no torch
+    from torch import nn
 
 __all__ = [
     "StrategyOptions", "PeriodicOptions", "ElasticOptions", "ServerOptions",
@@ -56,6 +61,10 @@ class StrategyOptions:
     def check_job(self, ranks: int, lr: float) -> None:
         """Raise ``ValueError`` (one line) when these options cannot run on ``ranks`` ranks
         with learning rate ``lr``; called before any worker starts."""
+
+    def check_model(self, module: nn.Module) -> None:
+        """Raise ``ValueError`` (one line) when these options cannot apply to ``module`` (built
+        on the meta device, before any worker starts), e.g. more fragments than tensors."""
 
     def keywords(self, ranks: int, lr: float) -> dict[str, Any]:
         """The strategy's constructor keywords for these options on ``ranks`` ranks."""

@@ -50,6 +50,11 @@ class ParallelConfig:
     tau: int | None = None
     servers: int = 0
     easgd_form: str | None = None
+    outer_lr: float | None = None
+    outer_momentum: float | None = None
+    outer_dtype: str | None = None
+    fragments: int | None = None
+    overlap_steps: int | None = None
 
     def __post_init__(self) -> None:
         check_types(self)

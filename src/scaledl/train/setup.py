@@ -19,6 +19,7 @@ from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.data import (
     ArrayDataset, ShardedLoader, ShardedSampler, available_datasets, declared_shape, load_dataset,
 )
+from scaledl.data.datasets import is_dataset_name
 from scaledl.models import available_models, build_model
 from scaledl.strategies import Strategy, build_strategy
 from scaledl.strategies.catalogue import strategies, strategy_class
@@ -26,11 +27,14 @@ from scaledl.strategies.options import ElasticOptions
 from scaledl.sync.propagation import ROOTED_ALGORITHMS
 from scaledl.sync.stats import SpanRecorder
 from scaledl.topology import Topology, parse_axes
-from scaledl.train.config import OptimConfig, TrainConfig
+from scaledl.train.config import DataConfig, OptimConfig, TrainConfig
+from scaledl.train.optim import build_optimizer, check_optim_for_strategy
 from scaledl.train.parallel_config import ParallelConfig
+from scaledl.train.precision import check_precision
+from scaledl.train.user_model import build_train_model, is_user_model
 
 __all__ = ["validate_config", "check_model_fits", "trainable_models", "Sample", "RunParts",
-           "build_run", "algorithms_for", "elastic_alpha"]
+           "build_run", "load_split", "algorithms_for", "elastic_alpha"]
 
 
 def algorithms_for(strategy: str, easgd_form: str = "tree") -> tuple[str, ...]:
@@ -99,14 +103,18 @@ def check_model_fits(config: TrainConfig, sample: Sample) -> None:
     """Raise the one-line ``ValueError`` of a model that cannot train on the data set's samples
     (the model's own message for a shape it cannot take), before any worker starts."""
     name, dataset = config.model.name, config.data.dataset
-    with torch.device("meta"):
-        model = build_model(name, *sample)
+    if is_user_model(name):  # the user's code may read files or weights: build it for real
+        model = build_train_model(name, *sample)
+    else:
+        with torch.device("meta"):
+            model = build_model(name, *sample)
     if _reads_token_ids(model):
         raise ValueError(
             f"model {name!r} reads token ids and dataset {dataset!r} holds float features of "
             f"shape {sample[0]}; train one of: {', '.join(trainable_models(sample))} (or "
             f"predict {name} with `scaledl simulate --model {name}`)"
         )
+    config.parallel.strategy_options().check_model(model)  # e.g. fragments vs tensors
 
 
 def validate_config(config: TrainConfig, workers: int, sample: Sample | None = None) -> None:
@@ -116,23 +124,25 @@ def validate_config(config: TrainConfig, workers: int, sample: Sample | None = N
     one its name declares is used, and a data set whose files alone tell it (``npz``) leaves
     the model to :func:`check_model_fits` once they are read.
     """
-    dataset = config.data.dataset.split(":")[0]
-    if dataset not in available_datasets():
+    if not is_dataset_name(config.data.dataset):
         raise ValueError(f"unknown dataset {config.data.dataset!r}; use one of: "
-                         f"{', '.join(available_datasets())}")
+                         f"{', '.join(available_datasets())}, or your own as "
+                         "package.module:factory")
     sample = sample if sample is not None else declared_shape(config.data.dataset)
-    if config.model.name not in available_models():
+    if config.model.name not in available_models() and not is_user_model(config.model.name):
         fitting = available_models() if sample is None else trainable_models(sample)
         which = "" if sample is None else \
             f" (the models that train on {config.data.dataset}: samples of shape {sample[0]})"
         raise ValueError(f"unknown model {config.model.name!r}; use one of: "
-                         f"{', '.join(fitting)}{which}")
+                         f"{', '.join(fitting)}{which}, or your own as package.module:factory")
     if sample is not None:
         check_model_fits(config, sample)
     strategy = config.parallel.strategy
     strategy_class(strategy)  # a one-line error naming the known ones
     config.parallel.strategy_options().check_job(workers, config.optim.lr)
     _check_run_values(config)
+    check_optim_for_strategy(config)
+    check_precision(config.run.precision, config.run.device, strategy)
     allowed = algorithms_for(strategy, config.parallel.easgd_form or "tree")
     if config.parallel.algorithm not in allowed:
         known = config.parallel.algorithm.partition("[")[0] in (AUTO, *ALGORITHMS)
@@ -182,23 +192,28 @@ def _strategy_options(config: TrainConfig, topology: Topology | None,
     return {**wanted, **parallel.strategy_options().keywords(world_size, config.optim.lr)}
 
 
+def load_split(data: DataConfig, split: str, seed: int) -> ArrayDataset:
+    """Split ``split`` of the run's data set."""
+    return load_dataset(data.dataset, data.data_dir, split, seed, data.synthetic_size,
+                        data.image_size)
+
+
 def build_run(
     config: TrainConfig, rank: int, world_size: int, topology: Topology | None,
     timeline: SpanRecorder | None, model_state: dict[str, Any] | None = None,
+    device: torch.device | None = None,
 ) -> RunParts:
-    """Data, sampler, loader, model (with ``model_state`` loaded), optimizer and strategy."""
+    """Data, sampler, loader, model (with ``model_state`` loaded, on ``device``: the CPU by
+    default), optimizer and strategy."""
     data = config.data
-    train_set = load_dataset(data.dataset, data.data_dir, "train", config.run.seed,
-                             data.synthetic_size)
-    test_set = load_dataset(data.dataset, data.data_dir, "test", config.run.seed,
-                            data.synthetic_size)
+    train_set = load_split(data, "train", config.run.seed)
+    test_set = load_split(data, "test", config.run.seed)
     torch.manual_seed(config.run.seed)
-    model = build_model(config.model.name, train_set.input_shape, train_set.num_classes)
+    model = build_train_model(config.model.name, train_set.input_shape, train_set.num_classes)
     if model_state is not None:
         model.load_state_dict(model_state)
-    optim = config.optim
-    optimizer = torch.optim.SGD(model.parameters(), lr=optim.lr, momentum=optim.momentum,
-                                weight_decay=optim.weight_decay)
+    model.to(device or torch.device("cpu"))  # before the optimizer and the strategy see it
+    optimizer = build_optimizer(model, config.optim)
     strategy = build_strategy(config.parallel.strategy, model, optimizer,
                               **_strategy_options(config, topology, timeline, world_size))
     shard = strategy.worker_rank if strategy.is_worker else 0  # a server rank reads no data
