@@ -1,8 +1,14 @@
-"""Gradient compression: what ``hvd.Compression.fp16`` and ``hvd.Compression.none`` do.
+"""Gradient compression: what ``hvd.Compression.fp16`` and ``hvd.Compression.none`` do, and
+``hvd.Compression.bf16`` beside them.
 
 A compressor turns a tensor into the one sent (and a context) and back.  ``fp16`` sends floating
 tensors as float16 (half the bytes, about three significant digits) and returns them in their own
-dtype; other tensors pass unchanged.  The DistributedOptimizer compresses whole gradient buckets.
+dtype; other tensors pass unchanged.  As in Horovod the cast is plain (unscaled): a value beyond
+float16's 65504, or a sum beyond it, arrives as ``inf``; ``scaledl.DataParallel(...,
+compression="fp16")`` scales to avoid that (:mod:`scaledl.sync.compression`).  ``bf16`` (not in
+Horovod, which has ``none`` and ``fp16``) sends bfloat16: the same bytes as float16 with
+float32's range, so nothing overflows that float32 would not, at about two to three significant
+digits.  The DistributedOptimizer compresses whole gradient buckets.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]
+__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor", "Compression"]
 
 
 class Compressor:
@@ -49,6 +55,22 @@ class FP16Compressor(Compressor):
         return tensor.to(context) if context is not None and tensor.dtype != context else tensor
 
 
+class BF16Compressor(Compressor):
+    """Send floating tensors as bfloat16."""
+
+    @staticmethod
+    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """Floating tensors cast to bfloat16; the context is the original dtype."""
+        if tensor.is_floating_point():
+            return tensor.to(torch.bfloat16), tensor.dtype
+        return tensor, tensor.dtype
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, context: Any) -> torch.Tensor:
+        """Cast back to the dtype recorded by ``compress``."""
+        return tensor.to(context) if context is not None and tensor.dtype != context else tensor
+
+
 class Compression:
     """The compressors by name, as scripts write them: ``hvd.Compression.fp16``."""
 
@@ -56,3 +78,5 @@ class Compression:
     """No compression (the default)."""
     fp16 = FP16Compressor
     """Floating tensors travel as float16."""
+    bf16 = BF16Compressor
+    """Floating tensors travel as bfloat16 (a scaledl addition)."""

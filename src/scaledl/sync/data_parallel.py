@@ -15,6 +15,13 @@ counts in the step of the backward around it.  When the ranks
 share a host's memory, the buckets live in a shared-memory arena and the shared-memory path
 reduces them where they are (no copy in; :mod:`scaledl.collectives.shm_inplace`).
 
+``compression=`` sends the buckets compressed (:mod:`scaledl.sync.compression`): ``"bf16"``,
+``"fp16"`` (scaled by a power of two agreed over the ranks, so no sum overflows),
+``"powersgd"`` or ``"powersgd:RANK"`` (:mod:`scaledl.sync.powersgd`), or a
+:class:`~scaledl.sync.wire.GradientCompression`; the default ``"none"`` sends them as they
+are.  Each bucket is still launched from backward as soon as it is full; its compression,
+collectives and decompression run as one job on the group's communicator thread.
+
 A parameter that gets no gradient in a step (a branch not taken, on one rank or all) does not
 hang the job: at the end of backward its slot contributes its accumulated ``.grad`` or zeros.
 Where some rank used it, its ``.grad`` then holds the average on every rank; where no rank did,
@@ -41,9 +48,11 @@ from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
 from scaledl.collectives.communicator import communicator_for
 from scaledl.sync.bucketing import Bucket, plan_buckets
+from scaledl.sync.compression import NoCompression, resolve_compression
 from scaledl.sync.consistency import broadcast_state, broadcast_tensors, check_same_model
 from scaledl.sync.reducer import GradientReducer, buffer_numels
 from scaledl.sync.stats import SpanRecorder, SyncStats
+from scaledl.sync.wire import BucketLayout, GradientCompression, Wire
 from scaledl.topology import Topology
 
 __all__ = ["DataParallel"]
@@ -58,6 +67,7 @@ class DataParallel(nn.Module):
         self, module: nn.Module, algorithm: str = "auto", bucket_mb: float = 25.0,
         topology: Topology | None = None, group: dist.ProcessGroup | None = None,
         broadcast_buffers: bool = True, timeline: SpanRecorder | None = None,
+        compression: str | GradientCompression = "none",
     ) -> None:
         super().__init__()
         _check_wrappable(module)
@@ -66,6 +76,8 @@ class DataParallel(nn.Module):
                             f"{bucket_mb!r}")
         if bucket_mb <= 0:
             raise ValueError(f"bucket_mb {bucket_mb} must be > 0 (DDP's default is 25)")
+        self.compression = resolve_compression(compression)
+        """How buckets travel (:mod:`scaledl.sync.compression`)."""
         if not dist.is_initialized():
             raise RuntimeError("call scaledl.init() before wrapping a model in DataParallel")
         self.module = module
@@ -75,12 +87,23 @@ class DataParallel(nn.Module):
         self.broadcast_buffers = broadcast_buffers
         self.world_size = dist.get_world_size(group)
         check_same_model(module, group, [f"setting algorithm {algorithm}",
-                                         f"setting bucket_mb {bucket_mb:g}"])
+                                         f"setting bucket_mb {bucket_mb:g}",
+                                         f"setting compression {self.compression.spec()}"])
         broadcast_state(module, group)
         named = list(module.named_parameters())
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
+        compressed = not isinstance(self.compression, NoCompression)
+        self._wire: Wire | None = None
+        if compressed:
+            self.compression.claim(self)
+            self._wire = Wire(algorithm, topology, group)
+        shapes = {name: tuple(p.shape) for name, p in named}
+        self._layouts = [BucketLayout(tuple(shapes[n] for n in b.names), b.offsets,
+                                      tail=len(b.names)) for b in self.buckets]
+        """Each bucket's gradients and its flags, as the compression sees them."""
         self.reducer = GradientReducer(self.buckets, dict(named), self._launch, timeline,
-                                       buffers=_shared_buffers(self.buckets, group, self),
+                                       buffers=None if compressed else
+                                       _shared_buffers(self.buckets, group, self),
                                        track_unused=True, sparse=_sparse_gradients(module),
                                        nested_backward=True)
         self.require_backward_grad_sync = True
@@ -89,6 +112,9 @@ class DataParallel(nn.Module):
         _WRAPPERS[module] = weakref.ref(self)
 
     def _launch(self, bucket: Bucket, buffer: torch.Tensor) -> CollectiveHandle | None:
+        if self._wire is not None:
+            return self.compression.start(bucket.index, buffer, self._layouts[bucket.index],
+                                          self._wire)
         return collectives.allreduce(
             buffer, op="avg", algorithm=self.algorithm, topology=self.topology,
             group=self.group, async_op=True,

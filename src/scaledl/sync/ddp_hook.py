@@ -5,8 +5,12 @@
 
 DDP keeps its bucketing, overlap and unused-parameter handling; each bucket's allreduce becomes a
 scaledl collective (averaged), run in order on the group's communicator thread, and DDP receives
-a ``torch.futures.Future`` that completes when it is done.  This module deliberately does not use
-``from __future__ import annotations``: DDP inspects the hook's real annotation objects.
+a ``torch.futures.Future`` that completes when it is done.  ``compression=`` (``"bf16"``,
+``"fp16"``, ``"powersgd:RANK"``..., see :mod:`scaledl.sync.compression`) sends each bucket
+compressed, its collectives still scaledl's: pass it here rather than wrapping the hook in
+torch's ``fp16_compress_wrapper``, whose float16 cast is unscaled and can overflow.  This
+module deliberately does not use ``from __future__ import annotations``: DDP inspects the hook's
+real annotation objects.
 """
 
 from collections.abc import Callable
@@ -15,6 +19,8 @@ import torch
 import torch.distributed as dist
 
 from scaledl import collectives
+from scaledl.sync.compression import NoCompression, resolve_compression
+from scaledl.sync.wire import BucketLayout, GradientCompression, Wire
 from scaledl.topology import Topology
 
 __all__ = ["ddp_hook"]
@@ -30,15 +36,30 @@ def _value(future: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
     return future.value()
 
 
+def _layout(bucket: dist.GradBucket) -> BucketLayout:  # type: ignore[name-defined]
+    """Where DDP put each gradient of ``bucket`` in its flat buffer."""
+    buffer = bucket.buffer()
+    gradients = bucket.gradients()
+    offsets = tuple((g.data_ptr() - buffer.data_ptr()) // buffer.element_size()
+                    for g in gradients)
+    return BucketLayout(tuple(tuple(g.shape) for g in gradients), offsets)
+
+
 def ddp_hook(
     algorithm: str = "auto", topology: Topology | None = None,
     group: dist.ProcessGroup | None = None,
+    compression: str | GradientCompression = "none",
 ) -> HookFunction:
-    """A comm hook averaging each DDP bucket with scaledl's ``algorithm``.
+    """A comm hook averaging each DDP bucket with scaledl's ``algorithm``, compressed as
+    ``compression`` says (``"none"``, ``"bf16"``, ``"fp16"``, ``"powersgd"``,
+    ``"powersgd:RANK"`` or a :class:`~scaledl.sync.wire.GradientCompression`; one hook per
+    model, since PowerSGD keeps state per bucket).
 
     With a process group already made, the algorithm and topology are checked here (an
     algorithm that needs the layout without one raises now, not at the first backward).
     """
+    codec = resolve_compression(compression)
+    wires: list[Wire] = []  # made at the first bucket, when the group surely exists
     if dist.is_initialized():
         collectives.resolve_topology(algorithm, "allreduce", topology, group)
     elif algorithm != "auto":
@@ -49,11 +70,16 @@ def ddp_hook(
     ) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
         future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        handle = collectives.allreduce(
-            buffer, op="avg", algorithm=algorithm, topology=topology, group=group,
-            async_op=True,
-        )
-        assert handle is not None
+        if isinstance(codec, NoCompression):
+            handle = collectives.allreduce(
+                buffer, op="avg", algorithm=algorithm, topology=topology, group=group,
+                async_op=True,
+            )
+            assert handle is not None
+        else:
+            if not wires:
+                wires.append(Wire(algorithm, topology, group))
+            handle = codec.start(bucket.index(), buffer, _layout(bucket), wires[0])
 
         def resolve(error: BaseException | None) -> None:
             if error is None:
@@ -67,4 +93,6 @@ def ddp_hook(
         # with the error's text, which DDP raises.
         return future.then(_value)
 
+    if not isinstance(codec, NoCompression):
+        codec.claim(scaledl_allreduce_hook)
     return scaledl_allreduce_hook

@@ -1,0 +1,129 @@
+"""The wire of a gradient compression: what a bucket looks like, and collectives run inside one
+job of the group's communicator.
+
+A compression averages one bucket with several dependent collectives and some arithmetic
+between them (fp16's scale is agreed with a one-element maximum before the cast; PowerSGD
+allreduces ``P``, orthogonalises it, computes ``Q`` from it and allreduces ``Q``).  Each
+bucket's whole sequence runs as **one** job of the communicator (:meth:`Wire.submit`), whose
+collectives run inline on that job's thread (:meth:`Wire.allreduce`).  The communicator runs
+jobs in submission order on every rank, so ranks meet each other's collectives in the same
+order however backward interleaves the buckets; chaining separate asynchronous calls instead
+would let the next bucket's collective slip between a bucket's ``P`` and ``Q`` on one rank and
+not on another.  The collectives are scaledl's own (any algorithm, the shared-memory and
+hierarchical stage paths included), exactly as an uncompressed bucket's.
+"""
+
+from __future__ import annotations
+
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from scaledl.collectives import CollectiveHandle, ReduceOp, resolve_topology
+from scaledl.collectives.call import Call
+from scaledl.collectives.communicator import communicator_for
+from scaledl.collectives.schedule import Collective
+from scaledl.topology import Topology
+
+__all__ = ["BucketLayout", "GradientCompression", "Wire"]
+
+
+@dataclass(frozen=True)
+class BucketLayout:
+    """Where each gradient lies in a bucket's flat buffer, and what follows them."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    """Shape of each gradient, in buffer order."""
+    offsets: tuple[int, ...]
+    """Element offset of each gradient in the buffer."""
+    tail: int = 0
+    """Elements after the gradients that must arrive exactly (DataParallel's per-parameter
+    'used' flags, 0 or 1 each): they are summed uncompressed and unscaled, then averaged."""
+
+    @property
+    def numel(self) -> int:
+        """Elements of the gradients (the buffer holds ``numel + tail``)."""
+        return max((o + _numel(s) for o, s in zip(self.offsets, self.shapes)), default=0)
+
+    @classmethod
+    def packed(cls, shapes: Sequence[Sequence[int]], tail: int = 0) -> BucketLayout:
+        """Gradients of ``shapes`` stored one after another from offset 0."""
+        offsets, offset = [], 0
+        for shape in shapes:
+            offsets.append(offset)
+            offset += _numel(shape)
+        return cls(tuple(tuple(s) for s in shapes), tuple(offsets), tail)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+class Wire:
+    """Scaledl's allreduce on one group with one algorithm and layout, run inline by a job."""
+
+    def __init__(self, algorithm: str = "auto", topology: Topology | None = None,
+                 group: dist.ProcessGroup | None = None) -> None:
+        self.algorithm = algorithm
+        self.topology = resolve_topology(algorithm, "allreduce", topology, group)
+        self.comm = communicator_for(group)
+        self.world_size = self.comm.world_size
+
+    def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
+        """Reduce ``tensor`` in place over the group, on the calling thread: call it only from
+        inside a job given to :meth:`submit` (elsewhere it would race the communicator)."""
+        call = Call(self.comm, Collective.ALLREDUCE, self.algorithm, self.topology,
+                    ReduceOp.parse(op), 0)
+        call.job(tensor)()
+
+    def submit(self, job: Callable[[], None]) -> CollectiveHandle:
+        """Run ``job`` on the communicator after every job submitted before it."""
+        handle = self.comm.submit(job, async_op=True)
+        assert handle is not None, "an asynchronous submission returns a handle"
+        return handle
+
+
+class GradientCompression(ABC):
+    """How a bucket of gradients is averaged over the ranks with fewer bytes on the wire.
+
+    :meth:`average` runs on the communicator's thread, once per bucket and step, on every rank
+    with the same ``key`` and ``layout``; it replaces the bucket's gradients with the
+    (compressed) average and the tail with its exact average.  An instance may keep state per
+    bucket (PowerSGD's error feedback and warm-started ``Q``), so it serves one model: give
+    each wrapper its own (a string such as ``"powersgd:4"`` makes a fresh one).
+    """
+
+    @abstractmethod
+    def average(self, key: int, buffer: torch.Tensor, layout: BucketLayout, wire: Wire) -> None:
+        """Average ``buffer`` (bucket ``key``, laid out as ``layout``) over the ranks in place,
+        with collectives of ``wire``."""
+
+    @abstractmethod
+    def spec(self) -> str:
+        """The short name a user writes for this compression (``"bf16"``, ``"powersgd:4"``),
+        compared across ranks when a model is wrapped."""
+
+    def claim(self, owner: object) -> None:
+        """Tie this instance to the wrapper or hook that uses it: a ``ValueError`` if another
+        one still alive uses it (their buckets would share one per-bucket state)."""
+        previous = getattr(self, "_owner", None)
+        if previous is not None and previous() is not None and previous() is not owner:
+            raise ValueError(f"compression={self!r} is already used by another model's "
+                             "wrapper or hook; give each its own instance (or pass the name, "
+                             "e.g. compression='powersgd:4', which makes a fresh one)")
+        self._owner = weakref.ref(owner)
+
+    def start(self, key: int, buffer: torch.Tensor, layout: BucketLayout,
+              wire: Wire) -> CollectiveHandle:
+        """Queue :meth:`average` of one bucket as one communicator job; its handle."""
+        return wire.submit(lambda: self.average(key, buffer, layout, wire))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec()!r})"
