@@ -1,8 +1,7 @@
 """``scaledl bench collectives``: time every algorithm of every collective, nccl-tests style.
 
 For each collective and message size the buffers are allocated once and reused by every
-algorithm, which run one after another at that size so that noise hits them alike.  Per
-algorithm:
+algorithm and peer library (``--peers``: :mod:`scaledl.bench.peers`).  Per contender:
 
 1. verify: fill the buffers with rank-valued data (``(rank % 8) + 1 + index % 5``), run once and
    compare with the closed form; any rank's mismatch stops the benchmark on every rank;
@@ -11,12 +10,18 @@ algorithm:
    which would otherwise dominate small messages, as OSU's benchmarks also avoid), the typical
    one the number of samples (``target_seconds`` worth, 5..1000); every rank adopts the largest
    proposals (a native ``all_reduce`` MAX), so all ranks run the same counts;
-3. time each sample after a barrier; a sample's time per call is the slowest rank's.
+3. time the samples *interleaved*: round after round, one sample of every contender (each after
+   a barrier, the order rotating by one each round), as many rounds as the contender with the
+   fewest proposed samples asked for, so a burst of load from elsewhere on the machine hits
+   every contender alike and the ratios of medians hold even on a shared machine.  A sample's
+   time per call is the slowest rank's.
 
 The baseline ``torch`` is ``torch.distributed``'s own call, outside scaledl; ``native`` is the
-same backend collective called through scaledl (on its channel).  The run also measures two
+same backend collective called through scaledl (on its channel).  The run also measures
 ceilings: the rank 0 -> rank 1 point-to-point bandwidth of one large message (what the network
-path can reach) and one core's memory-copy bandwidth (what the shared-memory path can reach).
+path can reach), one core's memory-copy bandwidth, and at every size of allreduce a copy of that
+size on one core alone and on every rank at once (:func:`measure_copies`), the memory bound of
+the shared-memory path.
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ import re
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from scaledl.bench.report import Measurement, P2PResult, format_bytes
+from scaledl.bench.peers import Peer, open_peers
+from scaledl.bench.report import CopyBound, Measurement, P2PResult, format_bytes
 from scaledl.collectives.api import (
     allgather, allreduce, broadcast, reduce, reduce_scatter, resolve_algorithm,
 )
@@ -46,7 +52,7 @@ from scaledl.topology import Topology
 
 __all__ = [
     "BenchConfig", "select_algorithms", "run_benchmark", "measure_p2p", "measure_memcpy",
-    "DTYPES", "DEFAULT_ALGORITHMS", "TORCH",
+    "measure_copies", "DTYPES", "DEFAULT_ALGORITHMS", "PEER_ALGORITHMS", "TORCH", "BenchRun",
 ]
 
 log = logging.getLogger(__name__)
@@ -61,9 +67,13 @@ DEFAULT_ALGORITHMS = ("ring", "multiring", "halving_doubling", "shm", "auto", "n
 """The default set, filtered per collective (``shm`` only on a group inside one host);
 broadcast and reduce, which ring, multiring and halving-doubling do not implement, get ``tree``
 and ``chain`` instead."""
+PEER_ALGORITHMS = ("shm", "auto")
+"""The default algorithms when peers are timed: the shared-memory path and ``auto``'s choice."""
 _ROOTED_DEFAULT = ("tree", "chain", "shm", "auto", "native", TORCH)
 MIN_ITERS, MAX_ITERS = 5, 1000
 P2P_REPEATS = 5
+COPY_SECONDS = 5e-4
+"""Shortest timing of the memory copies: small ones repeat back to back until it lasts this."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,8 @@ class BenchConfig:
     """Message size of the point-to-point ceiling measurement."""
     explain: bool = False
     """Print ``auto``'s prediction table for every size."""
+    peers: tuple[str, ...] = ()
+    """Peer libraries timed beside scaledl (:data:`scaledl.bench.peers.PEERS`)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -262,17 +274,32 @@ def _timed(call: Callable[[], object], iterations: int, batch: int = 1) -> list[
     return times
 
 
-def _measure(
-    buffers: _Buffers, algorithm: str, topology: Topology, config: BenchConfig
-) -> Measurement:
-    rank, p = topology.rank, topology.world_size
-    call = buffers.call(algorithm, topology)
+@dataclass
+class _Contender:
+    """One algorithm or peer at one size, warmed up: its call and agreed sample counts."""
+
+    name: str
+    call: Callable[[], object]
+    batch: int
+    """Back-to-back calls per sample."""
+    proposal: int
+    """Samples it asks for (``target_seconds`` worth)."""
+    resolved: str | None
+    peer: bool = False
+    times: list[float] = field(default_factory=list)
+
+
+def _prepare(
+    buffers: _Buffers, name: str, call: Callable[[], object], rank: int, config: BenchConfig,
+    resolved: str | None, peer: bool = False,
+) -> _Contender:
+    """Verify ``call`` on ``buffers``, warm it up and agree on its batch and sample counts."""
     buffers.fill(rank)
     verify_time = _timed(call, 1)
     failed = _agree_max([0.0 if buffers.check(rank) else 1.0 + rank])[0]
     if failed:
         raise RuntimeError(
-            f"{buffers.collective.value} with {algorithm} on {format_bytes(buffers.nbytes)} "
+            f"{buffers.collective.value} with {name} on {format_bytes(buffers.nbytes)} "
             f"gave a wrong result on rank {int(failed) - 1} (the highest failing rank); "
             "not timing it"
         )
@@ -280,14 +307,23 @@ def _measure(
         buffers.full.zero_()  # keep sums bounded while timing
     warm = _timed(call, config.warmup) or verify_time
     fastest = max(min(warm), 1e-7)
-    batch = int(_agree_max([float(max(1, math.ceil(SAMPLE_SECONDS / fastest)))])[0])
-    iterations = config.iters
-    if iterations is None:
-        proposal = math.ceil(config.target_seconds / (max(statistics.median(warm), 1e-7) * batch))
-        iterations = int(_agree_max([float(min(max(proposal, MIN_ITERS), MAX_ITERS))])[0])
-    times = _agree_max(_timed(call, iterations, batch))
-    return Measurement(buffers.collective.value, algorithm, buffers.nbytes, p, tuple(times),
-                       _resolved(buffers, algorithm, topology))
+    batch = max(1, math.ceil(SAMPLE_SECONDS / fastest))
+    proposal = math.ceil(config.target_seconds / (max(statistics.median(warm), 1e-7) * batch))
+    agreed = _agree_max([float(batch), float(min(max(proposal, MIN_ITERS), MAX_ITERS))])
+    return _Contender(name, call, int(agreed[0]), int(agreed[1]), resolved, peer)
+
+
+def _sample_interleaved(contenders: list[_Contender], rounds: int) -> None:
+    """``rounds`` rounds of one sample per contender, the order rotating each round; then each
+    sample becomes the slowest rank's."""
+    count = len(contenders)
+    for round_index in range(rounds):
+        for k in range(count):
+            contender = contenders[(round_index + k) % count]
+            contender.times.extend(_timed(contender.call, 1, contender.batch))
+    flat = _agree_max([t for contender in contenders for t in contender.times])
+    for index, contender in enumerate(contenders):
+        contender.times = flat[index * rounds:(index + 1) * rounds]
 
 
 def _resolved(buffers: _Buffers, algorithm: str, topology: Topology) -> str | None:
@@ -313,6 +349,38 @@ def measure_memcpy(nbytes: int) -> P2PResult:
         np.copyto(target, source)
         times.append(time.perf_counter() - start)
     return P2PResult(source.nbytes, tuple(_agree_max(times)))
+
+
+def measure_copies(buffers: _Buffers, rank: int) -> CopyBound:
+    """A copy of the buffer's size on rank 0 alone (one core), then on every rank at once (each
+    its own buffers; the slowest rank's time), medians of a few: the memory bound of a
+    shared-memory collective of this size, measured beside it.  Small copies repeat back to
+    back (as the collectives' samples do), so they run from the cache as a collective's would."""
+    import numpy as np
+
+    source = buffers.full.view(torch.uint8).numpy()
+    target = np.empty_like(source)
+    start = time.perf_counter()
+    np.copyto(target, source)  # touch every page first
+    repeat = int(_agree_max([float(max(1, math.ceil(COPY_SECONDS / max(
+        time.perf_counter() - start, 1e-7))))])[0])
+
+    def copies() -> float:
+        start = time.perf_counter()
+        for _ in range(repeat):
+            np.copyto(target, source)
+        return (time.perf_counter() - start) / repeat
+
+    alone, together = [], []
+    for _ in range(P2P_REPEATS):
+        dist.barrier()
+        if rank == 0:
+            alone.append(copies())
+        dist.barrier()
+        together.append(copies())
+    one_core = _agree_max(alone if rank == 0 else [0.0] * P2P_REPEATS)
+    return CopyBound(source.nbytes, buffers.p, statistics.median(one_core),
+                     statistics.median(_agree_max(together)))
 
 
 def usable(algorithm: str, topology: Topology) -> bool:
@@ -349,12 +417,26 @@ def _explain(collective: Collective, buffers: _Buffers, topology: Topology) -> s
     return f"{collective.value} {format_bytes(buffers.nbytes)}: {choice.explain()}"
 
 
+@dataclass
+class BenchRun:
+    """What :func:`run_benchmark` measured; every rank holds the same."""
+
+    measurements: list[Measurement]
+    copies: list[CopyBound]
+    """The memory bound at each size of allreduce (when peers are timed)."""
+    peers: dict[str, str]
+    """Each peer that ran: its name and the library it ran as."""
+    skipped: list[str]
+    """One line per peer that could not run, saying how to get it."""
+
+
 def run_benchmark(
     config: BenchConfig, topology: Topology, echo: Callable[[str], None] | None = None
-) -> list[Measurement]:
-    """Measure every selected algorithm at every size; every rank returns the same results.
+) -> BenchRun:
+    """Measure every selected algorithm and peer at every size, interleaved per size; every rank
+    returns the same results.
 
-    ``echo`` (rank 0's console) receives the ``--explain`` tables.
+    ``echo`` (rank 0's console) receives the ``--explain`` tables and the skipped peers.
     """
     skipped = {n for names in config.algorithms.values() for n in names
                if not usable(n, topology)}
@@ -367,7 +449,12 @@ def run_benchmark(
     comm = communicator_for(None)
     if config.chunk_bytes is not None:
         comm.chunk_bytes = config.chunk_bytes
-    results: list[Measurement] = []
+    peers, missing_peers = open_peers(config.peers, comm.fabric.one_host)
+    for line in missing_peers:
+        if echo is not None:
+            echo(line)
+        log.info("%s", line)
+    run = BenchRun([], [], {peer.name: peer.label for peer in peers}, missing_peers)
     for collective, algorithms in config.algorithms.items():
         for nbytes in config.sizes:
             buffers = _Buffers(collective, nbytes, config.torch_dtype, topology.world_size)
@@ -377,13 +464,39 @@ def run_benchmark(
                 continue
             if config.explain and echo is not None:
                 echo(_explain(collective, buffers, topology))
-            for algorithm in algorithms:
-                if not usable(algorithm, topology):
-                    continue
-                measurement = _measure(buffers, algorithm, topology, config)
-                log.info("%s %s %s: %.1f us avg over %d iterations", collective.value,
-                         format_bytes(buffers.nbytes), algorithm, measurement.avg_us,
-                         len(measurement.times_s))
-                results.append(measurement)
-            del buffers
-    return results
+            contenders = _contenders(buffers, algorithms, peers, topology, config)
+            rounds = config.iters or min(c.proposal for c in contenders)
+            _sample_interleaved(contenders, rounds)
+            for c in contenders:
+                measurement = Measurement(collective.value, c.name, buffers.nbytes,
+                                          topology.world_size, tuple(c.times), c.resolved,
+                                          peer=c.peer)
+                log.info("%s %s %s: %.1f us median over %d samples", collective.value,
+                         format_bytes(buffers.nbytes), c.name, measurement.median_us,
+                         len(c.times))
+                run.measurements.append(measurement)
+            if peers and collective is Collective.ALLREDUCE:
+                run.copies.append(measure_copies(buffers, topology.rank))
+            del buffers, contenders
+    return run
+
+
+def _contenders(
+    buffers: _Buffers, algorithms: tuple[str, ...], peers: list[Peer], topology: Topology,
+    config: BenchConfig,
+) -> list[_Contender]:
+    """Every usable algorithm and every peer that offers this collective, verified and warm."""
+    rank = topology.rank
+    contenders = [
+        _prepare(buffers, algorithm, buffers.call(algorithm, topology), rank, config,
+                 _resolved(buffers, algorithm, topology))
+        for algorithm in algorithms if usable(algorithm, topology)
+    ]
+    for peer in peers:
+        call = peer.call(buffers.collective, buffers.full, buffers.part)
+        if call is None:
+            log.info("peer %s has no %s of %s; not timed", peer.name, buffers.collective.value,
+                     buffers.full.dtype)
+            continue
+        contenders.append(_prepare(buffers, peer.name, call, rank, config, peer.label, True))
+    return contenders

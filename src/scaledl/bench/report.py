@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "format_bytes", "busbw_factor", "Measurement", "P2PResult",
-    "BenchReport", "environment", "native_ratios", "header_lines", "write_json",
+    "format_bytes", "busbw_factor", "Measurement", "P2PResult", "CopyBound",
+    "BenchReport", "environment", "native_ratios", "peer_rows", "header_lines", "write_json",
     "write_plot", "report_from_dict",
 ]
 
@@ -61,7 +61,9 @@ class Measurement:
     resolved: str | None = None
     """The algorithm that ran, with the paths per level it was given or chosen (for example
     ``hierarchical[shm,ring]`` for ``hierarchical``, or ``auto``'s choice); None: not known
-    (``torch``, or a file written before this was recorded)."""
+    (``torch``, or a file written before this was recorded); for a peer, the library that ran."""
+    peer: bool = False
+    """A peer library (``--peers``), not one of scaledl's algorithms."""
 
     @property
     def avg_us(self) -> float:
@@ -98,7 +100,8 @@ class Measurement:
         fraction = self.busbw_gbps / p2p_gbps if p2p_gbps else None
         return {
             "collective": self.collective, "algorithm": self.algorithm,
-            "resolved": self.resolved, "nbytes": self.nbytes, "world_size": self.world_size,
+            "resolved": self.resolved, "peer": self.peer, "nbytes": self.nbytes,
+            "world_size": self.world_size,
             "iterations": len(self.times_s),
             "avg_us": self.avg_us, "min_us": self.min_us, "max_us": self.max_us,
             "median_us": self.median_us, "algbw_gbps": self.algbw_gbps,
@@ -120,6 +123,46 @@ class P2PResult:
         return self.nbytes / statistics.median(self.times_s) / 1e9
 
 
+@dataclass(frozen=True)
+class CopyBound:
+    """Memory copies of one message size, measured beside the collectives: the memory bound.
+
+    An allreduce of private buffers through shared memory needs at least two copies' worth of
+    traffic on every rank (its input into shared memory, its result out), all ranks at once, so
+    its time is at least twice that of every rank copying ``nbytes`` at once; reading the peers'
+    data to reduce it comes on top, so the bound is generous to the collective."""
+
+    nbytes: int
+    world_size: int
+    one_core_s: float
+    """Median seconds of one copy of ``nbytes`` by rank 0 while the others wait."""
+    all_ranks_s: float
+    """Median seconds of every rank copying ``nbytes`` at once (the slowest rank's)."""
+
+    @property
+    def one_core_gbps(self) -> float:
+        """Bytes copied per second by one core alone, GB/s."""
+        return self.nbytes / self.one_core_s / 1e9
+
+    @property
+    def all_ranks_gbps(self) -> float:
+        """Bytes copied per second by all ranks together, GB/s."""
+        return self.world_size * self.nbytes / self.all_ranks_s / 1e9
+
+    @property
+    def allreduce_busbw_gbps(self) -> float:
+        """The highest allreduce busbw the memory allows: busbw at twice the all-ranks copy."""
+        return self.nbytes / (2 * self.all_ranks_s) / 1e9 * busbw_factor("allreduce",
+                                                                         self.world_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"nbytes": self.nbytes, "world_size": self.world_size,
+                "one_core_us": self.one_core_s * 1e6, "all_ranks_us": self.all_ranks_s * 1e6,
+                "one_core_gbps": self.one_core_gbps, "all_ranks_gbps": self.all_ranks_gbps,
+                "allreduce_busbw_bound_gbps": self.allreduce_busbw_gbps}
+
+
 @dataclass
 class BenchReport:
     """Everything one run measured, with the environment and configuration that produced it."""
@@ -131,6 +174,12 @@ class BenchReport:
     calibration: dict[str, Any] | None = None
     memcpy: P2PResult | None = None
     """One core's memory-copy bandwidth: the shared-memory path's ceiling."""
+    copies: list[CopyBound] = field(default_factory=list)
+    """The memory bound at each allreduce size (runs with peers)."""
+    peers: dict[str, str] = field(default_factory=dict)
+    """Peers that ran: name -> library and version."""
+    skipped_peers: list[str] = field(default_factory=list)
+    """One line per requested peer that could not run, with how to install it."""
 
     @property
     def p2p_gbps(self) -> float | None:
@@ -154,6 +203,9 @@ class BenchReport:
             "ratios_vs_native": native_ratios(self.measurements),
             "ratios_vs_torch": native_ratios(self.measurements, "torch", every_size=True),
             "calibration": self.calibration,
+            "peers": self.peers, "skipped_peers": self.skipped_peers,
+            "copies": [copy.to_dict() for copy in self.copies],
+            "peer_rows": peer_rows(self.measurements, self.copies),
         }
 
 
@@ -207,6 +259,40 @@ def native_ratios(
                     ratios.append({"collective": collective, "algorithm": name, "nbytes": nbytes,
                                    "busbw_ratio": reference.avg_us / m.avg_us})  # = busbw ratio
     return ratios
+
+
+def peer_rows(
+    measurements: list[Measurement], copies: list[CopyBound] | None = None,
+) -> list[dict[str, Any]]:
+    """Per collective, size and scaledl algorithm: its median time and busbw, each peer's median
+    over it (``> 1``: scaledl faster), and for allreduce its busbw as a fraction of the memory
+    bound (:class:`CopyBound`).  Empty when no peer ran."""
+    bounds = {copy.nbytes: copy for copy in copies or []}
+    rows = []
+    for collective in dict.fromkeys(m.collective for m in measurements):
+        at = [m for m in measurements if m.collective == collective]
+        for nbytes in sorted({m.nbytes for m in at}):
+            here = [m for m in at if m.nbytes == nbytes]
+            peers = [m for m in here if m.peer]
+            if not peers:
+                continue
+            bound = bounds.get(nbytes) if collective == "allreduce" else None
+            for m in (m for m in here if not m.peer):
+                rows.append({
+                    "collective": collective, "nbytes": nbytes, "algorithm": m.algorithm,
+                    "resolved": m.resolved, "median_us": m.median_us,
+                    "busbw_gbps": _median_busbw(m),
+                    "vs": {peer.algorithm: peer.median_us / m.median_us for peer in peers},
+                    "peer_us": {peer.algorithm: peer.median_us for peer in peers},
+                    "bound_fraction": (_median_busbw(m) / bound.allreduce_busbw_gbps
+                                       if bound is not None else None),
+                })
+    return rows
+
+
+def _median_busbw(m: Measurement) -> float:
+    """busbw at the median time (the peers' table compares medians), GB/s."""
+    return m.nbytes / (m.median_us * 1e-6) / 1e9 * busbw_factor(m.collective, m.world_size)
 
 
 def header_lines(report: BenchReport) -> list[str]:
@@ -280,13 +366,17 @@ def report_from_dict(data: dict[str, Any]) -> BenchReport:
     """Rebuild a report from :meth:`BenchReport.to_dict` output (for plots of saved runs)."""
     measurements = [
         Measurement(r["collective"], r["algorithm"], r["nbytes"], r["world_size"],
-                    tuple(t * 1e-6 for t in r["times_us"]), r.get("resolved"))
+                    tuple(t * 1e-6 for t in r["times_us"]), r.get("resolved"),
+                    bool(r.get("peer", False)))
         for r in data["results"]
     ]
+    copies = [CopyBound(c["nbytes"], c["world_size"], c["one_core_us"] * 1e-6,
+                        c["all_ranks_us"] * 1e-6) for c in data.get("copies", [])]
     ceilings = [
         P2PResult(item["nbytes"], tuple(t * 1e-6 for t in item["times_us"])) if item else None
         for item in (data.get("p2p"), data.get("memcpy"))
     ]
     return BenchReport(data["environment"], data["config"], measurements, ceilings[0],
-                       data.get("calibration"), ceilings[1])
+                       data.get("calibration"), ceilings[1], copies, data.get("peers", {}),
+                       data.get("skipped_peers", []))
 

@@ -20,9 +20,12 @@ from typing import Any
 
 from rich.markup import escape
 
-from scaledl.bench.collectives import DEFAULT_ALGORITHMS, DTYPES, BenchConfig, select_algorithms
+from scaledl.bench.collectives import (
+    DEFAULT_ALGORITHMS, DTYPES, PEER_ALGORITHMS, BenchConfig, select_algorithms,
+)
+from scaledl.bench.peers import PEERS, parse_peers
 from scaledl.bench.report import (
-    BenchReport, Measurement, format_bytes, header_lines, native_ratios,
+    BenchReport, Measurement, format_bytes, header_lines, native_ratios, peer_rows,
 )
 from scaledl.bootstrap import read_launch_env
 from scaledl.cli.launch import run_distributed, under_launcher
@@ -86,6 +89,10 @@ def add_parser(kinds: Any) -> None:
                         f"{', '.join(DEFAULT_ALGORITHMS)} (tree and chain instead of the first "
                         f"three for broadcast and reduce; shm only inside one host); choices: "
                         f"{names}")
+    p.add_argument("--peers", default=None,
+                   help=f"comma list of peer libraries timed beside scaledl, interleaved, on the "
+                        f"same buffers: {', '.join(PEERS)} (mpi under mpirun/mpiexec only); "
+                        f"the default algorithms are then {','.join(PEER_ALGORITHMS)}")
     p.add_argument("--min-bytes", default="4K", help="smallest message, e.g. 4K (default)")
     p.add_argument("--max-bytes", default="256M", help="largest message, e.g. 256M (default)")
     p.add_argument("--step-factor", type=int, default=4, help="size multiplier per step")
@@ -111,7 +118,11 @@ def add_parser(kinds: Any) -> None:
 
 def build_config(args: argparse.Namespace) -> BenchConfig:
     """Validate the options into a :class:`BenchConfig` (``ValueError`` on bad input)."""
-    algorithms = select_algorithms(args.collectives.split(","), args.algorithms)
+    peers = parse_peers(args.peers)
+    spec = args.algorithms
+    if spec is None and peers:
+        spec = ",".join(PEER_ALGORITHMS)
+    algorithms = select_algorithms(args.collectives.split(","), spec)
     sizes = message_sizes(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes),
                           args.step_factor)
     chunk = parse_bytes(args.chunk_bytes) if args.chunk_bytes is not None else None
@@ -121,6 +132,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         algorithms=algorithms, sizes=tuple(sizes), dtype=args.dtype, iters=args.iters,
         warmup=args.warmup, target_seconds=args.target_seconds, topology=args.topology,
         chunk_bytes=chunk, p2p_bytes=parse_bytes(args.p2p_bytes), explain=args.explain,
+        peers=peers,
     )
     if args.timeout <= 0:
         raise ValueError(f"--timeout {args.timeout} must be positive")
@@ -184,7 +196,7 @@ def _config_dict(args: argparse.Namespace, config: BenchConfig, chunk_bytes: int
         "sizes": list(config.sizes), "dtype": config.dtype, "iters": config.iters,
         "warmup": config.warmup, "target_seconds": config.target_seconds,
         "topology": config.topology, "chunk_bytes": chunk_bytes, "p2p_bytes": config.p2p_bytes,
-        "calibrate": args.calibrate,
+        "calibrate": args.calibrate, "peers": list(config.peers),
     }
 
 
@@ -206,13 +218,14 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
         echo = partial(console.print, markup=False, highlight=False) if console else None
         p2p = measure_p2p(config.p2p_bytes, rank, world_size)
         memcpy = measure_memcpy(config.p2p_bytes)
-        measurements = run_benchmark(config, topology, echo)
+        run = run_benchmark(config, topology, echo)
         if console is None:
             return 0
         comm = communicator_for(None)
         env = rep.environment(str(dist.get_backend()), world_size, topology.spec)
         result = rep.BenchReport(env, _config_dict(args, config, comm.chunk_bytes),
-                                 measurements, p2p, memcpy=memcpy)
+                                 run.measurements, p2p, memcpy=memcpy, copies=run.copies,
+                                 peers=run.peers, skipped_peers=run.skipped)
         if args.calibrate:
             result.calibration = _calibrate(result, topology, comm.cost_model, comm.chunk_bytes)
         render_table(result, console)
@@ -273,12 +286,49 @@ def render_table(report: BenchReport, console: Any) -> None:
             f"{m.algbw_gbps:.3f}", f"{m.busbw_gbps:.3f}", fraction,
         )
     console.print(table)
+    render_peers(report, console)
     baseline = "torch" if any(m.algorithm == "torch" for m in report.measurements) else "native"
     for ratio in native_ratios(report.measurements, baseline):
         console.print(
             f"{ratio['collective']} at {format_bytes(ratio['nbytes'])}: "
             f"{ratio['algorithm']} / {baseline} busbw = {ratio['busbw_ratio']:.2f}x"
         )
+
+
+def render_peers(report: BenchReport, console: Any) -> None:
+    """The peers' table: per size and scaledl algorithm, its median time and busbw, each peer's
+    median time over it (``> 1``: scaledl faster), the memory copies of that size and the share
+    of the memory bound scaledl reached.  Nothing when no peer ran."""
+    from rich.table import Table
+
+    rows = peer_rows(report.measurements, report.copies)
+    if not rows:
+        return
+    for name, label in report.peers.items():
+        console.print(f"peer {name}: {label}", markup=False, highlight=False)
+    names = list(dict.fromkeys(name for row in rows for name in row["vs"]))
+    copies = {copy.nbytes: copy for copy in report.copies}
+    table = Table(title="against the peers: medians of interleaved samples; a peer's time, "
+                        "and its ratio to scaledl's (> 1: scaledl faster)")
+    titles = ["size", "collective", "algorithm", "us", "busbw GB/s", *names,
+              "copy 1 core / all GB/s", "bound GB/s", "of bound"]
+    for title in titles:
+        table.add_column(title, justify="left" if title in ("collective", "algorithm") else "right")
+    for row in rows:
+        copy = copies.get(row["nbytes"]) if row["collective"] == "allreduce" else None
+        fraction = row["bound_fraction"]
+        table.add_row(
+            format_bytes(row["nbytes"]), row["collective"],
+            escape(row["algorithm"] if row["resolved"] in (None, row["algorithm"])
+                   else f"{row['algorithm']} ({row['resolved']})"),
+            f"{row['median_us']:.1f}", f"{row['busbw_gbps']:.2f}",
+            *(f"{row['peer_us'][n]:.1f} ({row['vs'][n]:.2f}x)" if n in row["vs"] else "-"
+              for n in names),
+            f"{copy.one_core_gbps:.1f} / {copy.all_ranks_gbps:.1f}" if copy else "-",
+            f"{copy.allreduce_busbw_gbps:.2f}" if copy else "-",
+            f"{fraction:.0%}" if fraction is not None else "-",
+        )
+    console.print(table)
 
 
 def _shown(measurement: Measurement) -> str:
