@@ -43,14 +43,34 @@ _RUN_FLAGS: tuple[Flag, ...] = (
     ("algorithm", str, "collective algorithm (auto, ring, torus, ...; tree/chain for "
                        "reduce-broadcast)"),
     ("topology", str, "network layout innermost first, e.g. 2x2"),
-    ("model", str, "mlp, lenet, resnet20, resnet56, ..."),
-    ("dataset", str, "digits (default), mnist, fashion-mnist, cifar10, npz, synthetic"),
+    ("model", str, "mlp, lenet, resnet20, resnet56, ..., or package.module:factory (a "
+                   "callable returning an nn.Module)"),
+    ("dataset", str, "digits (default), mnist, fashion-mnist, cifar10, npz, synthetic, "
+                     "imagefolder, or package.module:factory (a Dataset or a (train, test) "
+                     "pair)"),
     ("data_dir", str, "where the data set's files are"),
+    ("image_size", int, "imagefolder: resize every image to N x N pixels"),
     ("epochs", int, "passes over the training set"),
-    ("batch_size", int, "samples per step on each worker"),
-    ("lr", float, "learning rate"),
+    ("max_steps", int, "stop after this many updates in all (default: every epoch)"),
+    ("batch_size", int, "samples per micro-batch on each worker"),
+    ("grad_accum", int, "micro-batches whose gradients add up to one update (default 1)"),
+    ("optimizer", str, "sgd (default) or adamw"),
+    ("lr", float, "learning rate (with --lr-scaling linear: for --lr-reference-batch)"),
+    ("lr_schedule", str, "constant (default), step or cosine"),
+    ("warmup_epochs", float, "epochs of linear warm-up of the learning rate (default 0)"),
+    ("lr_scaling", str, "none (default) or linear: lr x global batch / --lr-reference-batch "
+                        "(Goyal et al. 2017)"),
+    ("lr_reference_batch", int, "the global batch --lr is for under --lr-scaling linear "
+                                "(default 256)"),
+    ("lr_decay", float, "step schedule: factor at each decay (default 0.1)"),
+    ("lr_decay_every", int, "step schedule: epochs between decays (default: a third of "
+                            "--epochs)"),
     ("momentum", float, "SGD momentum in [0, 1)"),
-    ("weight_decay", float, "L2 penalty"),
+    ("weight_decay", float, "L2 penalty (AdamW: decoupled weight decay)"),
+    ("clip_grad_norm", float, "clip the gradients' global L2 norm to this before each update"),
+    ("device", str, "cpu (default; Gloo) or cuda (NCCL, GPU LOCAL_RANK per rank)"),
+    ("precision", str, "fp32 (default), bf16 or fp16 (autocast; fp16 with a gradient scaler, "
+                       "CUDA only)"),
     ("seed", int, "seed of initialisation and data order"),
     ("bucket_mb", float, "gradient bucket size in MiB (allreduce strategy)"),
     ("out", str, "run directory"),
@@ -118,23 +138,24 @@ def _config(args: argparse.Namespace) -> TrainConfig:
 def _preflight(config: TrainConfig, workers: int, fault: str | None,
                fault_source: str = FAULT_ENV) -> None:
     """Fail before launching for anything a user can get wrong."""
-    from scaledl.data import ArrayDataset, available_datasets, declared_shape, load_dataset
-    from scaledl.train.setup import validate_config
+    from scaledl.data import ArrayDataset, declared_shape
+    from scaledl.data.datasets import is_dataset_name
+    from scaledl.train.device import check_device
+    from scaledl.train.setup import load_split, validate_config
 
     data = config.data
 
     def load(split: str) -> ArrayDataset:
-        return load_dataset(data.dataset, data.data_dir, split, config.run.seed,
-                            data.synthetic_size)
+        return load_split(data, split, config.run.seed)
 
     train, sample = None, None
-    if declared_shape(data.dataset) is None and \
-            data.dataset.split(":")[0] in available_datasets():
+    if declared_shape(data.dataset) is None and is_dataset_name(data.dataset):
         # only the files tell the sample shape (npz): read them first, so that the model is
         # checked against it here rather than on every worker after launch
         train = load("train")
         sample = (train.input_shape, train.num_classes)
     validate_config(config, workers, sample)
+    check_device(config, workers)
     _check_layout(config)
     _check_faults(config, workers)
     if fault is not None:
@@ -158,11 +179,12 @@ def _most_steps(config: TrainConfig, trainers: int, num_samples: int) -> int:
     """The training steps of the run (steps are numbered across epochs and restarts), at the
     most: an elastic job that goes on with ``--min-workers`` takes more steps per epoch."""
     from scaledl.data import batches_per_epoch
+    from scaledl.train.optim import total_updates
 
     fewest = min(trainers, config.run.min_workers or trainers)
     data = config.data
-    return config.optim.epochs * batches_per_epoch(num_samples, fewest, data.batch_size,
-                                                   data.drop_last)
+    return total_updates(config.optim, batches_per_epoch(num_samples, fewest, data.batch_size,
+                                                         data.drop_last))
 
 
 def _check_resume(config: TrainConfig) -> None:
@@ -307,16 +329,19 @@ def _check_restartable(env: Mapping[str, str]) -> None:
 def _worker(config: TrainConfig) -> int:
     import scaledl
     from scaledl import bootstrap
+    from scaledl.train.device import BACKENDS, check_device
     from scaledl.train.trainer import Trainer
     from scaledl.cli.progress import RichProgress
 
     die_with_launcher()
     _check_restartable(os.environ)
-    topology = bootstrap.init(backend=bootstrap.HOST_BACKEND, timeout=config.parallel.timeout_s,
-                              topology=config.parallel.topology)
+    check_device(config)  # under a launcher no preflight ran: each rank checks its host
+    device = _rank_device(config.run.device)
+    topology = bootstrap.init(backend=BACKENDS[config.run.device],
+                              timeout=config.parallel.timeout_s, topology=config.parallel.topology)
     config = config.with_workers(topology.world_size)
     try:
-        result = Trainer(config, topology, RichProgress()).run()
+        result = Trainer(config, topology, RichProgress(), device).run()
     except (ValueError, TypeError):
         raise
     except RuntimeError as error:
@@ -328,6 +353,18 @@ def _worker(config: TrainConfig) -> int:
     if topology.rank == 0:
         _report(result, config)
     return 0
+
+
+def _rank_device(device: str) -> Any:
+    """This rank's device: the CPU, or GPU ``LOCAL_RANK`` (as ``bootstrap.init`` makes it the
+    current one for NCCL)."""
+    import torch
+
+    from scaledl.bootstrap import read_launch_env
+    from scaledl.train.device import rank_device
+
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    return rank_device(device, read_launch_env().local_rank, gpus)
 
 
 def _report(result: dict[str, Any], config: TrainConfig) -> None:

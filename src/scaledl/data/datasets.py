@@ -15,6 +15,10 @@ labels), so a loader gathers a batch with one ``index_select`` instead of per-sa
                    ``train.npz``/``test.npz``) with arrays ``x``/``y`` or ``features``/``labels``.
 ``synthetic``      class-dependent means plus Gaussian noise, for throughput runs; the name may
                    carry a shape and class count: ``synthetic:1x28x28:10``, ``synthetic:64:5``.
+``imagefolder``    a directory of images, ``train/CLASS/*`` and ``test/CLASS/*`` (or ``val/``),
+                   read with Pillow (:mod:`scaledl.data.imagefolder`); ``image_size`` resizes.
+``module:factory`` a user's ``package.module:factory`` returning a torch ``Dataset`` or a
+                   ``(train, test)`` pair of them (:func:`load_factory_dataset`).
 =================  ==============================================================================
 
 Images are scaled to [0, 1] and standardized per channel: with the usual published train-split
@@ -32,15 +36,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from scaledl.data.factory import call_factory, first_line, is_factory_spec, load_factory
 from scaledl.data.formats import (
     IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, find_file, read_cifar10_batches, read_digits, read_idx,
     read_npz,
 )
+from scaledl.data.imagefolder import read_imagefolder
 from scaledl.data.synthetic import make_synthetic, parse_synthetic
 
 __all__ = [
     "ArrayDataset", "DatasetRequest", "SPLITS", "FASHION_MNIST_DIR", "available_datasets",
-    "declared_shape", "load_dataset",
+    "declared_shape", "load_dataset", "load_factory_dataset", "is_dataset_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -119,6 +125,8 @@ class DatasetRequest:
     """Seed for generated data (synthetic only)."""
     synthetic_size: int | None
     """Samples in a synthetic split; None for the default."""
+    image_size: int | None = None
+    """imagefolder: the side every image is resized to; None keeps their size."""
 
 
 def _standardize(
@@ -267,6 +275,23 @@ def _load_synthetic(request: DatasetRequest) -> ArrayDataset:
     return ArrayDataset(features, labels, num_classes, request.name)
 
 
+def _load_imagefolder(request: DatasetRequest) -> ArrayDataset:
+    if request.data_dir is None:
+        raise ValueError("dataset imagefolder needs its directory; pass --data-dir DIR holding "
+                         "train/CLASS/IMAGE and test/CLASS/IMAGE")
+    images, labels, classes = read_imagefolder(request.data_dir, "train", request.image_size)
+    mean, std = _channel_stats(images.astype(np.float32) / 255.0)  # the train split's
+    if request.split != "train":
+        shape = images.shape[1:]
+        images, labels, _ = read_imagefolder(request.data_dir, request.split, request.image_size)
+        if images.shape[1:] != shape:
+            raise ValueError(f"imagefolder {request.data_dir}: test images are "
+                             f"{images.shape[1:]} but training images {shape} (channels, "
+                             "height, width); give --image-size N to resize both alike")
+    return ArrayDataset(_standardize(images, mean, std, 1.0 / 255.0),
+                        torch.from_numpy(labels), len(classes), "imagefolder")
+
+
 _LOADERS: dict[str, Callable[[DatasetRequest], ArrayDataset]] = {
     "digits": _load_digits,
     "mnist": _load_mnist,
@@ -274,10 +299,11 @@ _LOADERS: dict[str, Callable[[DatasetRequest], ArrayDataset]] = {
     "cifar10": _load_cifar10,
     "npz": _load_npz,
     "synthetic": _load_synthetic,
+    "imagefolder": _load_imagefolder,
 }
 
 
-_FROM_FILES = frozenset({"mnist", "fashion-mnist", "cifar10", "npz"})
+_FROM_FILES = frozenset({"mnist", "fashion-mnist", "cifar10", "npz", "imagefolder"})
 """The data sets read from files (``data_dir``); digits ships with the package and synthetic is
 generated."""
 
@@ -298,8 +324,14 @@ def declared_shape(name: str) -> tuple[tuple[int, ...], int] | None:
 
 
 def available_datasets() -> list[str]:
-    """Registered dataset names (``synthetic`` also accepts ``synthetic:SHAPE[:CLASSES]``)."""
+    """Registered dataset names (``synthetic`` also accepts ``synthetic:SHAPE[:CLASSES]``;
+    besides them, a ``package.module:factory`` names a user's data set)."""
     return list(_LOADERS)
+
+
+def is_dataset_name(name: str) -> bool:
+    """Whether ``name`` is a registered data set (with its spec) or a ``module:factory``."""
+    return name.split(":", 1)[0].lower() in _LOADERS or is_factory_spec(name)
 
 
 def load_dataset(
@@ -308,16 +340,21 @@ def load_dataset(
     split: str = "train",
     seed: int = 0,
     synthetic_size: int | None = None,
+    image_size: int | None = None,
 ) -> ArrayDataset:
     """Load split ``split`` of dataset ``name`` into memory (see the module docstring)."""
     family = name.split(":", 1)[0].lower()
-    if family not in _LOADERS:
-        raise ValueError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
     if split not in SPLITS:
         raise ValueError(f"split {split!r} is not one of {SPLITS}")
-    _check_options(name, family, data_dir, synthetic_size)
+    if family not in _LOADERS and is_factory_spec(name):
+        _check_options(name, "factory", None, synthetic_size, image_size)
+        return load_factory_dataset(name, data_dir, split)
+    if family not in _LOADERS:
+        raise ValueError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}"
+                         ", or your own as package.module:factory")
+    _check_options(name, family, data_dir, synthetic_size, image_size)
     directory = None if data_dir is None else Path(data_dir).expanduser()
-    request = DatasetRequest(name.lower(), directory, split, seed, synthetic_size)
+    request = DatasetRequest(name.lower(), directory, split, seed, synthetic_size, image_size)
     dataset = _LOADERS[family](request)
     logger.info(
         "loaded %s/%s: %d samples of shape %s, %d classes",
@@ -327,14 +364,130 @@ def load_dataset(
 
 
 def _check_options(name: str, family: str, data_dir: str | Path | None,
-                   synthetic_size: int | None) -> None:
+                   synthetic_size: int | None, image_size: int | None = None) -> None:
     """An option the data set would not read is refused, not ignored."""
     if synthetic_size is not None and family != "synthetic":
         raise ValueError(f"synthetic_size {synthetic_size} (--synthetic-size) sizes the "
                          f"synthetic data set, and {name} has its own size; drop it, or train "
                          "on --dataset synthetic")
+    if image_size is not None and family != "imagefolder":
+        raise ValueError(f"image_size {image_size} (--image-size) resizes the images of "
+                         f"--dataset imagefolder, and {name} is not one; drop it")
     if data_dir is not None and family not in _FROM_FILES:
         where = "ships with scaledl" if family == "digits" else "is generated"
         raise ValueError(f"data_dir {data_dir} (--data-dir) names files to read, and {name} "
                          f"{where}; drop it, or name a data set read from files "
                          f"({', '.join(sorted(_FROM_FILES))})")
+
+
+_FACTORY_SPLITS: dict[tuple[str, str | None], tuple[ArrayDataset, ArrayDataset]] = {}
+"""The last user data set's two splits, so that loading the test split after the train split
+does not call the factory again (one entry: a process trains one data set)."""
+
+
+def load_factory_dataset(spec: str, data_dir: str | Path | None = None,
+                         split: str = "train") -> ArrayDataset:
+    """Split ``split`` of the user's data set ``package.module:factory``.
+
+    The contract: ``factory()`` (``factory(data_dir=...)`` with ``--data-dir``, which it must
+    then take) returns a ``(train, test)`` pair of map-style datasets, or one dataset that is
+    then both splits (a warning says so).  A dataset has ``len()`` and items ``(features,
+    label)``: features a tensor (or array) of one shape, the label an int class index.
+    ``torch.utils.data.TensorDataset`` and :class:`ArrayDataset` are read whole, others item by
+    item.  The classes are ``num_classes`` of the train set when it has that attribute, else
+    the largest label plus one.  Features are taken as they are (no standardization: the
+    factory owns its transforms), as float32, and held in memory.  Every process that trains
+    calls the factory, so it must return the same data on every rank.
+    """
+    key = (spec, None if data_dir is None else str(data_dir))
+    if key not in _FACTORY_SPLITS:
+        factory = load_factory(spec, "dataset")
+        offered = {} if data_dir is None else {"data_dir": str(data_dir)}
+        if offered and "data_dir" not in _keywords(factory):
+            raise ValueError(f"data_dir {data_dir} (--data-dir) is given, and dataset factory "
+                             f"{spec!r} takes no data_dir parameter; drop --data-dir or add "
+                             "data_dir to the factory")
+        made = call_factory(factory, spec, "dataset", **offered)
+        _FACTORY_SPLITS.clear()
+        _FACTORY_SPLITS[key] = _factory_splits(spec, made)
+    dataset = _FACTORY_SPLITS[key][SPLITS.index(split)]
+    logger.info("loaded %s/%s: %d samples of shape %s, %d classes", spec, split, len(dataset),
+                dataset.input_shape, dataset.num_classes)
+    return dataset
+
+
+def _keywords(factory: Callable[..., object]) -> set[str]:
+    import inspect
+
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return {"data_dir"}
+    return {p.name for p in parameters}
+
+
+def _factory_splits(spec: str, made: object) -> tuple[ArrayDataset, ArrayDataset]:
+    """``(train, test)`` from what a dataset factory returned."""
+    if isinstance(made, tuple) and len(made) == 2:
+        train_source, test_source = made
+    elif isinstance(made, (tuple, list)):
+        raise ValueError(f"dataset factory {spec!r} returned a {type(made).__name__} of "
+                         f"{len(made)}; return one dataset or a (train, test) pair")
+    else:
+        logger.warning("dataset factory %s returned one dataset, so it is also the test split: "
+                       "the test accuracy is measured on the training samples (return a "
+                       "(train, test) pair for a held-out one)", spec)
+        train_source = test_source = made
+    train_x, train_y = _tensors(spec, "train", train_source)
+    test_x, test_y = (train_x, train_y) if test_source is train_source else \
+        _tensors(spec, "test", test_source)
+    if train_x.shape[1:] != test_x.shape[1:]:
+        raise ValueError(f"dataset factory {spec!r}: test samples have shape "
+                         f"{tuple(test_x.shape[1:])} and training samples "
+                         f"{tuple(train_x.shape[1:])}; return splits of one sample shape")
+    declared = getattr(train_source, "num_classes", None)
+    classes = int(declared) if isinstance(declared, int) else \
+        int(max(int(train_y.max()), int(test_y.max()))) + 1
+    return (ArrayDataset(train_x, train_y, classes, spec),
+            ArrayDataset(test_x, test_y, classes, spec))
+
+
+def _tensors(spec: str, split: str, source: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features (float32) and labels (int64) of every item of one split."""
+    where = f"dataset factory {spec!r}: the {split} set"
+    if isinstance(source, ArrayDataset):
+        return source.features, source.labels
+    tensors = getattr(source, "tensors", None)  # torch.utils.data.TensorDataset
+    if isinstance(tensors, tuple) and len(tensors) == 2 and \
+            all(isinstance(t, torch.Tensor) for t in tensors):
+        features, labels = tensors
+    else:
+        if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
+            raise ValueError(f"{where} is a {type(source).__name__}, not a dataset; return a "
+                             "map-style torch Dataset (len() and items (features, label))")
+        items = [source[i] for i in range(len(source))]
+        bad = next((i for i, item in enumerate(items)
+                    if not (isinstance(item, (tuple, list)) and len(item) == 2)), None)
+        if bad is not None:
+            raise ValueError(f"{where}: item {bad} is {type(items[bad]).__name__}, not a "
+                             "(features, label) pair; return items (features, label)")
+        try:
+            features = torch.stack([torch.as_tensor(x) for x, _ in items]) if items else \
+                torch.empty(0)
+            labels = torch.as_tensor([int(y) for _, y in items], dtype=torch.int64)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ValueError(f"{where}: its items are not (features of one shape, int label) "
+                             f"({first_line(error)}); return tensors of one shape and int "
+                             "labels") from error
+    if len(features) == 0:
+        raise ValueError(f"{where} is empty; return at least one sample")
+    if features.dim() < 2 or labels.shape != (len(features),):
+        raise ValueError(f"{where}: {tuple(features.shape)} features and {tuple(labels.shape)} "
+                         "labels are not one label per sample of one shape; return items "
+                         "(features, label)")
+    if labels.is_floating_point() or int(labels.min()) < 0:
+        raise ValueError(f"{where}: labels must be int class indices >= 0, got "
+                         f"{labels.dtype} (min {labels.min().item()}); return int labels")
+    return features.to(torch.float32).contiguous(), labels.to(torch.int64)

@@ -37,7 +37,8 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "DataConfig", "ModelConfig", "OptimConfig", "ParallelConfig", "RunConfig", "TrainConfig",
-    "FIELD_SECTION", "SECTIONS", "load_toml", "build_config",
+    "FIELD_SECTION", "SECTIONS", "load_toml", "build_config", "OPTIMIZERS", "LR_SCHEDULES",
+    "LR_SCALINGS", "DEVICES", "PRECISIONS",
 ]
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class DataConfig:
     """Drop each epoch's last, incomplete batch."""
     synthetic_size: int | None = None
     """Number of random samples to train on instead of a real data set (``None``: real data)."""
+    image_size: int | None = None
+    """``imagefolder`` only: resize every image to this many pixels square (``None``: the
+    images must all have one size already)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -69,6 +73,9 @@ class DataConfig:
             raise ValueError(
                 f"synthetic_size {self.synthetic_size} must be at least 1, or unset for real data"
             )
+        if self.image_size is not None and self.image_size < 1:
+            raise ValueError(f"image_size {self.image_size} must be at least 1 pixel, or unset "
+                             "to keep the images' own size")
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,9 @@ class ModelConfig:
     """Which model to train."""
 
     name: str = "mlp"
-    """Model name, as known to :mod:`scaledl.models`; the small ``mlp`` suits ``digits``."""
+    """Model name, as known to :mod:`scaledl.models` (the small ``mlp`` suits ``digits``), or
+    ``package.module:factory``, a callable returning an ``nn.Module``
+    (:mod:`scaledl.train.user_model`)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -84,18 +93,54 @@ class ModelConfig:
             raise ValueError("model name '' is empty; name a model, e.g. name = 'mlp'")
 
 
+OPTIMIZERS = ("sgd", "adamw")
+"""``optimizer`` values: ``torch.optim.SGD`` (with ``momentum``) or ``torch.optim.AdamW``."""
+LR_SCHEDULES = ("constant", "step", "cosine")
+"""``lr_schedule`` values (:mod:`scaledl.train.optim`)."""
+LR_SCALINGS = ("none", "linear")
+"""``lr_scaling`` values: ``linear`` is Goyal et al.'s rule, ``lr * global batch /
+lr_reference_batch``."""
+
+
 @dataclass(frozen=True)
 class OptimConfig:
-    """SGD with momentum and how long to run it."""
+    """The optimizer, its learning rate over time, and how long to run it."""
 
     lr: float = 0.05
-    """Learning rate."""
+    """Learning rate (with ``lr_scaling = "linear"``: the rate for a global batch of
+    ``lr_reference_batch`` samples)."""
     momentum: float = 0.9
-    """Momentum factor, in [0, 1)."""
+    """SGD's momentum factor, in [0, 1)."""
     weight_decay: float = 0.0
-    """L2 penalty added to the gradient (>= 0)."""
+    """L2 penalty added to the gradient (>= 0); AdamW's decoupled decay."""
     epochs: int = 10
     """Passes over the training set (>= 1)."""
+    optimizer: str = "sgd"
+    """``sgd`` (torch.optim.SGD with ``momentum``) or ``adamw`` (torch.optim.AdamW, its default
+    betas)."""
+    lr_schedule: str = "constant"
+    """``constant``; ``step`` (times ``lr_decay`` every ``lr_decay_every`` epochs); ``cosine``
+    (half a cosine from the rate to 0 at the last step); all after the warm-up."""
+    warmup_epochs: float = 0.0
+    """Epochs (a fraction is allowed) over which the rate rises linearly to its full value."""
+    lr_scaling: str = "none"
+    """``linear``: the rate is ``lr * global batch / lr_reference_batch`` (Goyal et al. 2017),
+    where the global batch is ``batch_size * workers * grad_accum``; ``none``: ``lr`` as is."""
+    lr_reference_batch: int = 256
+    """The global batch ``lr`` is meant for under ``lr_scaling = "linear"`` (Goyal et al.'s
+    256)."""
+    lr_decay: float = 0.1
+    """``step`` schedule: the factor applied at every decay."""
+    lr_decay_every: int | None = None
+    """``step`` schedule: epochs between decays; ``None``: a third of ``epochs`` (rounded up),
+    so the rate is cut twice, as in the 30/60-of-90-epoch ResNet recipe."""
+    clip_grad_norm: float | None = None
+    """Clip the gradients' global L2 norm to this before each update (``None``: no clipping)."""
+    grad_accum: int = 1
+    """Micro-batches of ``batch_size`` whose gradients are summed (averaged) before each update;
+    communication happens once per update."""
+    max_steps: int | None = None
+    """Stop after this many updates in all, even inside an epoch (``None``: ``epochs``)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -107,6 +152,40 @@ class OptimConfig:
             raise ValueError(f"weight_decay {self.weight_decay} must be >= 0")
         if self.epochs < 1:
             raise ValueError(f"epochs {self.epochs} must be at least 1")
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _check_choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
+        if not self.warmup_epochs >= 0:
+            raise ValueError(f"warmup_epochs {self.warmup_epochs} must be >= 0 (0: no warm-up)")
+        if self.lr_reference_batch < 1:
+            raise ValueError(f"lr_reference_batch {self.lr_reference_batch} must be at least 1, "
+                             "e.g. 256")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"lr_decay {self.lr_decay} must be in (0, 1], e.g. 0.1")
+        if self.lr_decay_every is not None and self.lr_decay_every < 1:
+            raise ValueError(f"lr_decay_every {self.lr_decay_every} must be at least 1 epoch, or "
+                             "unset for a third of the epochs")
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            raise ValueError(f"clip_grad_norm {self.clip_grad_norm} must be positive, or unset "
+                             "for no clipping")
+        if self.grad_accum < 1:
+            raise ValueError(f"grad_accum {self.grad_accum} must be at least 1 (1: no "
+                             "accumulation)")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps {self.max_steps} must be at least 1, or unset to run "
+                             "every epoch")
+        self._check_unread()
+
+    def _check_unread(self) -> None:
+        """A setting of a schedule or rule that is not chosen is refused, not ignored."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, needs, value in (("lr_decay", "lr_schedule = 'step'", "step"),
+                                   ("lr_decay_every", "lr_schedule = 'step'", "step"),
+                                   ("lr_reference_batch", "lr_scaling = 'linear'", "linear")):
+            chosen = self.lr_schedule if needs.startswith("lr_schedule") else self.lr_scaling
+            if getattr(self, name) != defaults[name] and chosen != value:
+                raise ValueError(f"{name} {getattr(self, name)!r} is read only with {needs}; "
+                                 f"drop it or set {needs.replace(' = ', ' ')}")
 
 
 @dataclass(frozen=True)
@@ -138,6 +217,11 @@ class RunConfig:
     """Steps between metric log lines on the console (every step still goes to the JSONL)."""
     progress: bool = True
     """Show a progress bar on rank 0."""
+    device: str = "cpu"
+    """``cpu`` (Gloo) or ``cuda`` (NCCL, GPU ``LOCAL_RANK`` of each host for each rank)."""
+    precision: str = "fp32"
+    """``fp32``, or ``bf16`` / ``fp16`` autocast of forward and loss (``fp16`` with a gradient
+    scaler, CUDA only); parameters, gradients and optimizer state stay float32."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -165,6 +249,20 @@ class RunConfig:
                              "for once per epoch")
         if self.log_every < 1:
             raise ValueError(f"log_every {self.log_every} must be at least 1 step")
+        _check_choice("device", self.device, DEVICES)
+        _check_choice("precision", self.precision, PRECISIONS)
+
+
+DEVICES = ("cpu", "cuda")
+"""``device`` values."""
+PRECISIONS = ("fp32", "bf16", "fp16")
+"""``precision`` values (:mod:`scaledl.train.precision`)."""
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """A one-line error naming ``value`` and the allowed ones."""
+    if value not in allowed:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}; use one of them")
 
 
 SECTIONS: dict[str, type] = {

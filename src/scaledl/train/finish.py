@@ -47,11 +47,12 @@ def staleness_of(pairs: list[tuple[int, int] | None]) -> list[float | None] | No
     return [pair[1] / pair[0] if pair and pair[0] else None for pair in pairs]
 
 
-def gather_staleness(pushes: int, staleness_sum: int, world_size: int
-                     ) -> list[float | None] | None:
-    """Every rank's mean staleness, gathered on every rank (a collective of every rank)."""
-    mine = torch.tensor([pushes, staleness_sum], dtype=torch.int64)
-    everyone = torch.zeros(world_size * 2, dtype=torch.int64)
+def gather_staleness(pushes: int, staleness_sum: int, world_size: int,
+                     device: torch.device | None = None) -> list[float | None] | None:
+    """Every rank's mean staleness, gathered on every rank (a collective of every rank, on
+    ``device``: the process group's, the CPU by default)."""
+    mine = torch.tensor([pushes, staleness_sum], dtype=torch.int64, device=device)
+    everyone = torch.zeros(world_size * 2, dtype=torch.int64, device=device)
     collectives.allgather(everyone, mine, algorithm="native")
     rows = everyone.view(-1, 2).tolist()
     return staleness_of([(int(a), int(b)) for a, b in rows])

@@ -1,8 +1,14 @@
 """The training loop of one rank: steps, evaluation, metrics, checkpoints, timeline.
 
-Each step is ``forward -> loss -> backward -> strategy.step()``; the strategy's collectives run
-on the communicator thread while backward goes on, and the time they ran and the time this
-thread waited for them become the step's ``comm_s`` and ``wait_s``.  Rank 0 writes
+Each step (an update) is ``forward -> loss -> backward`` on each of ``grad_accum``
+micro-batches (all but the last inside the DataParallel's ``no_sync()``), then the learning
+rate of the step (:mod:`scaledl.train.optim`), gradient clipping and ``strategy.step()``;
+forward and loss run under the run's autocast, and ``fp16`` scales the loss
+(:mod:`scaledl.train.precision`).  The strategy's collectives run on the communicator thread
+while backward goes on, and the time they ran and the time this thread waited for them become
+the step's ``comm_s`` and ``wait_s``.  With ``device = "cuda"`` the model and every batch live on
+this rank's GPU (:mod:`scaledl.train.device`).  ``max_steps`` ends the run after that many
+updates, inside an epoch if need be.  Rank 0 writes
 ``metrics.jsonl`` (one line per step, one per evaluation, one per restart), checkpoints (in the
 background, atomically, holding model, optimizer, strategy, sampler position and RNG states),
 plots, and the merged Chrome trace.
@@ -20,8 +26,11 @@ worker that the parameter server dropped cannot stall the others (:mod:`scaledl.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +52,9 @@ from scaledl.sync.data_parallel import DataParallel
 from scaledl.train.metrics import (
     METRICS_NAME, MetricsWriter, RunStats, StepTimes, overlap_note,
 )
+from scaledl.train.model_file import MODEL_NAME, save_model
+from scaledl.train.optim import LearningRate, total_updates, updates_per_epoch
+from scaledl.train.precision import MixedPrecision
 from scaledl.train.plots import plot_metrics
 from scaledl.train.progress import LogProgress, NoProgress, StepProgress
 from scaledl.train.restarts import job_id, restart_record, restart_totals
@@ -56,12 +68,30 @@ __all__ = ["Trainer"]
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Update:
+    """What the micro-batches of one update add up to."""
+
+    size: int
+    """Micro-batches in this update (``grad_accum``, or fewer at an epoch's end)."""
+    start: float
+    """When its first micro-batch began (``time.perf_counter()``)."""
+    done: int = 0
+    loss: float = 0.0
+    """Sum of the micro-batches' losses weighted by their samples."""
+    correct: int = 0
+    samples: int = 0
+
+
 class Trainer:
     """Train ``config`` on this rank of an initialised process group."""
 
     def __init__(self, config: TrainConfig, topology: Topology,
-                 progress: StepProgress | None = None) -> None:
+                 progress: StepProgress | None = None,
+                 device: torch.device | None = None) -> None:
         self.config = config
+        self.device = device or torch.device("cpu")
+        """Where the model, the batches and the trainer's own collectives live."""
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         shown = self.rank == 0 and config.run.progress and progress is not None
         self.progress: StepProgress = progress if shown and progress else \
@@ -77,7 +107,16 @@ class Trainer:
         model_state = state["strategy"]["model"] if state is not None else None
         explicit = topology if topology.explicit else None
         self.parts: RunParts = build_run(config, self.rank, self.world_size, explicit,
-                                         self.timeline, model_state)
+                                         self.timeline, model_state, self.device)
+        self.precision = MixedPrecision(config.run.precision, self.device, self.parts.strategy)
+        optim, per_epoch = config.optim, len(self.parts.loader)
+        workers = self.parts.strategy.num_workers
+        self.total_steps = total_updates(optim, per_epoch)
+        """Updates of the whole run (every epoch's, or ``max_steps``)."""
+        self.lr = LearningRate(optim, updates_per_epoch(per_epoch, optim.grad_accum),
+                               self.total_steps,
+                               config.data.batch_size * workers * optim.grad_accum)
+        self._evaluated: torch.nn.Module | None = None
         self.step, self.epoch = 0, 0
         if state is not None:
             self._restore(state)
@@ -106,6 +145,7 @@ class Trainer:
                                      state.get("world_size") if state else None)
             if state is None:
                 clear_old_run(self.out)
+            (self.out / MODEL_NAME).unlink(missing_ok=True)  # written again when this run ends
             finish.clear_reports(self.out)
         if state is not None:
             check_resumable(self.config, state, resume.path, self.world_size)
@@ -132,7 +172,7 @@ class Trainer:
 
     def _sample_log(self, resumed: bool) -> SampleLog | None:
         """Every rank's sample log, with rank 0's start time as the attempt's name."""
-        attempt = torch.tensor([time.time()], dtype=torch.float64)
+        attempt = torch.tensor([time.time()], dtype=torch.float64, device=self.device)
         collectives.broadcast(attempt, 0, algorithm="native")
         if not self.parts.strategy.is_worker:
             return None
@@ -143,13 +183,16 @@ class Trainer:
     def _restore(self, state: dict[str, Any]) -> None:
         self.parts.strategy.load_state_dict(state["strategy"])
         self.parts.sampler.load_state_dict(state["sampler"])
+        self.precision.load_state_dict(state.get("precision", {}))
         restore_rng(state["rng"])
         self.step, self.epoch = int(state["step"]), int(state["epoch"])
         log.info("resumed at step %d (epoch %d)", self.step, self.epoch)
 
     def _agree(self, decision: torch.Tensor) -> None:
-        collectives.broadcast(decision, 0, algorithm="native",
+        moved = decision.to(self.device)  # NCCL moves device tensors only
+        collectives.broadcast(moved, 0, algorithm="native",
                               group=self.parts.strategy.worker_group)
+        decision.copy_(moved.cpu())
 
     def _save(self, wait: bool = False) -> None:
         """A checkpoint of the state after ``self.step`` (every worker of a synchronous strategy
@@ -165,6 +208,9 @@ class Trainer:
             "step": self.step, "epoch": self.epoch, "world_size": self.world_size,
             "config": self.config.to_dict(), "strategy": self.parts.strategy.state_dict(),
             "sampler": self.parts.sampler.state_dict(), "rng": capture_rng(), JOB_KEY: self.job,
+            "precision": self.precision.state_dict(),
+            "sample": {"input_shape": list(self.parts.train_set.input_shape),
+                       "num_classes": self.parts.train_set.num_classes},
         }
         self.writer.submit(self.step, payload, wait=wait)
 
@@ -191,62 +237,111 @@ class Trainer:
 
     def _train(self) -> float | None:
         epochs = self.config.optim.epochs
-        self.progress.start(epochs * len(self.parts.loader), self.step)
-        accuracy = None
+        self.progress.start(self.total_steps, self.step)
+        accuracy, stopped = None, False
         try:
-            while self.epoch < epochs:
+            while self.epoch < epochs and self.step < self.total_steps:
                 self.parts.sampler.set_epoch(self.epoch)
-                self._train_epoch()
+                if not self._train_epoch():
+                    accuracy, stopped = None, True  # max_steps ended the run inside this epoch
+                    break
                 accuracy = self.evaluate()
                 self._log_eval(accuracy)
                 self.epoch += 1
                 if self.config.run.checkpoint_every is None and self._checkpoints:
-                    self._save(wait=self.epoch == epochs)
+                    self._save(wait=self.epoch == epochs or self.step >= self.total_steps)
         finally:
             self.progress.stop()
         if accuracy is None:
             accuracy = self.evaluate()
+            if stopped:
+                self._log_eval(accuracy)
         if self._on_disk != self.step and self._checkpoints:
             self._save(wait=True)
+        if self.rank == 0 and self._evaluated is not None:
+            train = self.parts.train_set
+            save_model(self.out, self._evaluated, self.config.model.name, train.input_shape,
+                       train.num_classes)
         return accuracy
 
-    def _train_epoch(self) -> None:
-        evals = self.config.run.eval_every
-        batches = self.parts.loader.batch_indices() if self.samples is not None else []
+    def _train_epoch(self) -> bool:
+        """The rest of this epoch; False when ``max_steps`` ended it early."""
+        evals, accum = self.config.run.eval_every, self.config.optim.grad_accum
+        batches = self.parts.loader.batch_indices()
+        update: _Update | None = None
+        first = 0
         for index, (x, y) in enumerate(self.parts.loader):
-            at_step(self.step + 1)
-            self.timeline.begin_step(self.step)
-            loss, correct, times = self._train_step(x, y)
+            if update is None:  # the first micro-batch of an update
+                at_step(self.step + 1)
+                self.timeline.begin_step(self.step)
+                update = _Update(min(accum, len(batches) - index), time.perf_counter())
+                first = index
+            self._micro_step(x, y, update)
+            if update.done < update.size:
+                continue
+            times = self._update(update)
             self.step += 1
             if self.samples is not None:
-                self.samples.record(self.step, self.epoch, batches[index])
-            global_batch = x.shape[0] * self.parts.strategy.num_workers
+                self.samples.record(self.step, self.epoch, torch.cat(batches[first:index + 1]))
+            global_batch = update.samples * self.parts.strategy.num_workers
+            loss, accuracy = update.loss / update.samples, update.correct / update.samples
             self.stats.add(times, global_batch)
-            self._log_step(loss, correct / max(1, x.shape[0]), global_batch, times)
-            self.progress.advance(loss, correct / max(1, x.shape[0]), global_batch / times.step_s)
+            self._log_step(loss, accuracy, global_batch, times)
+            self.progress.advance(loss, accuracy, global_batch / times.step_s)
+            update = None
             if self._checkpoints and self.schedule.due(self.step):
                 self._save()
             if evals is not None and self.step % evals == 0:
                 self._log_eval(self.evaluate())
+            if self.step >= self.total_steps and index + 1 < len(batches):
+                return False
+        return True
 
-    def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, int, StepTimes]:
+    def _micro_step(self, x: torch.Tensor, y: torch.Tensor, update: _Update) -> None:
+        """Forward and backward of one micro-batch; its gradients add to the update's (loss
+        divided by the micro-batches of the update, so they add up to their mean)."""
         strategy, timeline = self.parts.strategy, self.timeline
-        strategy.module.train()
-        start = time.perf_counter()
-        strategy.zero_grad(set_to_none=True)
-        with timeline.span("forward", "compute", lane="compute"):
-            output = strategy.model(x)
-            loss = nn.functional.cross_entropy(output, y)
-        with timeline.span("backward", "compute", lane="compute"):
-            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-        with timeline.span("optimizer step", "compute", lane="compute"):
-            strategy.step()
-        elapsed = time.perf_counter() - start
+        if update.done == 0:
+            strategy.module.train()
+            strategy.zero_grad(set_to_none=True)
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        last = update.done + 1 == update.size
+        with contextlib.nullcontext() if last else self._no_sync():
+            with timeline.span("forward", "compute", lane="compute"), self.precision.autocast():
+                output = strategy.model(x)
+                loss = nn.functional.cross_entropy(output, y)
+            with timeline.span("backward", "compute", lane="compute"):
+                self.precision.backward(loss / update.size if update.size > 1 else loss)
+        update.done += 1
+        update.loss += float(loss.detach()) * x.shape[0]
+        update.correct += int((output.argmax(dim=1) == y).sum())
+        update.samples += x.shape[0]
+
+    def _no_sync(self) -> AbstractContextManager[object]:
+        """The context of a micro-batch whose gradients stay local: DataParallel's
+        ``no_sync()``; nothing for the periodic strategies, whose backward does not
+        communicate (the configuration check refuses grad_accum with any other)."""
+        no_sync = getattr(self.parts.strategy.model, "no_sync", None)
+        return no_sync() if no_sync is not None else contextlib.nullcontext()
+
+    def _update(self, update: _Update) -> StepTimes:
+        """The update after the micro-batches: this step's rate, unscaling, clipping and the
+        strategy's step (skipped under fp16 when a gradient overflowed)."""
+        strategy, clip = self.parts.strategy, self.config.optim.clip_grad_norm
+        with self.timeline.span("optimizer step", "compute", lane="compute"):
+            self.lr.apply(strategy.optimizer, self.step)
+            self.precision.unscale()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(strategy.module.parameters(), clip)
+            if not self.precision.step():
+                log.info("step %d skipped: the fp16 gradients overflowed (scale now %g)",
+                         self.step + 1, self.precision.scaler.get_scale()
+                         if self.precision.scaler is not None else 0.0)
+        elapsed = time.perf_counter() - update.start
         sync = strategy.stats.reset()
         self.stats.add_staleness(sync.pushes, sync.staleness_sum, sync.staleness_max)
         self._staleness = sync.mean_staleness
-        correct = int((output.argmax(dim=1) == y).sum())
-        return float(loss.detach()), correct, StepTimes(elapsed, sync.comm_s, sync.wait_s)
+        return StepTimes(elapsed, sync.comm_s, sync.wait_s)
 
     def _log_eval(self, accuracy: float | None) -> None:
         if self.metrics is not None and accuracy is not None:
@@ -274,13 +369,16 @@ class Trainer:
         strategy.synchronize()
         model = strategy.evaluation_module()
         model.eval()
+        self._evaluated = model
         test = self.parts.test_set
         share, shares = (0, 1) if alone else (strategy.worker_rank, strategy.num_workers)
         indices = torch.arange(share, len(test), shares)
-        counts = torch.zeros(2, dtype=torch.int64)
+        counts = torch.zeros(2, dtype=torch.int64, device=self.device)
         for chunk in indices.split(512):  # type: ignore[no-untyped-call]  # unannotated in torch
-            x, y = test.gather(chunk)
-            counts[0] += int((model(x).argmax(dim=1) == y).sum())
+            x, y = (t.to(self.device) for t in test.gather(chunk))
+            with self.precision.autocast():
+                output = model(x)
+            counts[0] += (output.argmax(dim=1) == y).sum()
             counts[1] += chunk.numel()
         if not alone:
             collectives.allreduce(counts, algorithm="native", group=strategy.worker_group)
@@ -299,7 +397,7 @@ class Trainer:
             strategy.finish()
             self.timeline.save(self._part(self.rank))
             staleness = finish.gather_staleness(self.stats.pushes, self.stats.staleness_sum,
-                                                self.world_size)
+                                                self.world_size, self.device)
             finish.world_barrier()
             dropped = []
         strategy.close()
