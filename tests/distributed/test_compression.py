@@ -50,7 +50,7 @@ def _reference(codec: str, magnitude: float, world: int) -> torch.Tensor:
     for part in parts[1:]:
         total = total + (part[:count] * scale).to(dtype)
         flags = flags + part[count:].to(dtype)
-    return torch.cat([total.float() * (1.0 / (scale * world)), flags.float() / world])
+    return torch.cat([total.float() * (1.0 / scale) / world, flags.float() / world])
 
 
 def _codecs(rank: int, world: int) -> list[str]:

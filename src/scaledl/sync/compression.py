@@ -18,7 +18,8 @@ compression by name (``compression=`` of DataParallel and ``ddp_hook``).
      largest finite value: **no sum can overflow**, however large the gradients, and small
      gradients are lifted out of float16's subnormal range as a loss scale would lift them;
   3. each rank sends ``float16(g * s)`` (a power of two: scaling is exact in float32), the
-     allreduce sums in float16, and the result is cast back and multiplied by ``1 / (s * p)``.
+     allreduce sums in float16, and the result is cast back, multiplied by ``1 / s`` (exact)
+     and divided by ``p``.
 
   A bucket whose ``amax`` is not finite (a step that already overflowed in float32) is sent
   unscaled, so ``inf``/``nan`` arrive as they would in float32 and a ``GradScaler`` still
@@ -48,8 +49,10 @@ FP16_HEADROOM = 2.0 ** 15
 """The bound ``p * amax * scale`` is kept under: half of float16's largest finite value
 (65504), so the rounding of a partial sum can never reach ``inf`` either."""
 
-_EXPONENT_LIMIT = 100
-"""Scales stay within ``2**-100 .. 2**100``: finite in float32 whatever ``amax`` is."""
+_EXPONENT_LIMIT = 126
+"""Scales stay within ``2**-126 .. 2**126``, float32's normal range, so the scale and its
+inverse are exact float32 numbers (``2**-126`` still fits float32's largest value times a
+thousand ranks under the bound)."""
 
 
 class NoCompression(GradientCompression):
@@ -87,7 +90,7 @@ class _CastCompression(GradientCompression):
         return 1.0
 
     def average(self, key: int, buffer: torch.Tensor, layout: BucketLayout, wire: Wire) -> None:
-        """Cast (scaled), sum on the wire, cast back and divide by ``scale * world_size``."""
+        """Cast (scaled), sum on the wire, cast back, unscale and divide by the world size."""
         if not buffer.is_floating_point():
             raise TypeError(f"{self.spec()} compression needs floating-point gradients, got a "
                             f"{buffer.dtype} bucket; use compression='none'")
@@ -100,7 +103,10 @@ class _CastCompression(GradientCompression):
         sent[:count].copy_(gradients)
         sent[count:].copy_(tail)
         wire.allreduce(sent, "sum")
-        gradients.copy_(sent[:count]).mul_(1.0 / (factor * wire.world_size))
+        gradients.copy_(sent[:count])
+        if factor != 1.0:
+            gradients.mul_(1.0 / factor)  # exact: a power of two in float32's normal range
+        gradients.div_(wire.world_size)
         tail.copy_(sent[count:]).div_(wire.world_size)
 
 

@@ -16,7 +16,8 @@ and step, on ``p`` ranks:
    are not compressed: 1-D tensors (biases, norms), matrices too small to gain (see below), and
    DataParallel's per-parameter flags; those are divided by ``p``;
 4. orthogonalise each summed ``P`` (Gram-Schmidt over its ``r`` columns; a zero column stays
-   zero), so ``P`` spans the dominant column space of the summed gradient;
+   zero, where torch's hook needs an epsilon), so ``P`` spans the dominant column space of
+   the summed gradient;
 5. ``Q = M^T P`` (``m x r``); a second allreduce sums every ``Q``, divided by ``p``;
 6. the averaged approximation is ``P Q^T`` on every rank, written over ``M``;
    ``e = M_in - P Q^T`` is kept for step 1 of the next step (``M_in`` the input of step 2).
@@ -252,7 +253,8 @@ class PowerSGD(GradientCompression):
 
 def orthogonalize(matrix: torch.Tensor) -> None:
     """Make the columns of ``matrix`` orthonormal in place (modified Gram-Schmidt, column by
-    column); a column that is zero, or becomes zero, stays zero instead of turning to NaN."""
+    column); a zero column (a gradient of lower rank than ``r``) stays zero instead of turning
+    to NaN."""
     tiny = torch.finfo(matrix.dtype).tiny
     for index in range(matrix.shape[1]):
         column = matrix[:, index]
