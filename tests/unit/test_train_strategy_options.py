@@ -86,7 +86,7 @@ def test_options_passed_to_each_kind_of_strategy() -> None:
     assert server["servers"] == 1 and server["momentum"] == 0.5 and server["tau"] == 1
     assert server["alpha"] == pytest.approx(0.9 / 4), "alpha counts workers, not the server"
     plain = _strategy_options(_config(strategy="allreduce"), None, None, world_size=2)
-    assert set(plain) == {"algorithm", "topology", "timeline", "bucket_mb"}
+    assert set(plain) == {"algorithm", "topology", "timeline", "bucket_mb", "compression"}
 
 
 @pytest.mark.parametrize(("model", "dataset", "message"), [

@@ -73,6 +73,8 @@ _RUN_FLAGS: tuple[Flag, ...] = (
                        "CUDA only)"),
     ("seed", int, "seed of initialisation and data order"),
     ("bucket_mb", float, "gradient bucket size in MiB (allreduce strategy)"),
+    ("compression", str, "gradient buckets on the wire (allreduce strategy): none (default), "
+                         "bf16, fp16, powersgd or powersgd:RANK"),
     ("out", str, "run directory"),
     ("resume", str, "checkpoint to resume from, or 'auto' for the latest in --out"),
     ("checkpoint_every", int, "steps between checkpoints (default: every epoch)"),

@@ -24,7 +24,7 @@ class AllreduceSGD(Strategy):
     """Average gradients with an allreduce in backward, then step everywhere."""
 
     name = "allreduce"
-    keywords = COLLECTIVE_KEYWORDS + ("bucket_mb",)
+    keywords = COLLECTIVE_KEYWORDS + ("bucket_mb", "compression")
     timing = "bucketed"
     comparison = MethodRow(10, "Sync SGD (allreduce)")
 
@@ -32,10 +32,11 @@ class AllreduceSGD(Strategy):
         self, module: nn.Module, optimizer: Optimizer, algorithm: str = "auto",
         bucket_mb: float = 25.0, topology: Topology | None = None,
         group: dist.ProcessGroup | None = None, timeline: SpanRecorder | None = None,
+        compression: str = "none",
     ) -> None:
         super().__init__(module, optimizer)
         self._model = DataParallel(module, algorithm, bucket_mb, topology, group,
-                                   timeline=timeline)
+                                   timeline=timeline, compression=compression)
 
     @property
     def model(self) -> DataParallel:

@@ -15,6 +15,7 @@ from typing import Any
 from scaledl.bootstrap import DEFAULT_TIMEOUT_S
 from scaledl.strategies.catalogue import option_fields, option_takers, strategy_class
 from scaledl.strategies.options import StrategyOptions
+from scaledl.sync.compression import resolve_compression
 from scaledl.topology import parse_axes
 
 __all__ = ["ParallelConfig", "check_types", "MIN_TIMEOUT_S"]
@@ -42,6 +43,9 @@ class ParallelConfig:
     """Seconds any blocking distributed call may take before the run fails naming the rank;
     the library's own default (``scaledl.init()``, ``scaledl bench``), so one number holds
     everywhere."""
+    compression: str = "none"
+    """How the gradient buckets travel (``DataParallel(compression=...)``): ``none``, ``bf16``,
+    ``fp16``, ``powersgd`` or ``powersgd:RANK`` (:mod:`scaledl.sync.compression`)."""
     # The strategies' options: their dataclasses (scaledl.strategies.options, SyncEASGDOptions)
     # declare, document and check them; a strategy with an option of a new name needs its
     # field here too.
@@ -113,6 +117,7 @@ class ParallelConfig:
             parse_axes(self.topology)
         if not self.bucket_mb > 0:
             raise ValueError(f"bucket_mb {self.bucket_mb} must be positive, e.g. 25")
+        resolve_compression(self.compression)  # the compression's own one-line error
         if not self.timeout_s >= MIN_TIMEOUT_S:
             raise ValueError(f"timeout_s {self.timeout_s} is too short for workers to connect "
                              f"and a collective to finish; give at least {MIN_TIMEOUT_S:g} s "

@@ -66,6 +66,11 @@ def _check_run_values(config: TrainConfig) -> None:
         takers = [name for name in strategies() if "bucket_mb" in strategy_class(name).keywords]
         raise ValueError(f"bucket_mb {parallel.bucket_mb} sizes the gradient buckets of "
                          f"{', '.join(takers)}, and {cls.name} has none; drop it")
+    if parallel.compression != "none" and "compression" not in cls.keywords:
+        takers = [name for name in strategies() if "compression" in strategy_class(name).keywords]
+        raise ValueError(f"compression {parallel.compression!r} compresses the gradient buckets "
+                         f"of {', '.join(takers)}, and {cls.name} has none; drop it or use "
+                         f"--strategy {takers[0]}")
     unset = (0.0, OptimConfig.__dataclass_fields__["momentum"].default)  # none, or the default
     if config.optim.momentum not in unset and not cls.applies_momentum:
         served = [name for name in strategies() if strategy_class(name).server
@@ -184,7 +189,7 @@ def _strategy_options(config: TrainConfig, topology: Topology | None,
     values: dict[str, Any] = {
         "algorithm": parallel.algorithm, "topology": topology, "timeline": timeline,
         "bucket_mb": parallel.bucket_mb, "timeout_s": parallel.timeout_s,
-        "momentum": config.optim.momentum,
+        "momentum": config.optim.momentum, "compression": parallel.compression,
         # a worker silent for this long (hung, not dead) is dropped so the others finish
         "idle_timeout_s": max(IDLE_FLOOR_S, IDLE_FACTOR * parallel.timeout_s),
     }
