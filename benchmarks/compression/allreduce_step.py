@@ -1,0 +1,129 @@
+"""The gradient allreduce step of ResNet-50 (25.6M float32 gradients) with each compression.
+
+Run on every rank of a job (``scaledl cluster run ... -- python this.py``, or torchrun).  Each
+rank holds ResNet-50's gradients (its 161 parameters' shapes, random values seeded per rank),
+planned into DataParallel's 25 MiB buckets in reverse order.  One *step* launches every bucket
+the way ``scaledl.DataParallel`` launches it from backward (uncompressed: an asynchronous
+scaledl allreduce-average of the bucket; compressed: the compression's job on the
+communicator), then waits for all of them; the time of a step is the slowest rank's.  The
+buckets are refilled with the gradients before each step, outside the timing (a compression
+works in place).  Methods are interleaved within each repeat so the machine's load (shared with
+other users) hits them alike.  Each result is checked against the uncompressed average.
+
+Writes one JSON object: the configuration, and per method the step times (s), their median,
+min and max, its ratio to the uncompressed median, the elements sent per step, and the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import scaledl
+from scaledl import collectives
+from scaledl.collectives.communicator import communicator_for
+from scaledl.models.registry import build_model
+from scaledl.sync import BucketLayout, PowerSGD, plan_buckets, resolve_compression
+from scaledl.sync.reducer import buffer_numels
+from scaledl.sync.wire import Wire
+
+MiB = 1 << 20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default="none,bf16,fp16,powersgd:4,powersgd:1")
+    parser.add_argument("--algorithm", default="hierarchical")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--bucket-mb", type=float, default=25.0)
+    parser.add_argument("--json", default=None, help="write the results here (rank 0)")
+    args = parser.parse_args()
+    topology = scaledl.init()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = build_model("resnet50", (3, 224, 224), 1000)
+    named = [(name, p) for name, p in model.named_parameters()]
+    buckets = plan_buckets(named, int(args.bucket_mb * MiB))
+    shapes = {name: tuple(p.shape) for name, p in named}
+    layouts = [BucketLayout(tuple(shapes[n] for n in b.names), b.offsets) for b in buckets]
+    generator = torch.Generator().manual_seed(1 + rank)
+    sources = [torch.randn(b.numel, generator=generator) for b in buckets]
+    del model, named
+    # the bucket buffers in shared memory where the hosts allow, as DataParallel has them
+    buffers = communicator_for(None).shared_buffers(buffer_numels(buckets, False),
+                                                    torch.float32) \
+        or [torch.empty(b.numel) for b in buckets]
+    wire = Wire(args.algorithm)
+    methods = args.methods.split(",")
+    compressions = {m: resolve_compression(m) for m in methods if m != "none"}
+
+    def step(method: str) -> float:
+        for buffer, source in zip(buffers, sources):
+            buffer.copy_(source)
+        dist.barrier()
+        started = time.perf_counter()
+        if method == "none":
+            handles = [collectives.allreduce(buffer, op="avg", algorithm=args.algorithm,
+                                             async_op=True) for buffer in buffers]
+        else:
+            handles = [compressions[method].start(b.index, buffer, layout, wire)
+                       for b, buffer, layout in zip(buckets, buffers, layouts)]
+        for handle in handles:
+            assert handle is not None
+            handle.wait()
+        elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        return float(elapsed.item())
+
+    step("none")
+    exact = [buffer.clone() for buffer in buffers]
+    errors = {}
+    for method in methods:  # warm-up, and each result checked against the exact average
+        step(method)
+        worst = max(float((b - e).abs().max() / e.abs().max()) for b, e in zip(buffers, exact))
+        errors[method] = worst
+        if method in ("none", "bf16", "fp16") and worst > 1e-2:
+            raise SystemExit(f"{method}: relative error {worst:.3g} against the exact average")
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    for _ in range(args.repeats):
+        for method in methods:
+            times[method].append(step(method))
+    total = sum(b.numel for b in buckets)
+    report = {
+        "what": "allreduce step of ResNet-50's gradients (DataParallel's launch path)",
+        "gradients": total, "buckets": len(buckets), "bucket_mb": args.bucket_mb,
+        "algorithm": args.algorithm, "topology": topology.spec, "world_size": world,
+        "repeats": args.repeats, "torch": torch.__version__, "python": sys.version.split()[0],
+        "machine": platform.machine(), "host": platform.node(), "methods": {},
+    }
+    baseline = statistics.median(times[methods[0]])
+    for method in methods:
+        sent = total
+        if isinstance(compressions.get(method), PowerSGD):
+            sent = sum(compressions[method].wire_numel(layout)  # type: ignore[attr-defined]
+                       for layout in layouts)
+        itemsize = 2 if method in ("bf16", "fp16") else 4
+        median = statistics.median(times[method])
+        report["methods"][method] = {  # type: ignore[index]
+            "times_s": times[method], "median_s": median, "min_s": min(times[method]),
+            "max_s": max(times[method]), "speedup_vs_first": baseline / median,
+            "bytes_sent_per_rank_input": sent * itemsize, "relative_error": errors[method],
+        }
+    if rank == 0:
+        text = json.dumps(report, indent=1)
+        print(text)
+        if args.json:
+            with open(args.json, "w") as handle:
+                handle.write(text + "\n")
+    scaledl.shutdown()
+
+
+if __name__ == "__main__":
+    main()
