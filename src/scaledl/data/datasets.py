@@ -430,17 +430,15 @@ def _keywords(factory: Callable[..., object]) -> set[str]:
 
 def _factory_splits(spec: str, made: object) -> tuple[ArrayDataset, ArrayDataset]:
     """``(train, test)`` from what a dataset factory returned."""
-    if isinstance(made, tuple) and len(made) == 2:
+    if isinstance(made, tuple) and len(made) == 2:  # a pair of datasets, not a dataset
         train_source, test_source = made
-    elif isinstance(made, (tuple, list)):
-        raise ValueError(f"dataset factory {spec!r} returned a {type(made).__name__} of "
-                         f"{len(made)}; return one dataset or a (train, test) pair")
     else:
+        train_source = test_source = made
+    train_x, train_y = _tensors(spec, "train", train_source)
+    if test_source is train_source:
         logger.warning("dataset factory %s returned one dataset, so it is also the test split: "
                        "the test accuracy is measured on the training samples (return a "
                        "(train, test) pair for a held-out one)", spec)
-        train_source = test_source = made
-    train_x, train_y = _tensors(spec, "train", train_source)
     test_x, test_y = (train_x, train_y) if test_source is train_source else \
         _tensors(spec, "test", test_source)
     if train_x.shape[1:] != test_x.shape[1:]:

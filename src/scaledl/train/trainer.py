@@ -117,6 +117,9 @@ class Trainer:
                                self.total_steps,
                                config.data.batch_size * workers * optim.grad_accum)
         self._evaluated: torch.nn.Module | None = None
+        """Rank 0: the module the last evaluation scored (what ``model.pt`` holds)."""
+        self._rate = self.lr(0)
+        """The learning rate of the last update (logged with its step)."""
         self.step, self.epoch = 0, 0
         if state is not None:
             self._restore(state)
@@ -329,7 +332,7 @@ class Trainer:
         strategy's step (skipped under fp16 when a gradient overflowed)."""
         strategy, clip = self.parts.strategy, self.config.optim.clip_grad_norm
         with self.timeline.span("optimizer step", "compute", lane="compute"):
-            self.lr.apply(strategy.optimizer, self.step)
+            self._rate = self.lr.apply(strategy.optimizer, self.step)
             self.precision.unscale()
             if clip is not None:
                 nn.utils.clip_grad_norm_(strategy.module.parameters(), clip)
@@ -353,7 +356,7 @@ class Trainer:
         self.metrics.log_step(
             self.step, self.epoch, loss=loss, accuracy=accuracy,
             samples_per_s=samples / times.step_s, step_s=times.step_s, comm_s=times.comm_s,
-            wait_s=times.wait_s, staleness=self._staleness,
+            wait_s=times.wait_s, staleness=self._staleness, lr=self._rate,
         )
 
     @torch.no_grad()
