@@ -34,6 +34,7 @@ sent in the same wire buffer without scaling: in either half-precision dtype a s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -58,9 +59,10 @@ thousand ranks under the bound)."""
 class NoCompression(GradientCompression):
     """The gradients travel as they are (in their own dtype)."""
 
-    def average(self, key: int, buffer: torch.Tensor, layout: BucketLayout, wire: Wire) -> None:
-        """One allreduce-average of the whole buffer."""
-        wire.allreduce(buffer, "avg")
+    def prepare(self, key: int, buffer: torch.Tensor,
+                layout: BucketLayout) -> Callable[[Wire], None]:
+        """Nothing local: one allreduce-average of the whole buffer."""
+        return lambda wire: wire.allreduce(buffer, "avg")
 
     def spec(self) -> str:
         """``"none"``."""
@@ -69,40 +71,35 @@ class NoCompression(GradientCompression):
 
 class _CastCompression(GradientCompression):
     """Send the bucket in a narrower floating dtype, summed in it, averaged back in the
-    gradients' own dtype (subclasses choose the dtype and the scale)."""
+    gradients' own dtype."""
 
     wire_dtype: torch.dtype
 
     def __init__(self) -> None:
         self._wires: dict[int, torch.Tensor] = {}
-        """A reused wire buffer per bucket (written and read only on the communicator's
-        thread, one bucket at a time)."""
+        """A reused wire buffer per bucket (each step waits for all its buckets, so a bucket's
+        buffer is free again when that bucket is prepared next)."""
 
-    def _wire_buffer(self, key: int, like: torch.Tensor) -> torch.Tensor:
-        wire = self._wires.get(key)
-        if wire is None or wire.numel() != like.numel() or wire.device != like.device:
-            wire = torch.empty(like.numel(), dtype=self.wire_dtype, device=like.device)
-            self._wires[key] = wire
-        return wire
-
-    def scale(self, gradients: torch.Tensor, wire: Wire) -> float:
-        """The factor the gradients are multiplied by before the cast (1: none)."""
-        return 1.0
-
-    def average(self, key: int, buffer: torch.Tensor, layout: BucketLayout, wire: Wire) -> None:
-        """Cast (scaled), sum on the wire, cast back, unscale and divide by the world size."""
+    def _split(self, key: int, buffer: torch.Tensor, layout: BucketLayout
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The gradients, the tail, and the bucket's wire buffer (its tail filled in)."""
         if not buffer.is_floating_point():
             raise TypeError(f"{self.spec()} compression needs floating-point gradients, got a "
                             f"{buffer.dtype} bucket; use compression='none'")
+        sent = self._wires.get(key)
+        if sent is None or sent.numel() != buffer.numel() or sent.device != buffer.device:
+            sent = torch.empty(buffer.numel(), dtype=self.wire_dtype, device=buffer.device)
+            self._wires[key] = sent
         count = layout.numel
-        gradients, tail = buffer[:count], buffer[count:]
-        factor = self.scale(gradients, wire)
-        sent = self._wire_buffer(key, buffer)
-        if factor != 1.0:
-            gradients.mul_(factor)  # a power of two: exact, and the buffer is overwritten below
-        sent[:count].copy_(gradients)
-        sent[count:].copy_(tail)
+        sent[count:].copy_(buffer[count:])
+        return buffer[:count], buffer[count:], sent
+
+    @staticmethod
+    def _sum_and_restore(wire: Wire, sent: torch.Tensor, gradients: torch.Tensor,
+                         tail: torch.Tensor, factor: float) -> None:
+        """Sum the wire buffer over the ranks; cast back, undo ``factor``, divide by ``p``."""
         wire.allreduce(sent, "sum")
+        count = gradients.numel()
         gradients.copy_(sent[:count])
         if factor != 1.0:
             gradients.mul_(1.0 / factor)  # exact: a power of two in float32's normal range
@@ -115,6 +112,14 @@ class BF16Compression(_CastCompression):
 
     wire_dtype = torch.bfloat16
 
+    def prepare(self, key: int, buffer: torch.Tensor,
+                layout: BucketLayout) -> Callable[[Wire], None]:
+        """Cast now (overlapping the communication of earlier buckets); sum and restore in
+        the job."""
+        gradients, tail, sent = self._split(key, buffer, layout)
+        sent[:gradients.numel()].copy_(gradients)
+        return lambda wire: self._sum_and_restore(wire, sent, gradients, tail, 1.0)
+
     def spec(self) -> str:
         """``"bf16"``."""
         return "bf16"
@@ -126,14 +131,24 @@ class FP16Compression(_CastCompression):
 
     wire_dtype = torch.float16
 
-    def scale(self, gradients: torch.Tensor, wire: Wire) -> float:
-        """The power of two ``s`` with ``p * amax * s <= 2**15``, ``amax`` the largest
-        absolute gradient of any rank (one one-element allreduce); 1 if ``amax`` is 0 or not
-        finite."""
-        local = gradients.abs().max().float() if gradients.numel() else torch.zeros(())
-        amax = local.reshape(1).to(torch.float32).clone()
-        wire.allreduce(amax, "max")
-        return fp16_scale(float(amax.item()), wire.world_size)
+    def prepare(self, key: int, buffer: torch.Tensor,
+                layout: BucketLayout) -> Callable[[Wire], None]:
+        """This rank's largest absolute gradient now; in the job, agree on the maximum, scale
+        and cast, sum and restore."""
+        gradients, tail, sent = self._split(key, buffer, layout)
+        amax = torch.zeros(1, dtype=torch.float32, device=buffer.device)
+        if gradients.numel():
+            low, high = torch.aminmax(gradients)
+            amax[0] = torch.maximum(-low, high)  # NaN stays NaN
+
+        def rest(wire: Wire) -> None:
+            wire.allreduce(amax, "max")
+            factor = fp16_scale(float(amax.item()), wire.world_size)
+            if factor != 1.0:
+                gradients.mul_(factor)  # a power of two: exact; overwritten by the average
+            sent[:gradients.numel()].copy_(gradients)
+            self._sum_and_restore(wire, sent, gradients, tail, factor)
+        return rest
 
     def spec(self) -> str:
         """``"fp16"``."""

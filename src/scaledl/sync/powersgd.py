@@ -42,6 +42,7 @@ bucket when the layout changes).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -135,8 +136,10 @@ class PowerSGD(GradientCompression):
         return [qt.t().clone() for qt in self._views(state, state.wire)[1]]
 
     # -- the algorithm ----------------------------------------------------------------------
-    def average(self, key: int, buffer: torch.Tensor, layout: BucketLayout, wire: Wire) -> None:
-        """Steps 1-6 of the module docstring for one bucket (two allreduces)."""
+    def prepare(self, key: int, buffer: torch.Tensor,
+                layout: BucketLayout) -> Callable[[Wire], None]:
+        """Steps 1-2 of the module docstring now (error feedback, ``P = M Q``, the first
+        wire buffer packed); steps 3-6 (two allreduces) in the returned job."""
         if not buffer.is_floating_point():
             raise TypeError(f"PowerSGD needs floating-point gradients, got a {buffer.dtype} "
                             "bucket; use compression='none'")
@@ -146,9 +149,7 @@ class PowerSGD(GradientCompression):
             self._states[key] = state
         state.steps += 1
         if state.steps <= self.start_iter or not state.matrices:
-            wire.allreduce(buffer, "avg")
-            return
-        p = wire.world_size
+            return lambda wire: wire.allreduce(buffer, "avg")
         count = layout.numel
         gradients, tail = buffer[:count], buffer[count:]
         matrices = [gradients[m.offset:m.offset + m.rows * m.cols].view(m.rows, m.cols)
@@ -168,21 +169,25 @@ class PowerSGD(GradientCompression):
         ps, qts = self._views(state, sent)
         for matrix, p_view, qt in zip(matrices, ps, qts):
             torch.mm(matrix, qt.t(), out=p_view)
-        wire.allreduce(sent, "sum")
-        position = 0
-        for offset, numel in state.plain:
-            gradients[offset:offset + numel].copy_(sent[position:position + numel]).div_(p)
-            position += numel
-        tail.copy_(sent[position:position + layout.tail]).div_(p)
-        for matrix, p_view, qt in zip(matrices, ps, qts):
-            orthogonalize(p_view)
-            torch.mm(p_view.t(), matrix, out=qt)  # Q^T = P^T M
-        wire.allreduce(state.q, "sum")
-        state.q.div_(p)
-        for matrix, p_view, qt in zip(matrices, ps, qts):
-            torch.mm(p_view, qt, out=matrix)  # P Q^T
-        for matrix, error in zip(matrices, errors):
-            error.sub_(matrix)
+
+        def rest(wire: Wire) -> None:
+            p = wire.world_size
+            wire.allreduce(sent, "sum")
+            position = 0
+            for offset, numel in state.plain:
+                gradients[offset:offset + numel].copy_(sent[position:position + numel]).div_(p)
+                position += numel
+            tail.copy_(sent[position:position + layout.tail]).div_(p)
+            for matrix, p_view, qt in zip(matrices, ps, qts):
+                orthogonalize(p_view)
+                torch.mm(p_view.t(), matrix, out=qt)  # Q^T = P^T M
+            wire.allreduce(state.q, "sum")
+            state.q.div_(p)
+            for matrix, p_view, qt in zip(matrices, ps, qts):
+                torch.mm(p_view, qt, out=matrix)  # P Q^T
+            for matrix, error in zip(matrices, errors):
+                error.sub_(matrix)
+        return rest
 
     def _views(self, state: _BucketState, sent: torch.Tensor
                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

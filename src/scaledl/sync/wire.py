@@ -93,17 +93,27 @@ class Wire:
 class GradientCompression(ABC):
     """How a bucket of gradients is averaged over the ranks with fewer bytes on the wire.
 
-    :meth:`average` runs on the communicator's thread, once per bucket and step, on every rank
-    with the same ``key`` and ``layout``; it replaces the bucket's gradients with the
-    (compressed) average and the tail with its exact average.  An instance may keep state per
-    bucket (PowerSGD's error feedback and warm-started ``Q``), so it serves one model: give
-    each wrapper its own (a string such as ``"powersgd:4"`` makes a fresh one).
+    Averaging one bucket has two parts.  :meth:`prepare` runs on the thread that launches the
+    bucket (in DataParallel, backward's, while the communicator still sends earlier buckets):
+    whatever needs no other rank (a cast, PowerSGD's ``P = M Q``).  It returns the rest, which
+    :meth:`start` queues as one communicator job: the collectives and the arithmetic between
+    and after them, which replace the bucket's gradients with the (compressed) average and the
+    tail with its exact average.  Every rank prepares the same buckets in the same order, with
+    the same ``key`` and ``layout``.  An instance may keep state per bucket (PowerSGD's error
+    feedback and warm-started ``Q``), so it serves one model: give each wrapper its own (a
+    string such as ``"powersgd:4"`` makes a fresh one).
     """
 
     @abstractmethod
+    def prepare(self, key: int, buffer: torch.Tensor,
+                layout: BucketLayout) -> Callable[[Wire], None]:
+        """Do the local part of averaging ``buffer`` (bucket ``key``, laid out as ``layout``)
+        now; return the rest, to be run with a :class:`Wire` inside one communicator job."""
+
     def average(self, key: int, buffer: torch.Tensor, layout: BucketLayout, wire: Wire) -> None:
-        """Average ``buffer`` (bucket ``key``, laid out as ``layout``) over the ranks in place,
-        with collectives of ``wire``."""
+        """Average ``buffer`` over the ranks in place, both parts on this thread (call it
+        only from inside a communicator job)."""
+        self.prepare(key, buffer, layout)(wire)
 
     @abstractmethod
     def spec(self) -> str:
@@ -122,8 +132,9 @@ class GradientCompression(ABC):
 
     def start(self, key: int, buffer: torch.Tensor, layout: BucketLayout,
               wire: Wire) -> CollectiveHandle:
-        """Queue :meth:`average` of one bucket as one communicator job; its handle."""
-        return wire.submit(lambda: self.average(key, buffer, layout, wire))
+        """Prepare one bucket here and queue the rest as one communicator job; its handle."""
+        rest = self.prepare(key, buffer, layout)
+        return wire.submit(lambda: rest(wire))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()!r})"
