@@ -184,6 +184,10 @@ def test_selection_and_spec_reject_bad_values() -> None:
     (["--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "/nonexistent/mnist"),
     (["--dataset", "digits", "--data-dir", "/tmp"], "data_dir /tmp (--data-dir) names files"),
     (["--dataset", "auto", "--data-dir", "/nonexistent/f"], "no Fashion-MNIST files there"),
+    (["--tune-lr", "0.05"], "--tune-lr '0.05' has one rate"),
+    (["--tune-lr", "0.4..0.1"], "--tune-lr '0.4..0.1' is not a grid of positive rates"),
+    (["--seeds", "0"], "--seeds 0 must be at least 1"),
+    (["--workload", "cnn", "--model", "lenet"], "--workload cnn sets the model"),
 ])
 def test_cli_bad_input_is_one_line(args: list[str], message: str,
                                    capsys: pytest.CaptureFixture[str]) -> None:
@@ -208,3 +212,108 @@ def test_a_data_dir_reaches_every_run_and_its_files_are_read_first(tmp_path: Pat
     args = train_command(METHODS["async-sgd"], spec, Path("out"))
     assert args[args.index("--data-dir") + 1] == str(tmp_path)
     assert "--data-dir" not in train_command(METHODS["async-sgd"], SPEC, Path("out"))
+
+
+def _fake_runner(calls: list[tuple[str, float, int, str]]) -> Any:
+    """A runner whose epochs to target depend on the rate: 0.1 is best for allreduce, 0.4 for
+    diloco; the report phase (test split) adds the seed to the epochs."""
+    best = {"allreduce": 0.1, "diloco": 0.4}
+
+    def run(method: Any, spec: BenchSpec, out: Path) -> MethodResult:
+        calls.append((method.name, spec.lr, spec.seed, spec.dataset))
+        epochs = 1.0 + abs(spec.lr - best[method.name]) * 10 + spec.seed
+        reached = None if epochs > spec.epochs else epochs
+        return MethodResult(method=method.name, label=method.label, steps=10, train_s=2.0,
+                            final_accuracy=0.9 - 0.01 * spec.seed, best_accuracy=0.95,
+                            epochs_to_target=reached, time_to_target_s=reached,
+                            comm_share=0.4, exposed_share=0.3,
+                            curve=[{"time_s": 1.0, "epoch": 1.0, "accuracy": 0.9}])
+    return run
+
+
+def test_tuning_picks_each_methods_rate_on_validation_then_reports_over_seeds(
+    tmp_path: Path,
+) -> None:
+    from scaledl.cli import bench_algorithms as cli
+    from scaledl.bench.methods_tune import parse_grid
+
+    calls: list[tuple[str, float, int, str]] = []
+    args = cli_args(tmp_path, ["--methods", "allreduce,diloco", "--tune-lr", "0.1..0.4",
+                               "--epochs", "4"])
+    methods = select_methods(args.methods, ["allreduce", "diloco"])
+    spec = cli.build_spec(args)
+    console = Console(file=io.StringIO(), width=200)
+    code = cli.run_tuned(args, methods, spec, parse_grid(args.tune_lr), console, {},
+                         runner=_fake_runner(calls))
+    assert code == 0
+    tune_calls = [c for c in calls if c[3] == "npz"]  # the validation split
+    assert [(c[0], c[1]) for c in tune_calls] == [
+        ("allreduce", 0.1), ("allreduce", 0.2), ("allreduce", 0.4),
+        ("diloco", 0.1), ("diloco", 0.2), ("diloco", 0.4)]
+    report_calls = [c for c in calls if c[3] == "digits"]
+    assert report_calls == [("allreduce", 0.1, 0, "digits"), ("diloco", 0.4, 0, "digits"),
+                            ("allreduce", 0.1, 1, "digits"), ("diloco", 0.4, 1, "digits"),
+                            ("allreduce", 0.1, 2, "digits"), ("diloco", 0.4, 2, "digits")]
+    data = json.loads((tmp_path / "r.json").read_text())
+    rows = {row["method"]: row for row in data["summary"]}
+    assert rows["diloco"]["lr"] == 0.4 and rows["diloco"]["reached"] == 3
+    assert rows["allreduce"]["mean"]["epochs_to_target"] == pytest.approx(2.0)
+    assert rows["allreduce"]["spread"]["epochs_to_target"] == pytest.approx(1.0)
+    assert rows["allreduce"]["mean"]["final_accuracy"] == pytest.approx(0.89)
+    table = (tmp_path / "table.md").read_text()
+    assert "| Sync SGD (allreduce) | 0.1 | 3/3 | 2.00 ± 1.00 |" in table
+    assert "1.00 *" in table  # the picked rate's cell in the tuning grid
+    validation = tmp_path / "runs" / "data" / "validation"
+    from scaledl.data.formats import read_npz
+
+    held, kept = read_npz(validation / "test.npz")[1], read_npz(validation / "train.npz")[1]
+    assert len(held) == 288 and len(kept) == 1437 - 288  # 20 % of digits' train split
+
+
+def cli_args(tmp_path: Path, extra: list[str]) -> Any:
+    """``scaledl bench algorithms`` arguments as the parser makes them."""
+    from scaledl.cli.main import build_parser
+
+    return build_parser().parse_args(
+        ["bench", "algorithms", "--dataset", "digits", "--out", str(tmp_path / "runs"),
+         "--json", str(tmp_path / "r.json"), "--plot-dir", str(tmp_path), *extra])
+
+
+def test_grid_and_pick() -> None:
+    from scaledl.bench.methods_tune import parse_grid, pick_lr
+
+    assert parse_grid("0.0125..0.4") == pytest.approx((0.0125, 0.025, 0.05, 0.1, 0.2, 0.4))
+    assert parse_grid("0.3,0.1") == (0.1, 0.3)
+    for bad in ("0.1", "0.1,0.1", "a..b", "0..0.4", "0.1,-1"):
+        with pytest.raises(ValueError, match="--tune-lr"):
+            parse_grid(bad)
+
+    def result(epochs: float | None, best: float, status: str = "ok") -> MethodResult:
+        return MethodResult("allreduce", "x", status=status, epochs_to_target=epochs,
+                            best_accuracy=best)
+
+    assert pick_lr([(0.1, result(2.0, 0.9)), (0.2, result(1.5, 0.8)),
+                    (0.4, result(None, 0.99))]) == 0.2
+    assert pick_lr([(0.1, result(None, 0.7)), (0.2, result(None, 0.8)),
+                    (0.4, result(None, 0.0, "failed"))]) == 0.2
+    assert pick_lr([(0.1, result(1.0, 0.9)), (0.2, result(1.0, 0.9))]) == 0.1
+
+
+def test_cnn_workload_is_cifar_shaped_learnable_digits(tmp_path: Path) -> None:
+    import numpy as np
+
+    from scaledl.bench.methods_data import workload_spec
+
+    spec = workload_spec(SPEC, "cnn", tmp_path)
+    assert spec.model == "lenet" and spec.dataset == "npz"
+    from scaledl.data.formats import read_npz
+
+    x, y = read_npz(Path(spec.data_dir or "") / "train.npz")
+    assert x.shape == (4 * 1437, 3, 32, 32) and x.dtype == np.uint8
+    test_x, test_y = read_npz(Path(spec.data_dir or "") / "test.npz")
+    assert test_x.shape == (360, 3, 32, 32)
+    # learnable: a nearest-class-mean classifier on the pixels beats chance by far
+    means = np.stack([x[y == c].reshape((y == c).sum(), -1).mean(0) for c in range(10)])
+    flat = test_x.reshape(len(test_x), -1).astype(np.float64)
+    guess = ((flat[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)
+    assert (guess == test_y).mean() > 0.5

@@ -14,9 +14,11 @@ from typing import Any
 
 from scaledl.bench.methods import METHODS, BenchSpec
 from scaledl.bench.methods_result import MethodResult
+from scaledl.bench.methods_tune import SeedSummary, Tuning
 
 __all__ = ["COLUMNS", "table_row", "markdown_table", "environment", "to_json", "write_json",
-           "write_plots", "PLOT_NAMES"]
+           "write_plots", "PLOT_NAMES", "SEED_COLUMNS", "seed_row", "tuning_rows", "markdown",
+           "tuned_json"]
 
 PLOT_NAMES = ("accuracy_vs_time.png", "accuracy_vs_epoch.png")
 """File names of the two plots in the plot directory."""
@@ -85,6 +87,7 @@ def write_json(data: dict[str, Any], path: Path) -> None:
 
 
 _COLORS = {"allreduce": "C0", "sync-easgd": "C0", "reduce-broadcast": "C7", "local-sgd": "C8",
+           "diloco": "C5", "streaming-diloco": "C9",
            "easgd": "C4", "async-sgd": "C1", "async-easgd": "C1", "async-msgd": "C2",
            "async-measgd": "C2", "hogwild-sgd": "C3", "hogwild-easgd": "C3"}
 """An EASGD variant shares its SGD counterpart's color: solid for EASGD, dashed for SGD."""
@@ -158,3 +161,78 @@ def markdown_table(results: list[MethodResult]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(table_row(r)) + " |" for r in results]
     return "\n".join(lines) + "\n"
+
+
+SEED_COLUMNS = ("method", "lr", "reached", "epochs to target", "s to target", "final acc",
+                "comm share", "exposed", "note")
+"""Columns of the comparison over seeds (each number: mean ± sample standard deviation)."""
+
+
+def _mean_spread(summary: SeedSummary, name: str, pattern: str, scale: float = 1.0,
+                 unit: str = "") -> str:
+    mean, spread = summary.mean.get(name), summary.spread.get(name)
+    if mean is None:
+        return "-"
+    text = format(mean * scale, pattern)
+    if spread is not None:
+        text += " ± " + format(spread * scale, pattern)
+    return text + unit
+
+
+def seed_row(summary: SeedSummary) -> list[str]:
+    """One method's cells of the comparison over seeds, in :data:`SEED_COLUMNS` order."""
+    return [
+        summary.label, f"{summary.lr:g}", f"{summary.reached}/{summary.seeds}",
+        _mean_spread(summary, "epochs_to_target", ".2f"),
+        _mean_spread(summary, "time_to_target_s", ".1f"),
+        _mean_spread(summary, "final_accuracy", ".4f"),
+        _mean_spread(summary, "comm_share", ".0f", 100.0, " %"),
+        _mean_spread(summary, "exposed_share", ".0f", 100.0, " %"),
+        summary.reason or "",
+    ]
+
+
+def tuning_rows(tunings: list[Tuning]) -> tuple[list[str], list[list[str]]]:
+    """The tuning grid as a table: one row per method, one column per rate, each cell the
+    epochs to the target validation accuracy (``-``: not reached; the picked rate starred)."""
+    rates = sorted({lr for tuning in tunings for lr, _ in tuning.trials})
+    header = ["method", *(f"lr {lr:g}" for lr in rates), "picked"]
+    rows = []
+    for tuning in tunings:
+        cells = {lr: _trial_cell(result) + (" *" if lr == tuning.lr else "")
+                 for lr, result in tuning.trials}
+        rows.append([tuning.method.label, *(cells.get(lr, "") for lr in rates),
+                     f"{tuning.lr:g}"])
+    return header, rows
+
+
+def _trial_cell(result: MethodResult) -> str:
+    if result.status != "ok":
+        return result.status
+    if result.epochs_to_target is None:
+        return f"- ({result.best_accuracy or 0.0:.3f})"
+    return f"{result.epochs_to_target:.2f}"
+
+
+def markdown(header: list[str] | tuple[str, ...], rows: list[list[str]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def tuned_json(spec: BenchSpec, env: dict[str, Any], command: list[str] | None,
+               grid: tuple[float, ...] | None, tunings: list[Tuning],
+               summaries: list[SeedSummary], runs: list[list[MethodResult]],
+               workload: str) -> dict[str, Any]:
+    """The tuned comparison in one JSON-ready dict: budget, grid, every tuning trial, the
+    summaries over seeds and every run (with its curve)."""
+    return {
+        "command": command, "environment": env, "spec": asdict(spec), "workload": workload,
+        "alpha": spec.alpha(), "grid": list(grid) if grid else None,
+        "methods": {s.method: METHODS[s.method].to_dict() for s in summaries
+                    if s.method in METHODS},
+        "tuning": [t.to_dict() for t in tunings],
+        "summary": [s.to_dict() for s in summaries],
+        "runs": [[r.to_dict() for r in per_method] for per_method in runs],
+    }

@@ -2,7 +2,11 @@
 one ``scaledl train`` run after another; a rich table, ``--json`` and two PNG plots.
 
 The methods, their options and the budget are defined in :mod:`scaledl.bench.methods`, the
-numbers read back from each run in :mod:`scaledl.bench.methods_result`.
+numbers read back from each run in :mod:`scaledl.bench.methods_result`, the workloads and the
+validation split in :mod:`scaledl.bench.methods_data`, and ``--tune-lr`` / ``--seeds`` (each
+method at its own tuned rate, mean and spread over seeds) in :mod:`scaledl.bench.methods_tune`.
+``--quick`` is the CI-sized run: :data:`QUICK_METHODS` on digits with 2 workers and 3 epochs
+(DiLoCo's H = 20 steps twice), tuned on two rates with one seed.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scaledl.bench.methods import (
     METHODS, BenchSpec, available_methods, check_loads, check_model, default_target,
@@ -20,9 +24,16 @@ from scaledl.bench.methods_report import COLUMNS, table_row
 from scaledl.bench.methods_result import MethodResult
 from scaledl.cli.paths import check_output_dir, check_output_file
 
+if TYPE_CHECKING:
+    from scaledl.bench.methods_tune import Runner
+
 __all__ = ["add_parser", "run", "build_spec", "render_table"]
 
 DEFAULT_OUT = Path("runs/bench-algorithms")
+QUICK_METHODS = ("allreduce", "local-sgd", "diloco", "streaming-diloco")
+"""``--quick``'s methods when ``--methods`` is not given."""
+QUICK_GRID = "0.05,0.2"
+"""``--quick``'s grid when ``--tune-lr`` is not given."""
 
 
 def add_parser(kinds: Any) -> None:
@@ -58,6 +69,19 @@ def add_parser(kinds: Any) -> None:
                    help="seconds one run may take before it is stopped (default 600)")
     p.add_argument("--repeats", type=int, default=1,
                    help="runs per method; the table shows medians (default 1)")
+    p.add_argument("--tune-lr", dest="tune_lr", default=None, metavar="GRID",
+                   help="tune each method's lr on a held-out validation split over GRID "
+                        "(A..B doubling, e.g. 0.0125..0.4, or a comma list), then report each "
+                        "method at its own lr over --seeds seeds")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds per method, the table showing mean and spread (default 3 with "
+                        "--tune-lr; without it, one run per method as --repeats sets)")
+    p.add_argument("--workload", default="mlp",
+                   help="mlp (--model on --dataset, default) or cnn (LeNet-5 on CIFAR-shaped "
+                        "digits, 3x32x32: computation not negligible)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"CI-sized: {', '.join(QUICK_METHODS)} on digits, 2 workers, 3 epochs, "
+                        f"tuned over {QUICK_GRID} (or --tune-lr), 1 seed")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help=f"folder of the run directories (default {DEFAULT_OUT})")
     p.add_argument("--json", type=Path, default=None, help="write results as JSON here")
@@ -67,10 +91,29 @@ def add_parser(kinds: Any) -> None:
     p.set_defaults(handler=run)
 
 
+def _apply_quick(args: argparse.Namespace) -> None:
+    """``--quick``: the CI-sized budget (module docstring) where the options leave it open."""
+    if not getattr(args, "quick", False):
+        return
+    args.workers, args.epochs, args.eval_every = 2, 3, 5  # 3 epochs: DiLoCo's H=20 twice
+    if args.dataset == "auto":
+        args.dataset = "digits"
+    if args.methods is None:
+        args.methods = ",".join(name for name in QUICK_METHODS if name in available_methods())
+    args.tune_lr = args.tune_lr or QUICK_GRID
+    args.seeds = args.seeds or 1
+
+
 def build_spec(args: argparse.Namespace) -> BenchSpec:
     """Validate the options into the budget of every run (``ValueError`` on bad input)."""
     if args.repeats < 1:
         raise ValueError(f"--repeats {args.repeats} must be at least 1")
+    seeds = getattr(args, "seeds", None)
+    if seeds is not None and seeds < 1:
+        raise ValueError(f"--seeds {seeds} must be at least 1")
+    if seeds is not None and args.repeats > 1:
+        raise ValueError(f"--repeats {args.repeats} and --seeds {seeds} were both given; "
+                         "give --seeds (a run per seed) or --repeats (one seed, timing)")
     model = check_model(args.model)
     dataset = resolve_dataset(args.dataset, args.data_dir)
     target = default_target(dataset) if args.target is None else args.target
@@ -108,10 +151,21 @@ def run(args: argparse.Namespace) -> int:
     from scaledl.bench.methods_result import median_result
     from scaledl.bench.methods_run import run_all
 
+    from scaledl.bench.methods_data import workload_spec
+    from scaledl.bench.methods_tune import parse_grid
+
+    _apply_quick(args)
     available = available_methods()
     methods = select_methods(args.methods, available)
+    grid = parse_grid(args.tune_lr) if args.tune_lr is not None else None
+    workload = getattr(args, "workload", "mlp")
+    if workload != "mlp" and (args.model != "mlp" or args.dataset not in ("auto", "digits")
+                              or args.data_dir is not None):
+        raise ValueError(f"--workload {workload} sets the model and data set; drop --model, "
+                         "--dataset and --data-dir")
     spec = build_spec(args)
     _check_outputs(args)
+    spec = workload_spec(spec, workload, args.out)
     if not methods:
         raise ValueError("no method of the comparison is implemented in this build; "
                          "add a strategy module to scaledl.strategies (see its catalogue)")
@@ -121,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     say = console.print
     if skipped and args.methods is None:
         say(f"not implemented in this build, skipped: {', '.join(skipped)}", markup=False)
+    if grid is not None or args.seeds is not None:
+        return run_tuned(args, methods, spec, grid, console, env)
     runs = run_all(methods, spec, args.out, args.repeats,
                    lambda line: say(line, markup=False, highlight=False))
     results = [median_result(per_method) for per_method in runs]
@@ -150,4 +206,69 @@ def render_table(results: list[MethodResult], spec: BenchSpec, console: Any) -> 
         table.add_column(name, justify="left" if name in ("method", "note") else "right")
     for result in results:
         table.add_row(*(Text(cell) for cell in table_row(result)))  # no markup in reasons
+    console.print(table)
+
+
+def run_tuned(args: argparse.Namespace, methods: list[Any], spec: BenchSpec,
+              grid: tuple[float, ...] | None, console: Any, env: dict[str, Any],
+              runner: Runner | None = None) -> int:
+    """``--tune-lr`` / ``--seeds`` (:mod:`scaledl.bench.methods_tune`): tune on the validation
+    split, run each method at its rate over the seeds, show and write the results.
+    ``runner`` runs one method (default :func:`scaledl.bench.methods_run.run_method`)."""
+    from dataclasses import replace
+
+    from scaledl.bench import methods_report as report
+    from scaledl.bench.methods_data import write_validation_split
+    from scaledl.bench.methods_run import run_method
+    from scaledl.bench.methods_tune import run_seeds, seed_summary, tune
+
+    run_one = runner or run_method
+
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False)
+
+    tunings = []
+    if grid is not None:
+        validation = write_validation_split(spec, args.out / "data" / "validation")
+        tunings = tune(methods, validation, grid, args.out / "tune", run_one, say)
+        header, rows = report.tuning_rows(tunings)
+        _print_table(console, "epochs to the target validation accuracy per lr (* picked; "
+                              "- (best): not reached)", header, rows)
+    rates = [(m, t.lr) for m, t in zip(methods, tunings)] if tunings else \
+        [(m, spec.lr) for m in methods]
+    seeds = args.seeds or 3
+    runs = run_seeds(rates, spec, seeds, args.out / "report", run_one, say)
+    summaries = [seed_summary(m, lr, results) for (m, lr), results in zip(rates, runs)]
+    _print_table(console, f"{spec.model} on {spec.dataset}, {spec.workers} workers, "
+                          f"{spec.epochs} epochs, batch {spec.batch_size}/worker, each method "
+                          f"at its lr, {seeds} seeds (mean ± sd); target accuracy "
+                          f"{spec.target:g}",
+                 report.SEED_COLUMNS, [report.seed_row(s) for s in summaries])
+    data = report.tuned_json(spec, env, ["scaledl", *getattr(args, "argv", [])], grid, tunings,
+                             summaries, runs, getattr(args, "workload", "mlp"))
+    if args.json is not None:
+        report.write_json(data, args.json)
+        say(f"wrote {args.json}")
+    plot_dir = args.plot_dir or args.out
+    first = [replace(results[0], label=f"{results[0].label}, lr {lr:g}")
+             for (_, lr), results in zip(rates, runs)]
+    for path in report.write_plots(first, spec, plot_dir):
+        say(f"wrote {path}")
+    text = report.markdown(report.SEED_COLUMNS, [report.seed_row(s) for s in summaries])
+    if tunings:
+        text += "\n" + report.markdown(*report.tuning_rows(tunings))
+    (plot_dir / "table.md").write_text(text)
+    return 0 if any(s.ok for s in summaries) else 1
+
+
+def _print_table(console: Any, title: str, header: list[str] | tuple[str, ...],
+                 rows: list[list[str]]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    for name in header:
+        table.add_column(name, justify="left" if name in ("method", "note") else "right")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
     console.print(table)
