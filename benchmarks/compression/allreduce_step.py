@@ -10,8 +10,12 @@ buckets are refilled with the gradients before each step, outside the timing (a 
 works in place).  Methods are interleaved within each repeat so the machine's load (shared with
 other users) hits them alike.  Each result is checked against the uncompressed average.
 
+Beside each step, the same compression runs with its collectives left out (every rank at once,
+so the cores are shared as in the step): the compute a step cannot avoid on this machine.
+
 Writes one JSON object: the configuration, and per method the step times (s), their median,
-min and max, its ratio to the uncompressed median, the elements sent per step, and the error.
+min and max, its ratio to the uncompressed median, the compute-only median, the bytes sent per
+rank into the collectives, and the error against the exact average.
 """
 
 from __future__ import annotations
@@ -35,6 +39,16 @@ from scaledl.sync.reducer import buffer_numels
 from scaledl.sync.wire import Wire
 
 MiB = 1 << 20
+
+
+class LocalWire:
+    """A wire whose collectives do nothing: the compression's own arithmetic, timed alone."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+
+    def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
+        """Leave ``tensor`` as it is."""
 
 
 def main() -> None:
@@ -63,6 +77,19 @@ def main() -> None:
     wire = Wire(args.algorithm)
     methods = args.methods.split(",")
     compressions = {m: resolve_compression(m) for m in methods if m != "none"}
+    alone = {m: resolve_compression(m) for m in methods if m != "none"}
+    local_wire = LocalWire(world)
+
+    def compute(method: str) -> float:
+        for buffer, source in zip(buffers, sources):
+            buffer.copy_(source)
+        dist.barrier()
+        started = time.perf_counter()
+        for b, buffer, layout in zip(buckets, buffers, layouts):
+            alone[method].average(b.index, buffer, layout, local_wire)  # type: ignore[arg-type]
+        elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        return float(elapsed.item())
 
     def step(method: str) -> float:
         for buffer, source in zip(buffers, sources):
@@ -92,9 +119,14 @@ def main() -> None:
         if method in ("none", "bf16", "fp16") and worst > 1e-2:
             raise SystemExit(f"{method}: relative error {worst:.3g} against the exact average")
     times: dict[str, list[float]] = {m: [] for m in methods}
+    computing: dict[str, list[float]] = {m: [] for m in methods if m != "none"}
+    for method in computing:
+        compute(method)  # warm-up
     for _ in range(args.repeats):
         for method in methods:
             times[method].append(step(method))
+            if method in computing:
+                computing[method].append(compute(method))
     total = sum(b.numel for b in buckets)
     report = {
         "what": "allreduce step of ResNet-50's gradients (DataParallel's launch path)",
@@ -115,6 +147,8 @@ def main() -> None:
             "times_s": times[method], "median_s": median, "min_s": min(times[method]),
             "max_s": max(times[method]), "speedup_vs_first": baseline / median,
             "bytes_sent_per_rank_input": sent * itemsize, "relative_error": errors[method],
+            "compute_only_median_s": statistics.median(computing[method])
+            if method in computing else 0.0,
         }
     if rank == 0:
         text = json.dumps(report, indent=1)

@@ -152,12 +152,15 @@ class PowerSGD(GradientCompression):
             return lambda wire: wire.allreduce(buffer, "avg")
         count = layout.numel
         gradients, tail = buffer[:count], buffer[count:]
-        matrices = [gradients[m.offset:m.offset + m.rows * m.cols].view(m.rows, m.cols)
-                    for m in state.matrices]
-        errors = self._errors(state) if self.error_feedback else []
-        for matrix, error in zip(matrices, errors):
-            matrix.add_(error)
-            error.copy_(matrix)  # the input, until the approximation is subtracted below
+        outputs = [gradients[m.offset:m.offset + m.rows * m.cols].view(m.rows, m.cols)
+                   for m in state.matrices]
+        matrices = outputs
+        if self.error_feedback:
+            # the input M + e is built in the error memory (one pass fewer than in the
+            # gradients); the approximation is written to the gradients and subtracted below
+            matrices = self._errors(state)
+            for error, gradient in zip(matrices, outputs):
+                error.add_(gradient)
         if not self.warm_start and state.steps > self.start_iter + 1:
             self._fresh_q(state, key, state.steps)
         sent = state.wire
@@ -183,10 +186,11 @@ class PowerSGD(GradientCompression):
                 torch.mm(p_view.t(), matrix, out=qt)  # Q^T = P^T M
             wire.allreduce(state.q, "sum")
             state.q.div_(p)
-            for matrix, p_view, qt in zip(matrices, ps, qts):
-                torch.mm(p_view, qt, out=matrix)  # P Q^T
-            for matrix, error in zip(matrices, errors):
-                error.sub_(matrix)
+            for output, p_view, qt in zip(outputs, ps, qts):
+                torch.mm(p_view, qt, out=output)  # P Q^T
+            if self.error_feedback:
+                for error, output in zip(matrices, outputs):
+                    error.sub_(output)
         return rest
 
     def _views(self, state: _BucketState, sent: torch.Tensor
