@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that need a GPU machine (the `device` tool lends one to some sessions), as one script
 # with a deadline: every phase gets what is left, and results.tgz is rewritten after each.
-#   bash benchmarks/device/check.sh [probe] [smoke] [cli] [rates] [ops] [netns] [mpi] [tests]
+#   bash benchmarks/device/check.sh [probe] [smoke] [cli] [train] [rates] [ops] [netns] [mpi]
+#                                   [tests]
 #   (default: probe smoke cli rates netns; ops times every aten operation, tests runs the whole
 #   suite on the machine's torch with a CUDA device present)
 # Needs only the machine's python3 with torch; scaledl runs from src/ (PYTHONPATH).
@@ -39,6 +40,9 @@ cli() {  # what a user of one GPU host gets from the CLI as it is
     --iters 3
   step cli-profile 90 scaledl simulate profile --model resnet50 --batches 32,64 \
     -o "$work/profile-resnet50-cli.json"
+}
+train() {  # scaledl train --device cuda: precisions, options, strategies, torchrun, refusals
+  step train-cuda 240 env OUT="$work" bash benchmarks/device/train_cuda.sh
 }
 rates() { step rates 240 python3 benchmarks/device/rates.py "$work/rates"; }
 ops() { step ops 180 python3 benchmarks/device/op_times.py "$work/ops"; }  # per aten operation
