@@ -24,6 +24,7 @@ from scaledl.launchers import (
     DEFAULT_PORT, HOSTNAME_ENV, LOOPBACK, LaunchEnv, detect_launcher, first_slurm_host,
     host_name, in_srun_step, read_launch_env,
 )
+from scaledl.signature import Kind, Signature, agree, over_group
 from scaledl.topology import TOPOLOGY_ENV, JobLayout, Topology, forget_job, record_job
 
 __all__ = [
@@ -195,20 +196,14 @@ def _agree_on_layout(
     Hosts holding different numbers of ranks give a flat layout (each host still shares
     memory among its ranks).
     """
-    mine = (host_name(), local_world_size, requested.fingerprint if requested else 0,
-            requested.spec if requested else "")
-    everyone: list[tuple[str, int, int, str]] = [mine]
+    mine: tuple[str, int] = (host_name(), local_world_size)
+    everyone: list[tuple[str, int]] = [mine]
     if world_size > 1:
+        agree(Signature(Kind.INIT, layout=requested.layout if requested else None),
+              over_group(), fix=f"give every rank the same topology= or {TOPOLOGY_ENV}")
         gathered: list[object] = [None] * world_size
         dist.all_gather_object(gathered, mine)
         everyone = [row for row in gathered if isinstance(row, tuple)]
-    for other, row in enumerate(everyone):
-        if row[2] != everyone[0][2]:
-            raise ValueError(
-                f"ranks asked for different layouts: rank 0 for {everyone[0][3] or 'none'}, "
-                f"rank {other} for {row[3] or 'none'}; give every rank the same topology= or "
-                f"{TOPOLOGY_ENV}"
-            )
     hosts = tuple(row[0] for row in everyone)
     if requested is not None:
         return requested, hosts

@@ -248,10 +248,13 @@ class Topology:
         return rank
 
     @property
-    def fingerprint(self) -> int:
-        """A 63-bit digest of the layout (axes, order, explicit), the same on every rank."""
-        text = f"{self.axes}|{self.order}|{self.explicit}".encode()
-        return int.from_bytes(hashlib.sha1(text).digest()[:8], "little") >> 1
+    def layout(self) -> str:
+        """The layout in words, the same on every rank (what ranks compare before agreeing on
+        it): the axes, the rank order when it is not the identity, and whether it was assumed."""
+        text = self.spec
+        if self.order is not None:
+            text += f" in rank order {list(self.order)}"
+        return text if self.explicit else text + " (assumed flat)"
 
     def __str__(self) -> str:
         return f"Topology({self.spec}, rank={self.rank})"

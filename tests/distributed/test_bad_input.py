@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -71,6 +73,10 @@ def _mismatch(rank: int, world_size: int, kind: str) -> str:
     try:
         scaledl.allreduce(torch.ones(numel, dtype=dtype), algorithm="ring")
     except ValueError as error:
+        if os.environ.get("SCALEDL_DEBUG"):  # the call failed alone: the group goes on
+            after = torch.ones(4)
+            scaledl.allreduce(after, algorithm="ring")
+            return f"{error} | then {after.tolist()}"
         return str(error)
     return "NO ERROR"
 
@@ -78,9 +84,14 @@ def _mismatch(rank: int, world_size: int, kind: str) -> str:
 @pytest.mark.parametrize("kind", ["numel", "dtype"])
 def test_mismatch_is_named_in_debug_mode(kind: str) -> None:
     messages = run_ranks(2, _mismatch, kind, timeout=60, env={"SCALEDL_DEBUG": "1"})
+    assert messages[0] == messages[1]
+    what = "element count" if kind == "numel" else "dtype"
+    theirs = "1001 float32" if kind == "numel" else "1000 float64"
     for message in messages:
-        assert message.startswith("collective mismatch: rank 0 called allreduce of 1000 float32")
-        assert "rank 1 called allreduce of" in message
+        assert message.startswith(f"ranks disagree on the {what} of allreduce: rank 0 called "
+                                  "allreduce of 1000 float32 (sum, algorithm ring, layout 2")
+        assert f"rank 1 called allreduce of {theirs}" in message
+        assert message.endswith("| then [2.0, 2.0, 2.0, 2.0]")
 
 
 def test_mismatch_without_debug_fails_fast_instead_of_hanging() -> None:

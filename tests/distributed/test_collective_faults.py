@@ -74,7 +74,8 @@ def _different_topology_env(rank: int, world_size: int) -> str:
 
 def test_disagreeing_layouts_are_an_error_on_every_rank() -> None:
     for message in run_ranks(4, _different_topology_env, timeout=60):
-        assert "disagree on the default layout" in message and "SCALEDL_TOPOLOGY" in message
+        assert "disagree on the layout of opening a communicator" in message
+        assert "layout 2x2" in message and "layout 4" in message and "SCALEDL_TOPOLOGY" in message
 
 
 def _explain_on_one_rank(rank: int, world_size: int) -> tuple[str, float]:
@@ -167,8 +168,11 @@ def _mismatch(rank: int, world_size: int, kind: str) -> str:
 @pytest.mark.parametrize("kind", ["op", "algorithm"])
 def test_debug_mode_compares_op_and_algorithm(kind: str) -> None:
     for message in run_ranks(2, _mismatch, kind, timeout=60, env={"SCALEDL_DEBUG": "1"}):
-        assert message.startswith("collective mismatch: rank 0 called allreduce of 64 float32")
-        assert ("op max" in message) if kind == "op" else ("other (" in message)
+        what = "reduction op" if kind == "op" else "algorithm"
+        assert message.startswith(f"ranks disagree on the {what} of allreduce: rank 0 called "
+                                  "allreduce of 64 float32 (sum, algorithm ring")
+        assert ("(max, algorithm ring" in message) if kind == "op" else \
+            ("(sum, algorithm tree" in message)
 
 
 def test_debug_zero_means_off() -> None:

@@ -335,8 +335,8 @@ def test_what_cannot_be_wrapped_is_refused_at_wrap_time() -> None:
         assert "wraps a model (an nn.Module instance), got Linear" in messages[0]
         assert "already a DistributedDataParallel" in messages[1]
         assert "bucket_mb must be a number of MiB, got str '25'" in messages[2]
-        assert ("ranks wrapped with different settings: entry 4 is 'setting algorithm tree' on "
-                "rank 0 but 'setting algorithm ring' on rank 1") in messages[3]
+        assert ("ranks disagree on the details of wrapping a model: entry 4 is 'setting "
+                "algorithm tree' on rank 0 but 'setting algorithm ring' on rank 1") in messages[3]
 
 
 class Sparse(nn.Module):

@@ -187,7 +187,7 @@ def _mismatched(rank: int, world: int, case: int) -> str:
 @pytest.mark.parametrize("case, named", [
     (0, "allreduce of 8 float32 (sum)"), (1, "allreduce of 1048576 float32"),
     (2, "allreduce of 8 float32 (max)"), (3, "allreduce of 4 bfloat16"),
-    (4, "broadcast of 4 float32 from rank 0"), (5, "broadcast of 8 float32 from rank 1"),
+    (4, "broadcast of 4 float32 (root 0)"), (5, "broadcast of 8 float32 (root 1)"),
 ])
 def test_calls_that_differ_between_ranks_fail_named(case: int, named: str) -> None:
     # each was a silently wrong result: the ranks read each other's windows as if they matched

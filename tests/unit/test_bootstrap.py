@@ -266,6 +266,8 @@ def test_init_multi_rank_passes_address_rank_and_timeout(
     # every (pretend) rank reports the same host and layout request as this one
     monkeypatch.setattr(dist, "all_gather_object",
                         lambda out, obj: out.__setitem__(slice(None), [obj] * len(out)))
+    monkeypatch.setattr(bootstrap, "over_group",
+                        lambda *a, **k: lambda values: [list(values)] * 8)
     environ = {**TORCHRUN, "SCALEDL_TIMEOUT": "12.5"}
     topology = bootstrap.init(backend="gloo", topology="2x4", environ=environ)
     assert (topology.axes, topology.rank) == ((2, 4), 3)

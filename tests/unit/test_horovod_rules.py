@@ -3,12 +3,14 @@ slices, the negotiation rows and their verdicts, and scaledl run's host lists.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import torch
 
 from scaledl.cli.run import local_slots, parse_hosts
 from scaledl.horovod.errors import UnsupportedError
-from scaledl.horovod.negotiation import Agreement, Kind, Problem, Request, Row
+from scaledl.horovod.negotiation import Agreement, Kind, Problem, Request, judge
 from scaledl.horovod.reduce_ops import Adasum, Average, Max, Min, Sum, identity, resolve_op
 from scaledl.horovod.reducescatter import slice_rows
 from scaledl.horovod.runtime import STEP_NEGOTIATION_ENV, Algorithms, step_negotiation
@@ -55,37 +57,52 @@ def test_reducescatter_slices_tile_the_rows_extra_rows_first(rows: int, size: in
 
 
 def _rows(*requests: Request) -> Agreement:
-    return Agreement(tuple(Row.decode(r.encode()) for r in requests), tuple(range(len(requests))))
+    """The agreement rank 0 reaches (every rank reaches the same one), the text round of a
+    failure served from the same simulated ranks."""
+    signatures = [r.signature() for r in requests]
+
+    def exchange(values: Sequence[int]) -> list[list[int]]:
+        words = []
+        for sig in signatures:
+            blob = b"".join((t or "").encode() for t in sig.texts())
+            blob += bytes(len(values) * 8 - len(blob))
+            words.append(torch.frombuffer(bytearray(blob), dtype=torch.int64).tolist())
+        return words
+
+    return judge(signatures[0], [s.encode() for s in signatures], exchange,
+                 tuple(range(len(requests))))
 
 
-def test_rows_round_trip_and_fingerprint_extra_dimensions() -> None:
+def test_rows_carry_the_shape_and_a_digest_of_extra_dimensions() -> None:
     request = Request(Kind.ALLGATHER, "x", torch.int16, (2, 3, 1, 1, 1, 4, 5), op=1, root=0)
-    row = Row.decode(request.encode())
+    row = _rows(request).rows[0]
     assert (row.kind, row.ndim, row.numel) == (Kind.ALLGATHER, 7, 120)
-    assert row.shape[:5] == (2, 3, 1, 1, 1)
-    assert row.shape_text == "[2, 3, 1, 1, 1, and 2 more dimensions]"
+    assert row.dims[:5] == (2, 3, 1, 1, 1)
+    assert row.signature([None, None, "x", None, None]).describe().startswith(
+        "allgather 'x' of shape [2, 3, 1, 1, 1, -1, -1] int16")
 
 
 def test_shapes_that_differ_beyond_the_sixth_dimension_are_a_mismatch() -> None:
-    # the sixth slot held the product of the rest: [..., 2, 3] and [..., 3, 2] both sent 6
+    # the sixth slot holds a digest of the rest: [..., 2, 3] and [..., 3, 2] differ
     for kind in (Kind.ALLREDUCE, Kind.ALLGATHER):
         a = Request(kind, None, torch.float32, (1, 1, 1, 1, 1, 2, 3), op=0)
         b = Request(kind, None, torch.float32, (1, 1, 1, 1, 1, 3, 2), op=0)
         assert _rows(a, a).verdict() is None
-        assert "rank 1 passed [1, 1, 1, 1, 1, and 2 more dimensions]" in (
-            _rows(a, b).verdict() or "")
+        assert f"ranks disagree on the shape of {kind.value}" in (_rows(a, b).verdict() or "")
 
 
 def test_verdicts_name_the_first_mismatch_the_same_way_everywhere() -> None:
     a = Request(Kind.ALLREDUCE, None, torch.float32, (2, 3), op=0)
     assert _rows(a, a, a).verdict() is None
     assert _rows(a, Request(Kind.ALLREDUCE, None, torch.float32, (3, 2), op=0)).verdict() == (
-        "rank 0 passed shape [2, 3] to allreduce but rank 1 passed [3, 2]; the shapes must be "
-        "equal on every rank")
+        "ranks disagree on the shape of allreduce: rank 0 called allreduce of shape [2, 3] "
+        "float32 (avg) but rank 1 called allreduce of shape [3, 2] float32 (avg); collectives "
+        "are matched by call order, so every rank must issue them in the same order with the "
+        "same arguments")
     gather = Request(Kind.ALLGATHER, None, torch.float32, (2, 3))
     assert _rows(gather, Request(Kind.ALLGATHER, None, torch.float32, (5, 3))).verdict() is None
     bad = Request(Kind.ALLTOALL, None, torch.float32, (4,), problem=Problem.SPLITS_LENGTH)
-    assert "rank 1 passed splits whose length" in (_rows(a, bad).verdict() or "")
+    assert "alltoall: rank 1 passed splits whose length" in (_rows(a, bad).verdict() or "")
     joined = Request(Kind.JOIN)
     assert _rows(joined, a).verdict() is None
     assert "cannot run while ranks [0] are in hvd.join()" in \

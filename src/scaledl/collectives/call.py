@@ -14,7 +14,6 @@ A job of the group's communicator runs :meth:`Call.run` on flat working tensors
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,10 +25,11 @@ from scaledl.collectives.communicator import Communicator
 from scaledl.collectives.executor import (
     Workspace, execute, execute_allgather, execute_reduce_scatter,
 )
-from scaledl.collectives.ops import SUPPORTED_DTYPES, ReduceOp
+from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.registry import ALGORITHMS, AUTO, parse_algorithm, plan
 from scaledl.collectives.schedule import Collective, Schedule, Stage
 from scaledl.faults import at_collective
+from scaledl.signature import Kind, Signature, agree
 from scaledl.topology import Topology
 from scaledl.transport.torch_p2p import TorchTransport
 
@@ -160,41 +160,17 @@ class Call:
         return self.comm.transport, self.op, chunk_numel, self.comm.workspace
 
 
-_DTYPE_CODES = {dtype: code for code, dtype in enumerate(SUPPORTED_DTYPES)}
-_COLLECTIVE_CODES = {collective: code for code, collective in enumerate(Collective)}
-_OP_CODES = {op: code for code, op in enumerate(ReduceOp)}
-
-
-def _text_code(text: str) -> int:
-    return int.from_bytes(hashlib.sha1(text.encode()).digest()[:8], "little") >> 1
-
-
 def _check_agreement(call: Call, numel: int, dtype: torch.dtype) -> None:
     """Debug mode: every rank compares the whole call (collective, element count, dtype, root,
     op, algorithm, layout) before running, and raises naming both calls on every rank."""
-    fingerprint = [
-        _COLLECTIVE_CODES[call.collective], numel, _DTYPE_CODES[dtype], call.root,
-        _OP_CODES[call.op], _text_code(call.algorithm), call.topology.fingerprint,
-    ]
-    rows = call.comm.channel.exchange(fingerprint)
-    for rank, row in enumerate(rows):
-        if row != rows[0]:
-            raise ValueError(
-                f"collective mismatch: rank 0 called {_describe(rows[0], call)} but rank {rank} "
-                f"called {_describe(row, call)}; every rank must call the same collective with "
-                "the same element count, dtype, root, op, algorithm and topology"
-            )
-
-
-def _describe(row: list[int], call: Call) -> str:
-    collective, numel, dtype, root, op, algorithm, topology = row
-    name = list(Collective)[collective].value
-    mine = [_text_code(call.algorithm), call.topology.fingerprint]
-    algorithm_text = call.algorithm if algorithm == mine[0] else f"other ({algorithm:x})"
-    layout = call.topology.spec if topology == mine[1] else f"other ({topology:x})"
-    return (f"{name} of {numel} {str(SUPPORTED_DTYPES[dtype]).removeprefix('torch.')} "
-            f"(root {root}, op {list(ReduceOp)[op].value}, algorithm {algorithm_text}, "
-            f"topology {layout})")
+    rooted = call.collective in (Collective.BROADCAST, Collective.REDUCE)
+    reducing = call.collective not in (Collective.BROADCAST, Collective.ALLGATHER)
+    mine = Signature(Kind(call.collective.value), numel, dtype,
+                     call.op.value if reducing else None, call.root if rooted else -1,
+                     call.algorithm, call.topology.layout)
+    agree(mine, call.comm.channel.exchange, ranks=call.comm.channel.global_ranks,
+          fix="every rank must call the same collective with the same element count, dtype, "
+              "root, op, algorithm and topology")
 
 
 def whole_group_stage(schedule: Schedule) -> Stage | None:

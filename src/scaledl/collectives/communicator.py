@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from scaledl.bootstrap import host_name
+from scaledl.signature import Kind, Signature, agree
 from scaledl.collectives.auto import CostModel, Fabric
 from scaledl.collectives.cost import LinkCost
 from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
@@ -137,27 +138,16 @@ class Member:
 
 
 def _layout_request(group: dist.ProcessGroup, global_ranks: tuple[int, ...], rank: int,
-                    ) -> tuple[Topology | None, int]:
-    """The default layout this rank would take without asking the others, and its digest
-    (0: take it from the members' hosts)."""
+                    ) -> Topology | None:
+    """The default layout this rank would take without asking the others (None: take it
+    from the members' hosts)."""
     job = current_job()
     if job is not None:
-        chosen = job.topology_for(global_ranks, rank)
-        return chosen, chosen.fingerprint
+        return job.topology_for(global_ranks, rank)
     spec = os.environ.get(TOPOLOGY_ENV, "").strip()
     if spec and group is dist.group.WORLD:
-        chosen = Topology.parse(spec, len(global_ranks), rank)
-        return chosen, chosen.fingerprint
-    return None, 0
-
-
-def _check_same(values: list[int], what: str, fix: str) -> None:
-    differing = [rank for rank, value in enumerate(values) if value != values[0]]
-    if differing:
-        raise ValueError(
-            f"ranks of this group disagree on {what}: rank {differing[0]} differs from rank 0; "
-            f"{fix}"
-        )
+        return Topology.parse(spec, len(global_ranks), rank)
+    return None
 
 
 class Communicator:
@@ -208,12 +198,16 @@ class Communicator:
 
     def _introduce(self) -> tuple[tuple[Member, ...], Topology]:
         """One exchange: who every member is, and that all agree on the default layout."""
-        requested, digest = _layout_request(self.group, self.channel.global_ranks, self.rank)
-        mine = [os.getpid(), host_digest(host_name()), digest]
-        rows = self.channel.exchange(mine) if self.world_size > 1 else [mine]
-        _check_same([row[2] for row in rows], "the default layout of the group",
-                    f"give every rank the same {TOPOLOGY_ENV} (or the same topology= to "
-                    "scaledl.init()), or pass topology= to each call")
+        requested = _layout_request(self.group, self.channel.global_ranks, self.rank)
+        mine = Signature(Kind.OPEN_GROUP, layout=requested.layout if requested else None,
+                         data=(os.getpid(), host_digest(host_name())))
+        if self.world_size > 1:
+            rows = [row.data for row in agree(
+                mine, self.channel.exchange, ranks=self.channel.global_ranks,
+                fix=f"give every rank the same {TOPOLOGY_ENV} (or the same topology= to "
+                    "scaledl.init()), or pass topology= to each call")]
+        else:
+            rows = [mine.data]
         members = tuple(
             Member(rank, self.channel.global_ranks[rank], row[0], row[1])
             for rank, row in enumerate(rows)

@@ -19,7 +19,7 @@ import torch
 
 from scaledl.collectives import CollectiveHandle
 from scaledl.horovod.handles import Handle
-from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate, signature_of
+from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate
 from scaledl.horovod.paths import launch_allreduce
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.reduce_ops import Average, ReduceOperation, resolve_op
@@ -98,12 +98,13 @@ def _group_request(
     tensors: Sequence[torch.Tensor], name: str | None, op: ReduceOperation
 ) -> Request:
     dtypes = {t.dtype for t in tensors}
-    shapes = ";".join(f"{t.dtype}{list(t.shape)}" for t in tensors)
+    shapes = "\n".join(f"tensor {i}: {str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
+                       for i, t in enumerate(tensors))
     problems = [tensor_problem(t) for t in tensors if tensor_problem(t) is not Problem.NONE]
     return Request(
         Kind.GROUPED_ALLREDUCE, name, dtypes.pop() if len(dtypes) == 1 else None,
-        (sum(t.numel() for t in tensors),), op=int(op), count=len(tensors),
-        signature=signature_of(shapes), problem=problems[0] if problems else Problem.NONE)
+        (sum(t.numel() for t in tensors),), op=int(op), detail=shapes,
+        problem=problems[0] if problems else Problem.NONE)
 
 
 def _fuse(tensors: Sequence[torch.Tensor], prescale: float) -> list[tuple[list[int], torch.Tensor]]:

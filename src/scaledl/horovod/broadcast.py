@@ -13,7 +13,7 @@ import torch
 
 from scaledl.horovod.allreduce import tensor_problem
 from scaledl.horovod.handles import Handle
-from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate, signature_of
+from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate
 from scaledl.horovod.paths import launch_broadcast
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.tensors import check_tensor, stage, work_dtype
@@ -80,11 +80,12 @@ def broadcast_tensors_(
     context = context_of(process_set)
     problems = [tensor_problem(t) for t in tensors if tensor_problem(t) is not Problem.NONE]
     problem = problems[0] if problems else _root_problem(context, root_rank)
-    shapes = ";".join(f"{t.dtype}{list(t.shape)}" for t in tensors)
+    shapes = "\n".join(f"tensor {i}: {str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
+                       for i, t in enumerate(tensors))
     root = root_rank if isinstance(root_rank, int) else -1
     negotiate(context, Request(
         Kind.BROADCAST, name, None, (sum(t.numel() for t in tensors),), root=root,
-        count=len(tensors), signature=signature_of(shapes), problem=problem))
+        detail=shapes, problem=problem))
     groups: dict[torch.dtype, list[torch.Tensor]] = {}
     for tensor in tensors:
         work = work_dtype(tensor.dtype)

@@ -17,11 +17,12 @@ import torch
 
 from scaledl.horovod.errors import HorovodInternalError
 from scaledl.horovod.handles import Handle
-from scaledl.horovod.negotiation import Agreement, Kind, Request, negotiate
+from scaledl.horovod.negotiation import Agreement, Kind, Request, negotiate, op_of
 from scaledl.horovod.paths import launch_allreduce
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
-from scaledl.horovod.reduce_ops import ReduceOperation, identity
-from scaledl.horovod.tensors import DTYPES, work_dtype
+from scaledl.horovod.reduce_ops import identity
+from scaledl.horovod.tensors import work_dtype
+from scaledl.signature import Signature
 
 __all__ = ["join", "barrier", "serve"]
 
@@ -38,9 +39,9 @@ def join(device: int = -1) -> int:
     context = context_of(global_process_set)
     rounds = 0
     while True:
-        agreement = negotiate(context, Request(Kind.JOIN, count=rounds))
+        agreement = negotiate(context, Request(Kind.JOIN, rounds=rounds))
         if not agreement.active:
-            newest = [i for i, row in enumerate(agreement.rows) if row.count == 0]
+            newest = [i for i, row in enumerate(agreement.rows) if row.data[0] == 0]
             return context.ranks[max(newest)] if newest else context.ranks[-1]
         rounds += 1
         if agreement.verdict() is None:
@@ -50,8 +51,8 @@ def join(device: int = -1) -> int:
 def serve(context: SetContext, agreement: Agreement) -> None:
     """Take part, with a neutral contribution, in the collective the active ranks agreed on."""
     row = agreement.rows[agreement.active[0]]
-    if row.kind is Kind.OPTIMIZER:
-        server = context.servers.get(row.signature)
+    if row.kind is Kind.OPTIMIZER_STEP:
+        server = context.servers.get(row.digest("detail"))
         if server is None:
             raise HorovodInternalError(
                 "a DistributedOptimizer step of the other ranks has no counterpart on this "
@@ -60,11 +61,12 @@ def serve(context: SetContext, agreement: Agreement) -> None:
         return
     if row.kind not in (Kind.ALLREDUCE, Kind.GROUPED_ALLREDUCE):
         return
-    dtype = DTYPES[row.dtype]
+    dtype = Signature.from_word(row.word).dtype
+    assert dtype is not None  # a grouped call of mixed dtypes was refused by the verdict
     work = work_dtype(dtype)
     assert work is not None
-    op = ReduceOperation(row.op)
+    op = op_of(row)
     buffer = torch.full((row.numel,), identity(op, work), dtype=work, device=context.device)
     divide_here = not buffer.is_floating_point()
     handle = launch_allreduce(context, buffer, op, divide_here, blocking=True)
-    Handle([handle], lambda: None, f"{row.kind.label} for the ranks still running").wait()
+    Handle([handle], lambda: None, f"{row.kind.value} for the ranks still running").wait()

@@ -1,14 +1,14 @@
 """Negotiation: before a collective, every member shows what it is about to call.
 
 Horovod's coordinator collects each rank's request and refuses mismatched ones by name.  Here each
-call first allgathers a fixed-size row of 16 integers on the set's Gloo control group (one small
-round trip; measured in docs/horovod.md): the collective, its name (CRC-32), dtype, shape (up to
-six dimensions; beyond five, the sixth carries a CRC-32 of the rest), reduction op, root, a count
-and a signature (grouped calls, optimizers) and a *problem* code for arguments this rank found
-invalid.  Every member decodes the same rows and reaches the same verdict, so a mismatch raises
-the same :class:`~scaledl.horovod.errors.MismatchError` on every rank before any data moves,
-instead of a hang or a silently wrong result.  The rows also carry what the call needs from
-the others: the first dimensions of an allgather.
+call first exchanges its :class:`~scaledl.signature.Signature` (one row of integers, allgathered
+on the set's Gloo control group: one small round trip, measured in docs/horovod.md): the
+collective, its name, dtype, shape, reduction op, root, what else must match (the tensors of a
+grouped call, an optimizer's buckets) and a *problem* for arguments this rank found invalid.
+Every member decodes the same rows and reaches the same verdict, so a mismatch raises the same
+:class:`~scaledl.horovod.errors.MismatchError` on every rank before any data moves, instead of a
+hang or a silently wrong result, and the set stays usable.  The rows also carry what the call
+needs from the others: the first dimensions of an allgather.
 
 A rank inside ``hvd.join()`` sends ``JOIN`` rows; the others' rows tell it which collective to
 take part in (see :mod:`scaledl.horovod.join`).
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import enum
 import math
-import zlib
 from dataclasses import dataclass
 
 import torch
@@ -27,83 +26,49 @@ import torch.distributed as dist
 from scaledl.horovod.errors import HorovodInternalError, MismatchError
 from scaledl.horovod.process_sets import SetContext
 from scaledl.horovod.reduce_ops import ReduceOperation
-from scaledl.horovod.tensors import MIXED, dtype_code, dtype_name
+from scaledl.signature import (
+    ALLGATHER, ROW_LENGTH, Exchange, Kind, Row, Signature, digest, dtype_text, over_group, settle,
+)
 
-__all__ = ["Kind", "Problem", "Request", "Row", "Agreement", "Pending", "negotiate",
-           "signature_of", "MAX_DIMS"]
-
-MAX_DIMS = 6
-_ALLGATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_FIELDS = 10 + MAX_DIMS
+__all__ = ["Kind", "Problem", "Request", "Agreement", "Pending", "negotiate", "op_of",
+           "OP_NAMES", "plan_key", "judge"]
 
 
-class Kind(enum.IntEnum):
-    """Which collective a row announces."""
+_ALLGATHER = ALLGATHER
+"""The rows' allgather (a module attribute, so tests can delay it)."""
 
-    ALLREDUCE = 1
-    GROUPED_ALLREDUCE = 2
-    BROADCAST = 3
-    ALLGATHER = 4
-    ALLTOALL = 5
-    REDUCESCATTER = 6
-    BARRIER = 7
-    JOIN = 8
-    OPTIMIZER = 9
-    SETUP = 10
-
-    @property
-    def label(self) -> str:
-        """The Horovod name of the call."""
-        if self is Kind.OPTIMIZER:
-            return "DistributedOptimizer gradient reduction"
-        return "DistributedOptimizer construction" if self is Kind.SETUP else self.name.lower()
+OP_NAMES = {ReduceOperation.AVERAGE: "avg", ReduceOperation.SUM: "sum",
+            ReduceOperation.ADASUM: "adasum", ReduceOperation.MIN: "min",
+            ReduceOperation.MAX: "max", ReduceOperation.PRODUCT: "product"}
+"""Horovod's reduction ops by their names in a :class:`~scaledl.signature.Signature`."""
 
 
-class Problem(enum.IntEnum):
-    """Why a rank's own arguments are invalid (reported by every rank)."""
-
-    NONE = 0
-    DTYPE = 1
-    SCALAR = 2
-    SPLITS_LENGTH = 3
-    SPLITS_SUM = 4
-    NOT_DIVISIBLE = 5
-    ROOT = 6
-    SPARSE = 7
-    ROOT_TYPE = 8
+def op_of(row: Row) -> ReduceOperation:
+    """The Horovod reduction op a row announces."""
+    name = Signature.from_word(row.word).op
+    return next(op for op, text in OP_NAMES.items() if text == name)
 
 
-_PROBLEMS = {
-    Problem.DTYPE: "passed a tensor of {dtype}; use float16/32/64, bfloat16, int8/16/32/64, "
-                   "uint8 or bool",
-    Problem.SCALAR: "passed a 0-d tensor; give it a first dimension (tensor.reshape(1))",
-    Problem.SPLITS_LENGTH: "passed splits whose length is not the process set's size",
-    Problem.SPLITS_SUM: "passed splits that are negative or do not add up to the tensor's first "
-                        "dimension",
-    Problem.NOT_DIVISIBLE: "passed no splits and a first dimension that the process set's size "
-                           "does not divide; pass splits=",
-    Problem.ROOT: "passed a root rank that is not in the process set",
-    Problem.SPARSE: "passed a sparse tensor; pass tensor.to_dense()",
-    Problem.ROOT_TYPE: "passed a root_rank that is not an int; pass a global rank such as 0",
-}
-_WHOLE_SHAPE = (Kind.ALLREDUCE, Kind.BROADCAST, Kind.REDUCESCATTER)
-_ROW_SHAPE = (Kind.ALLGATHER, Kind.ALLTOALL)
-_WITH_OP = (Kind.ALLREDUCE, Kind.GROUPED_ALLREDUCE, Kind.REDUCESCATTER, Kind.OPTIMIZER)
+class Problem(str, enum.Enum):
+    """Why a rank's own arguments are invalid: a phrase that follows "rank N" in the error
+    every rank raises."""
+
+    NONE = ""
+    DTYPE = ("passed a tensor of {dtype}; use float16/32/64, bfloat16, int8/16/32/64, uint8 or "
+             "bool")
+    SCALAR = "passed a 0-d tensor; give it a first dimension (tensor.reshape(1))"
+    SPLITS_LENGTH = "passed splits whose length is not the process set's size"
+    SPLITS_SUM = "passed splits that are negative or do not add up to the tensor's first dimension"
+    NOT_DIVISIBLE = ("passed no splits and a first dimension that the process set's size does "
+                     "not divide; pass splits=")
+    ROOT = "passed a root rank that is not in the process set"
+    SPARSE = "passed a sparse tensor; pass tensor.to_dense()"
+    ROOT_TYPE = "passed a root_rank that is not an int; pass a global rank such as 0"
 
 
-def signature_of(text: str | None) -> int:
-    """A stable 31-bit fingerprint of ``text`` (0 for ``None``); Python's ``hash`` is salted."""
-    return 0 if text is None else zlib.crc32(text.encode()) & 0x7FFFFFFF
-
-
-def _folded(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Six integers: the dimensions, padded; beyond six, the sixth is a CRC-32 of the rest.
-
-    The fingerprint, not the product, so shapes that differ only there still differ.
-    """
-    if len(shape) <= MAX_DIMS:
-        return shape + (0,) * (MAX_DIMS - len(shape))
-    return shape[:MAX_DIMS - 1] + (signature_of(repr(shape[MAX_DIMS - 1:])),)
+_SHAPED = (Kind.ALLGATHER, Kind.ALLTOALL)
+_ORDER = ("collectives are matched by call order, so every rank must issue them in the same "
+          "order with the same arguments")
 
 
 @dataclass(frozen=True)
@@ -115,97 +80,40 @@ class Request:
     dtype: torch.dtype | None = None
     shape: tuple[int, ...] = ()
     op: int = -1
+    """A :class:`ReduceOperation`, or -1."""
     root: int = -1
-    count: int = 0
-    signature: int = 0
+    detail: str | None = None
+    """What else must match, one fact per line (the tensors of a grouped call, a plan)."""
+    rounds: int = 0
+    """Rounds a rank inside ``hvd.join()`` has served (shared, not compared)."""
     problem: Problem = Problem.NONE
 
-    def encode(self) -> list[int]:
-        """The 16 integers every member receives."""
-        numel = math.prod(self.shape)
-        head = [int(self.kind), int(self.problem), dtype_code(self.dtype), self.op, self.root,
-                self.count, self.signature, signature_of(self.name), len(self.shape), numel]
-        return head + list(_folded(tuple(self.shape)))
+    def signature(self) -> Signature:
+        """The call's signature (the problem's text formatted with this rank's dtype)."""
+        problem = (self.problem.value.format(dtype=dtype_text(self.dtype))
+                   if self.problem is not Problem.NONE else None)
+        op = OP_NAMES[ReduceOperation(self.op)] if self.op >= 0 else None
+        # a call of several tensors (its detail lists them) shows their total elements
+        # (and a call without a tensor, none)
+        tensorless = not self.shape and self.dtype is None
+        shape = None if self.detail is not None or tensorless else tuple(self.shape)
+        return Signature(self.kind, 0 if tensorless else math.prod(self.shape), self.dtype,
+                         op, self.root,
+                         name=self.name, shape=shape, detail=self.detail, problem=problem,
+                         data=(self.rounds,))
 
 
-@dataclass(frozen=True)
-class Row:
-    """One member's decoded request."""
-
-    kind: Kind
-    problem: Problem
-    dtype: int
-    op: int
-    root: int
-    count: int
-    signature: int
-    name: int
-    ndim: int
-    numel: int
-    dims: tuple[int, ...]
-
-    @classmethod
-    def decode(cls, values: list[int]) -> Row:
-        """The row from its 16 integers."""
-        dtype, op, root, count, signature, name, ndim, numel = values[2:10]
-        return cls(Kind(values[0]), Problem(values[1]), dtype, op, root, count, signature, name,
-                   ndim, numel, tuple(values[10:]))
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The shape as sent (its sixth entry a fingerprint beyond six dimensions)."""
-        return self.dims[:min(self.ndim, MAX_DIMS)]
-
-    @property
-    def shape_text(self) -> str:
-        """The shape for a message (dimensions beyond the fifth unknown to the others)."""
-        if self.ndim <= MAX_DIMS:
-            return str(list(self.shape))
-        known = ", ".join(str(d) for d in self.dims[:MAX_DIMS - 1])
-        return f"[{known}, and {self.ndim - MAX_DIMS + 1} more dimensions]"
-
-
-def _op_label(op: int) -> str:
-    return ReduceOperation(op).label if op in ReduceOperation._value2member_map_ else f"op {op}"
-
-
-def _difference(kind: Kind, ref: Row, other: Row) -> str | None:
-    """How ``other`` fails to match ``ref`` (``None`` when they match)."""
-    if other.kind != ref.kind:
-        return f"called {ref.kind.label} but rank {{b}} called {other.kind.label}"
-    if other.name != ref.name:
-        return (f"named its {kind.label} differently from rank {{b}}; collectives are matched by "
-                "call order, so every rank must issue them in the same order")
-    if other.dtype != ref.dtype:
-        return (f"passed {dtype_name(ref.dtype)} to {kind.label} but rank {{b}} passed "
-                f"{dtype_name(other.dtype)}")
-    if kind in _WHOLE_SHAPE and (other.ndim, other.shape) != (ref.ndim, ref.shape):
-        return (f"passed shape {ref.shape_text} to {kind.label} but rank {{b}} passed "
-                f"{other.shape_text}; the shapes must be equal on every rank")
-    if kind in _ROW_SHAPE and (other.ndim != ref.ndim or other.shape[1:] != ref.shape[1:]):
-        return (f"passed shape {ref.shape_text} to {kind.label} but rank {{b}} passed "
-                f"{other.shape_text}; only the first dimension may differ")
-    if kind in _WITH_OP and other.op != ref.op:
-        return (f"reduces with {_op_label(ref.op)} but rank {{b}} with {_op_label(other.op)} in "
-                f"{kind.label}")
-    if kind is Kind.BROADCAST and other.root != ref.root:
-        return f"broadcasts from root {ref.root} but rank {{b}} from root {other.root}"
-    numel_differs = kind not in _ROW_SHAPE and other.numel != ref.numel
-    if (other.count, other.signature) != (ref.count, ref.signature) or numel_differs:
-        return (f"passed {kind.label} other tensors (count, shapes or parameters) than rank "
-                "{b}")
-    return None
-
-
-_SERVABLE = (Kind.ALLREDUCE, Kind.GROUPED_ALLREDUCE, Kind.BARRIER, Kind.OPTIMIZER)
+_SERVABLE = (Kind.ALLREDUCE, Kind.GROUPED_ALLREDUCE, Kind.BARRIER, Kind.OPTIMIZER_STEP)
 
 
 @dataclass(frozen=True)
 class Agreement:
-    """Every member's row, by position in the process set."""
+    """Every member's row, by position in the process set, and the verdict on them."""
 
     rows: tuple[Row, ...]
     ranks: tuple[int, ...]
+    problem: str | None = None
+    """Why the active members' calls cannot run (the same on every rank), or ``None``."""
 
     @property
     def joined(self) -> list[int]:
@@ -219,23 +127,13 @@ class Agreement:
 
     def verdict(self) -> str | None:
         """Why the active members' calls cannot run (identical on every rank), or ``None``."""
-        active = self.active
-        if not active:
-            return None
-        for i in active:
-            row = self.rows[i]
-            if row.problem is not Problem.NONE:
-                text = _PROBLEMS[row.problem].format(dtype=dtype_name(row.dtype))
-                return f"{row.kind.label}: rank {self.ranks[i]} {text}"
-        ref = self.rows[active[0]]
-        for i in active[1:]:
-            difference = _difference(ref.kind, ref, self.rows[i])
-            if difference is not None:
-                return f"rank {self.ranks[active[0]]} " + difference.format(b=self.ranks[i])
-        mixed = ref.kind is Kind.GROUPED_ALLREDUCE and ref.dtype == MIXED
+        if self.problem is not None or not self.active:
+            return self.problem
+        ref = self.rows[self.active[0]]
+        mixed = ref.kind is Kind.GROUPED_ALLREDUCE and Signature.from_word(ref.word).dtype is None
         if self.joined and (ref.kind not in _SERVABLE or mixed):
             joined = [self.ranks[i] for i in self.joined]
-            return (f"{ref.kind.label} cannot run while ranks {joined} are in hvd.join(); only "
+            return (f"{ref.kind.value} cannot run while ranks {joined} are in hvd.join(); only "
                     "allreduce, grouped_allreduce of one dtype, barrier and DistributedOptimizer "
                     "steps can")
         return None
@@ -247,8 +145,9 @@ class Pending:
     def __init__(self, context: SetContext, request: Request) -> None:
         self._context = context
         self._request = request
-        mine = torch.tensor(request.encode(), dtype=torch.int64)
-        self._everyone = torch.empty(context.size * _FIELDS, dtype=torch.int64)
+        self._signature = request.signature()
+        mine = torch.tensor(self._signature.encode(), dtype=torch.int64)
+        self._everyone = torch.empty(context.size * ROW_LENGTH, dtype=torch.int64)
         self._work: dist.Work | None = None
         try:
             self._work = _ALLGATHER(self._everyone, mine, group=context.control, async_op=True)
@@ -258,26 +157,47 @@ class Pending:
     def _failure(self, error: BaseException) -> HorovodInternalError:
         context, text = self._context, str(error).splitlines()
         return HorovodInternalError(
-            f"{self._request.kind.label} on rank {context.ranks[context.rank]}: the ranks of "
+            f"{self._request.kind.value} on rank {context.ranks[context.rank]}: the ranks of "
             f"process set {list(context.ranks)} did not all reach it (a rank died, timed out or "
             f"issued fewer collectives): {text[0] if text else repr(error)}")
 
     def result(self) -> Agreement:
         """Wait for every member's row; raise ``MismatchError`` unless all calls match."""
+        context = self._context
         try:
             if self._work is not None:
                 self._work.wait()
+            values = self._everyone.view(context.size, ROW_LENGTH).tolist()
+            agreement = judge(self._signature, values, over_group(context.control),
+                              context.ranks)
         except RuntimeError as error:
             raise self._failure(error) from error
-        values = self._everyone.view(self._context.size, _FIELDS).tolist()
-        agreement = Agreement(tuple(Row.decode(v) for v in values), self._context.ranks)
         if self._request.kind is not Kind.JOIN:
-            problem = agreement.verdict()
-            if problem is not None:
-                raise MismatchError(problem)
+            verdict = agreement.verdict()
+            if verdict is not None:
+                raise MismatchError(verdict)
         return agreement
+
+
+def judge(mine: Signature, values: list[list[int]], exchange: Exchange,
+          ranks: tuple[int, ...]) -> Agreement:
+    """Every member's rows and the verdict on them, the same on every member (which all run
+    the text round of a failed comparison, joined ones included)."""
+    active = [i for i, row in enumerate(values) if Row(tuple(row)).kind is not Kind.JOIN]
+    shaped = bool(active) and Row(tuple(values[active[0]])).kind in _SHAPED
+    try:
+        rows = settle(mine, values, exchange, ranks=ranks, compare=active, error=MismatchError,
+                      fix="only the first dimension may differ" if shaped else _ORDER)
+    except MismatchError as error:
+        return Agreement(tuple(Row(tuple(row)) for row in values), ranks, str(error))
+    return Agreement(tuple(rows), ranks)
 
 
 def negotiate(context: SetContext, request: Request) -> Agreement:
     """Exchange ``request`` with every member; raise ``MismatchError`` unless all calls match."""
     return Pending(context, request).result()
+
+
+def plan_key(detail: str) -> int:
+    """The key under which a joined rank finds the optimizer whose plan a row announces."""
+    return digest(detail)

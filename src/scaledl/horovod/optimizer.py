@@ -45,7 +45,7 @@ from scaledl.horovod.compression import Compression, Compressor
 from scaledl.horovod.errors import unsupported
 from scaledl.horovod.allreduce import reduction_plan
 from scaledl.horovod.handles import Handle
-from scaledl.horovod.negotiation import Kind, Pending, Request, negotiate, signature_of
+from scaledl.horovod.negotiation import Kind, Pending, Request, negotiate, plan_key
 from scaledl.horovod.paths import launch_allreduce
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.reduce_ops import Average, ReduceOperation, identity, resolve_op
@@ -211,24 +211,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.buckets: list[Bucket] = plan_buckets(named, bucket_bytes)
         self._sent_dtypes = [self._compression.compress(torch.empty(0, dtype=b.dtype))[0].dtype
                              for b in self.buckets]
-        layout = ";".join(f"{b.names}{b.numels}{b.dtype}->{d}"
-                          for b, d in zip(self.buckets, self._sent_dtypes))
-        self._signature = signature_of(
-            f"{layout} op={int(self.op)} pre={self._prescale} negotiate={self._negotiate}")
+        layout = [f"bucket {i}: {b.names} {b.numels} {b.dtype} sent as {d}"
+                  for i, (b, d) in enumerate(zip(self.buckets, self._sent_dtypes))]
+        self._plan = "\n".join(layout + [f"prescale {self._prescale}",
+                                         f"negotiate every step {self._negotiate}"])
         total = sum(b.numel for b in self.buckets)
-        negotiate(context, Request(Kind.SETUP, None, None, (total,), op=int(self.op),
-                                   count=len(self.buckets), signature=self._signature))
+        negotiate(context, Request(Kind.OPTIMIZER_SETUP, None, None, (total,), op=int(self.op),
+                                   detail=self._plan))
         # registered before the reducer's hooks, so they run first on every parameter
         self._hooks = [p.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
             self._on_gradient) for _, p in named]
         self._named = named
         self._reducer = GradientReducer(self.buckets, dict(named), self._launch)
-        context.servers[self._signature] = self
+        context.servers[plan_key(self._plan)] = self
 
     def _request(self) -> Request:
         total = sum(b.numel for b in self.buckets)
-        return Request(Kind.OPTIMIZER, None, None, (total,), op=int(self.op),
-                       count=len(self.buckets), signature=self._signature)
+        return Request(Kind.OPTIMIZER_STEP, None, None, (total,), op=int(self.op),
+                       detail=self._plan)
 
     # -- during backward ------------------------------------------------------------------------
     def _on_gradient(self, param: torch.Tensor) -> None:

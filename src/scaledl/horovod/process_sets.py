@@ -28,6 +28,7 @@ from scaledl.collectives.communicator import forget_communicator
 from scaledl.horovod import runtime
 from scaledl.horovod.errors import unsupported
 from scaledl.horovod.runtime import AUTO, ALGORITHM_ENV, Algorithms
+from scaledl.signature import Kind, Signature, agree, over_group
 from scaledl.topology import Topology
 
 __all__ = ["ProcessSet", "SetContext", "JoinServer", "global_process_set", "add_process_set",
@@ -157,13 +158,14 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     ranks = process_set.ranks or []
+    problem = None
     if process_set.process_set_id is not None:
-        raise ValueError(f"{process_set!r} is already registered")
-    if not ranks or ranks[0] < 0 or ranks[-1] >= state.size:
-        raise ValueError(f"process set ranks {ranks} must be a non-empty subset of 0.."
-                         f"{state.size - 1}")
-    if any(existing.ranks == ranks for existing in state.sets.values()):
-        raise ValueError(f"a process set with ranks {ranks} already exists; reuse it")
+        problem = f"passed {process_set!r}, which is already registered"
+    elif not ranks or ranks[0] < 0 or ranks[-1] >= state.size:
+        problem = f"passed ranks {ranks}, not a non-empty subset of 0..{state.size - 1}"
+    elif any(existing.ranks == ranks for existing in state.sets.values()):
+        problem = f"asked for a process set with ranks {ranks}, which already exists; reuse it"
+    _agree(state, Signature(Kind.ADD_PROCESS_SET, detail=f"ranks {ranks}", problem=problem))
     _check_algorithms(state.algorithms, ranks)
     group = dist.new_group(ranks, timeout=state.timeout)
     control = dist.new_group(ranks, timeout=state.timeout, backend="gloo")
@@ -175,6 +177,16 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
             tuple(ranks), ranks.index(state.rank), group, control, None, state.algorithms,
             _device(state.backend))
     return process_set
+
+
+def _agree(state: runtime.Runtime, mine: Signature) -> None:
+    """Check on the global control group that every rank adds (removes) the same set, so a
+    rank that differs fails on every rank instead of leaving the others in new_group."""
+    if state.size > 1:
+        context = global_process_set._context
+        assert context is not None, "hvd.init() registers the global process set first"
+        agree(mine, over_group(context.control),
+              fix="every rank must add and remove the same process sets in the same order")
 
 
 def _release(process_set: ProcessSet, destroy_data: bool) -> None:
@@ -198,6 +210,7 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     """Unregister a set (collective); ``False`` for the global set or an unknown one."""
     state = runtime.current()
     set_id = process_set.process_set_id
+    _agree(state, Signature(Kind.REMOVE_PROCESS_SET, detail=f"ranks {process_set.ranks}"))
     if set_id is None or set_id == 0 or state.sets.get(set_id) is not process_set:
         return False
     del state.sets[set_id]

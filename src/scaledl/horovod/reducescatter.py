@@ -57,7 +57,7 @@ def start_reducescatter(
     problem = tensor_problem(tensor)
     if problem is Problem.NONE and tensor.dim() == 0:
         problem = Problem.SCALAR
-    negotiate(context, Request(Kind.REDUCESCATTER, name, tensor.dtype, tuple(tensor.shape),
+    negotiate(context, Request(Kind.REDUCE_SCATTER, name, tensor.dtype, tuple(tensor.shape),
                                op=int(reduce_op), problem=problem))
     work = work_dtype(tensor.dtype)
     assert work is not None

@@ -18,37 +18,10 @@ import torch
 
 from scaledl.collectives.ops import SUPPORTED_DTYPES
 
-__all__ = ["DTYPES", "MIXED", "dtype_code", "dtype_name", "work_dtype", "Staged", "stage",
-           "scale_", "check_tensor"]
+__all__ = ["work_dtype", "Staged", "stage", "scale_", "check_tensor"]
 
-DTYPES: tuple[torch.dtype, ...] = (
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
-    torch.uint8, torch.int8, torch.int16, torch.bool, torch.complex64, torch.complex128,
-)
-"""Dtypes with a code in the metadata every rank exchanges before a collective."""
-MIXED = -2
-"""Dtype code of a group of tensors of several dtypes."""
-UNKNOWN = -1
-"""Dtype code of any dtype not in :data:`DTYPES`."""
 _WIDENED = {torch.uint8: torch.int32, torch.int8: torch.int32, torch.int16: torch.int32,
             torch.bool: torch.int32}
-
-
-def dtype_code(dtype: torch.dtype | None) -> int:
-    """The dtype's code in the exchanged metadata."""
-    if dtype is None:
-        return MIXED
-    return DTYPES.index(dtype) if dtype in DTYPES else UNKNOWN
-
-
-def dtype_name(code: int) -> str:
-    """``float32`` for the code of ``torch.float32``."""
-    if code == MIXED:
-        return "mixed dtypes"
-    if 0 <= code < len(DTYPES):
-        return str(DTYPES[code]).removeprefix("torch.")
-    return "an unsupported dtype"
-
 
 def work_dtype(dtype: torch.dtype) -> torch.dtype | None:
     """The dtype the collective runs in; ``None`` when the dtype cannot be reduced or moved."""

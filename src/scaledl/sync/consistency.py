@@ -1,8 +1,10 @@
 """Start every rank from the same model: check that the models agree, then copy rank 0's state.
 
 The check compares, across ranks, the list of (name, shape, dtype) of every parameter and
-buffer.  When they differ, every rank raises the same one-line ``ValueError`` naming the first
-difference, instead of a later hang or a size mismatch deep inside a collective.
+buffer, as the detail of a :class:`~scaledl.signature.Signature` (one digest travels, the lines
+only when they differ).  When they differ, every rank raises the same one-line ``ValueError``
+naming the first difference, instead of a later hang or a size mismatch deep inside a
+collective.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from torch import nn
 
 from scaledl import collectives
 from scaledl.collectives.ops import SUPPORTED_DTYPES
+from scaledl.signature import Kind, Signature, agree, over_group
 
 __all__ = ["check_same_model", "broadcast_state", "broadcast_tensors", "model_signature"]
 
@@ -38,28 +41,11 @@ def check_same_model(
     """Raise ``ValueError`` on every rank if the ranks wrapped different models, or with
     different ``settings`` (lines such as ``"setting algorithm ring"``: a rank reducing with
     another algorithm or other buckets would meet the others' collectives mismatched)."""
-    world_size = dist.get_world_size(group)
-    if world_size == 1:
+    if dist.get_world_size(group) == 1:
         return
-    mine = model_signature(module) + list(settings)
-    everyone: list[list[str] | None] = [None] * world_size
-    dist.all_gather_object(everyone, mine, group=group)
-    reference = everyone[0] or []
-    for rank, theirs in enumerate(everyone[1:], start=1):
-        theirs = theirs or []
-        if theirs == reference:
-            continue
-        for index in range(max(len(reference), len(theirs))):
-            ours = reference[index] if index < len(reference) else "nothing"
-            other = theirs[index] if index < len(theirs) else "nothing"
-            if ours != other:
-                what, fix = (("with different settings", "pass the same on every rank")
-                             if "setting" in ours + other else
-                             ("different models", "build the same model on every rank"))
-                raise ValueError(
-                    f"ranks wrapped {what}: entry {index} is '{ours}' on rank 0 but "
-                    f"'{other}' on rank {rank}; {fix}"
-                )
+    mine = Signature(Kind.WRAP_MODEL, detail="\n".join(model_signature(module) + list(settings)))
+    agree(mine, over_group(group), ranks=dist.get_process_group_ranks(group or dist.group.WORLD),
+          fix="build the same model and pass the same settings on every rank")
 
 
 def _flat_groups(tensors: list[torch.Tensor]) -> dict[torch.dtype, list[torch.Tensor]]:
