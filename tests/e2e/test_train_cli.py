@@ -114,3 +114,40 @@ def test_killed_worker_stops_the_job_and_keeps_the_last_checkpoint(tmp_path: Pat
     assert "training failed" in err or "rank 1" in err or "Signal 9" in err, err[-2000:]
     state = load_checkpoint(latest_checkpoint(tmp_path))
     assert state["step"] % 20 == 0 and state["step"] > 0
+
+
+def test_new_options_from_toml_and_flags_under_torchrun_and_load_model(tmp_path: Path) -> None:
+    """The training options of issue 41 from a TOML file and flags, in one run of 2 ranks under
+    torchrun (each rank parses them itself, as under mpirun and srun): bf16, AdamW, linear
+    scaling with warm-up and a cosine schedule, clipping, accumulation, bf16 compression, and
+    max_steps ending the run inside its third epoch; then load_model gives its weights."""
+    import torch
+
+    import scaledl
+
+    config = tmp_path / "run.toml"
+    config.write_text(
+        '[optim]\noptimizer = "adamw"\nlr = 0.003\nlr_schedule = "cosine"\nwarmup_epochs = 0.5\n'
+        'grad_accum = 2\nclip_grad_norm = 1.0\nmax_steps = 30\nepochs = 3\n'
+        '[parallel]\ncompression = "bf16"\n[run]\nprecision = "bf16"\n')
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "scaledl.cli.main", "train", "--config", str(config), "--lr-scaling", "linear",
+         "--lr-reference-batch", "64", "--out", str(run), "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["config"]["optim"]["grad_accum"] == 2
+    assert summary["config"]["parallel"]["compression"] == "bf16"
+    assert summary["result"]["steps"] == 30 and summary["result"]["test_accuracy"] >= 0.85
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["lr"] for r in steps if r.get("kind") == "step"]
+    # global batch 32 x 2 ranks x 2 = 128: the rate rises from 0.003 to 0.003 x 128 / 64
+    assert rates[0] == 0.003 and max(rates) == pytest.approx(0.006) and rates[-1] < rates[10]
+    state = load_checkpoint(latest_checkpoint(run))
+    assert state["step"] == 30 and state["epoch"] == 2  # inside the third epoch
+    model = scaledl.load_model(run).state_dict()
+    assert all(torch.equal(model[key], value) for key, value in
+               state["strategy"]["model"].items())
