@@ -81,6 +81,14 @@ def _errors_worker(rank: int, world: int) -> int:
         with pytest.raises(hvd.UnsupportedError, match=pattern):
             call()
         checked += 1
+    # process sets are added collectively: a rank that adds another set fails on every rank
+    # (it left the others inside torch's new_group), and the job goes on
+    with pytest.raises(ValueError, match=r"ranks disagree on the details of "
+                       r"hvd.add_process_set: entry 0 is 'ranks \[0\]' on rank 0 but 'ranks "
+                       r"\[1\]' on rank 1"):
+        hvd.add_process_set([rank])
+    assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [2.0, 2.0]
+    checked += 1
     # Horovod's own pattern: the others pass None (their names came from the object's type)
     assert hvd.broadcast_object({"epoch": 3} if rank == 0 else None, root_rank=0) == {"epoch": 3}
     assert hvd.allgather_object(None if rank == 0 else [1]) == [None, [1]]
@@ -114,5 +122,5 @@ def _errors_worker(rank: int, world: int) -> int:
 
 
 def test_mismatches_raise_on_every_rank_and_unsupported_parts_are_named() -> None:
-    expected = len(_mismatches(0)) + len(_unsupported())
+    expected = len(_mismatches(0)) + len(_unsupported()) + 1
     assert run_ranks(2, _errors_worker, timeout=90, env=ENV) == [expected, expected]
