@@ -187,6 +187,7 @@ def test_selection_and_spec_reject_bad_values() -> None:
     (["--tune-lr", "0.05"], "--tune-lr '0.05' has one rate"),
     (["--tune-lr", "0.4..0.1"], "--tune-lr '0.4..0.1' is not a grid of positive rates"),
     (["--seeds", "0"], "--seeds 0 must be at least 1"),
+    (["--tune-jobs", "0"], "--tune-jobs 0 must be at least 1"),
     (["--workload", "cnn", "--model", "lenet"], "--workload cnn sets the model"),
 ])
 def test_cli_bad_input_is_one_line(args: list[str], message: str,
@@ -239,7 +240,7 @@ def test_tuning_picks_each_methods_rate_on_validation_then_reports_over_seeds(
 
     calls: list[tuple[str, float, int, str]] = []
     args = cli_args(tmp_path, ["--methods", "allreduce,diloco", "--tune-lr", "0.1..0.4",
-                               "--epochs", "4"])
+                               "--epochs", "4", "--tune-jobs", "2"])
     methods = select_methods(args.methods, ["allreduce", "diloco"])
     spec = cli.build_spec(args)
     console = Console(file=io.StringIO(), width=200)
@@ -247,7 +248,7 @@ def test_tuning_picks_each_methods_rate_on_validation_then_reports_over_seeds(
                          runner=_fake_runner(calls))
     assert code == 0
     tune_calls = [c for c in calls if c[3] == "npz"]  # the validation split
-    assert [(c[0], c[1]) for c in tune_calls] == [
+    assert sorted((c[0], c[1]) for c in tune_calls) == [
         ("allreduce", 0.1), ("allreduce", 0.2), ("allreduce", 0.4),
         ("diloco", 0.1), ("diloco", 0.2), ("diloco", 0.4)]
     report_calls = [c for c in calls if c[3] == "digits"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -144,25 +145,32 @@ Runner = Callable[[Method, BenchSpec, Path], MethodResult]
 
 
 def tune(methods: list[Method], spec: BenchSpec, grid: tuple[float, ...], out: Path,
-         run: Runner, echo: Callable[[str], None] | None = None) -> list[Tuning]:
+         run: Runner, echo: Callable[[str], None] | None = None, jobs: int = 1
+         ) -> list[Tuning]:
     """Phase 1 (module docstring): every method at every rate on ``spec`` (the validation
-    split); runs into ``out/<method>/lr-<rate>``."""
+    split); runs into ``out/<method>/lr-<rate>``, ``jobs`` at a time.  A tuning run is judged
+    by its epochs to target only, which running beside another does not change (the report
+    runs, whose seconds count, always run one at a time)."""
+    if jobs < 1:
+        raise ValueError(f"--tune-jobs {jobs} must be at least 1")
+    trials = [(method, lr) for method in methods for lr in grid]
+
+    def one(index: int) -> MethodResult:
+        method, lr = trials[index]
+        result = run(method, replace(spec, lr=lr), out / method.name / f"lr-{lr:g}")
+        if echo is not None:
+            reached = result.epochs_to_target
+            echo(f"[tune {index + 1}/{len(trials)}] {method.label}, lr {lr:g}: "
+                 f"{result.status}, validation best {result.best_accuracy or 0.0:.4f}, "
+                 f"epochs to target {'-' if reached is None else f'{reached:.2f}'}")
+        return result
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each run is its own process
+        results = list(pool.map(one, range(len(trials))))
     tunings = []
-    total, done = len(methods) * len(grid), 0
     for method in methods:
-        trials = []
-        for lr in grid:
-            done += 1
-            if echo is not None:
-                echo(f"[tune {done}/{total}] {method.label}, lr {lr:g}")
-            result = run(method, replace(spec, lr=lr), out / method.name / f"lr-{lr:g}")
-            if echo is not None:
-                reached = result.epochs_to_target
-                echo(f"    {result.status}: validation best "
-                     f"{result.best_accuracy or 0.0:.4f}, epochs to target "
-                     f"{'-' if reached is None else f'{reached:.2f}'}")
-            trials.append((lr, result))
-        tunings.append(Tuning(method, trials, pick_lr(trials)))
+        mine = [(lr, result) for (m, lr), result in zip(trials, results) if m is method]
+        tunings.append(Tuning(method, mine, pick_lr(mine)))
     return tunings
 
 

@@ -73,6 +73,9 @@ def add_parser(kinds: Any) -> None:
                    help="tune each method's lr on a held-out validation split over GRID "
                         "(A..B doubling, e.g. 0.0125..0.4, or a comma list), then report each "
                         "method at its own lr over --seeds seeds")
+    p.add_argument("--tune-jobs", dest="tune_jobs", type=int, default=1,
+                   help="tuning runs at a time (default 1); they are judged by epochs to "
+                        "target only, the report runs always go one at a time")
     p.add_argument("--seeds", type=int, default=None,
                    help="seeds per method, the table showing mean and spread (default 3 with "
                         "--tune-lr; without it, one run per method as --repeats sets)")
@@ -108,6 +111,9 @@ def build_spec(args: argparse.Namespace) -> BenchSpec:
     """Validate the options into the budget of every run (``ValueError`` on bad input)."""
     if args.repeats < 1:
         raise ValueError(f"--repeats {args.repeats} must be at least 1")
+    jobs = getattr(args, "tune_jobs", 1)
+    if jobs < 1:
+        raise ValueError(f"--tune-jobs {jobs} must be at least 1")
     seeds = getattr(args, "seeds", None)
     if seeds is not None and seeds < 1:
         raise ValueError(f"--seeds {seeds} must be at least 1")
@@ -230,7 +236,8 @@ def run_tuned(args: argparse.Namespace, methods: list[Any], spec: BenchSpec,
     tunings = []
     if grid is not None:
         validation = write_validation_split(spec, args.out / "data" / "validation")
-        tunings = tune(methods, validation, grid, args.out / "tune", run_one, say)
+        tunings = tune(methods, validation, grid, args.out / "tune", run_one, say,
+                       getattr(args, "tune_jobs", 1))
         header, rows = report.tuning_rows(tunings)
         _print_table(console, "epochs to the target validation accuracy per lr (* picked; "
                               "- (best): not reached)", header, rows)
