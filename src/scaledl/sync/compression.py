@@ -39,7 +39,7 @@ from collections.abc import Callable
 import torch
 
 from scaledl.sync.powersgd import PowerSGD
-from scaledl.sync.wire import BucketLayout, GradientCompression, Wire
+from scaledl.sync.wire import BucketLayout, GradientCompression, Job, Wire
 
 __all__ = [
     "NoCompression", "BF16Compression", "FP16Compression", "PowerSGD", "resolve_compression",
@@ -59,10 +59,11 @@ thousand ranks under the bound)."""
 class NoCompression(GradientCompression):
     """The gradients travel as they are (in their own dtype)."""
 
-    def prepare(self, key: int, buffer: torch.Tensor,
-                layout: BucketLayout) -> Callable[[Wire], None]:
+    def prepare(self, key: int, buffer: torch.Tensor, layout: BucketLayout) -> Job:
         """Nothing local: one allreduce-average of the whole buffer."""
-        return lambda wire: wire.allreduce(buffer, "avg")
+        def job(wire: Wire) -> None:
+            wire.allreduce(buffer, "avg")
+        return job
 
     def spec(self) -> str:
         """``"none"``."""
@@ -95,16 +96,21 @@ class _CastCompression(GradientCompression):
         return buffer[:count], buffer[count:], sent
 
     @staticmethod
-    def _sum_and_restore(wire: Wire, sent: torch.Tensor, gradients: torch.Tensor,
-                         tail: torch.Tensor, factor: float) -> None:
-        """Sum the wire buffer over the ranks; cast back, undo ``factor``, divide by ``p``."""
+    def _sum(wire: Wire, sent: torch.Tensor, gradients: torch.Tensor, tail: torch.Tensor,
+             factor: float) -> Callable[[], None]:
+        """Sum the wire buffer over the ranks; return the rest: cast back, undo ``factor``,
+        divide by ``p``."""
         wire.allreduce(sent, "sum")
-        count = gradients.numel()
-        gradients.copy_(sent[:count])
-        if factor != 1.0:
-            gradients.mul_(1.0 / factor)  # exact: a power of two in float32's normal range
-        gradients.div_(wire.world_size)
-        tail.copy_(sent[count:]).div_(wire.world_size)
+        world_size = wire.world_size
+
+        def restore() -> None:
+            count = gradients.numel()
+            gradients.copy_(sent[:count])
+            if factor != 1.0:
+                gradients.mul_(1.0 / factor)  # exact: a power of two in float32's normal range
+            gradients.div_(world_size)
+            tail.copy_(sent[count:]).div_(world_size)
+        return restore
 
 
 class BF16Compression(_CastCompression):
@@ -112,13 +118,12 @@ class BF16Compression(_CastCompression):
 
     wire_dtype = torch.bfloat16
 
-    def prepare(self, key: int, buffer: torch.Tensor,
-                layout: BucketLayout) -> Callable[[Wire], None]:
-        """Cast now (overlapping the communication of earlier buckets); sum and restore in
-        the job."""
+    def prepare(self, key: int, buffer: torch.Tensor, layout: BucketLayout) -> Job:
+        """Cast now (overlapping the communication of earlier buckets); sum in the job; cast
+        back and divide after it."""
         gradients, tail, sent = self._split(key, buffer, layout)
         sent[:gradients.numel()].copy_(gradients)
-        return lambda wire: self._sum_and_restore(wire, sent, gradients, tail, 1.0)
+        return lambda wire: self._sum(wire, sent, gradients, tail, 1.0)
 
     def spec(self) -> str:
         """``"bf16"``."""
@@ -131,24 +136,23 @@ class FP16Compression(_CastCompression):
 
     wire_dtype = torch.float16
 
-    def prepare(self, key: int, buffer: torch.Tensor,
-                layout: BucketLayout) -> Callable[[Wire], None]:
+    def prepare(self, key: int, buffer: torch.Tensor, layout: BucketLayout) -> Job:
         """This rank's largest absolute gradient now; in the job, agree on the maximum, scale
-        and cast, sum and restore."""
+        and cast, sum; cast back, unscale and divide after it."""
         gradients, tail, sent = self._split(key, buffer, layout)
         amax = torch.zeros(1, dtype=torch.float32, device=buffer.device)
         if gradients.numel():
             low, high = torch.aminmax(gradients)
             amax[0] = torch.maximum(-low, high)  # NaN stays NaN
 
-        def rest(wire: Wire) -> None:
+        def job(wire: Wire) -> Callable[[], None]:
             wire.allreduce(amax, "max")
             factor = fp16_scale(float(amax.item()), wire.world_size)
             if factor != 1.0:
                 gradients.mul_(factor)  # a power of two: exact; overwritten by the average
             sent[:gradients.numel()].copy_(gradients)
-            self._sum_and_restore(wire, sent, gradients, tail, factor)
-        return rest
+            return self._sum(wire, sent, gradients, tail, factor)
+        return job
 
     def spec(self) -> str:
         """``"fp16"``."""

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from scaledl.sync.wire import BucketLayout, GradientCompression, Wire
+from scaledl.sync.wire import BucketLayout, GradientCompression, Job, Wire
 
 __all__ = ["PowerSGD", "orthogonalize"]
 
@@ -136,10 +136,9 @@ class PowerSGD(GradientCompression):
         return [qt.t().clone() for qt in self._views(state, state.wire)[1]]
 
     # -- the algorithm ----------------------------------------------------------------------
-    def prepare(self, key: int, buffer: torch.Tensor,
-                layout: BucketLayout) -> Callable[[Wire], None]:
+    def prepare(self, key: int, buffer: torch.Tensor, layout: BucketLayout) -> Job:
         """Steps 1-2 of the module docstring now (error feedback, ``P = M Q``, the first
-        wire buffer packed); steps 3-6 (two allreduces) in the returned job."""
+        wire buffer packed); steps 3-5 (two allreduces) in the job; step 6 after it."""
         if not buffer.is_floating_point():
             raise TypeError(f"PowerSGD needs floating-point gradients, got a {buffer.dtype} "
                             "bucket; use compression='none'")
@@ -149,7 +148,9 @@ class PowerSGD(GradientCompression):
             self._states[key] = state
         state.steps += 1
         if state.steps <= self.start_iter or not state.matrices:
-            return lambda wire: wire.allreduce(buffer, "avg")
+            def plain(wire: Wire) -> None:
+                wire.allreduce(buffer, "avg")
+            return plain
         count = layout.numel
         gradients, tail = buffer[:count], buffer[count:]
         outputs = [gradients[m.offset:m.offset + m.rows * m.cols].view(m.rows, m.cols)
@@ -173,25 +174,32 @@ class PowerSGD(GradientCompression):
         for matrix, p_view, qt in zip(matrices, ps, qts):
             torch.mm(matrix, qt.t(), out=p_view)
 
-        def rest(wire: Wire) -> None:
-            p = wire.world_size
+        def job(wire: Wire) -> Callable[[], None]:
             wire.allreduce(sent, "sum")
-            position = 0
-            for offset, numel in state.plain:
-                gradients[offset:offset + numel].copy_(sent[position:position + numel]).div_(p)
-                position += numel
-            tail.copy_(sent[position:position + layout.tail]).div_(p)
             for matrix, p_view, qt in zip(matrices, ps, qts):
                 orthogonalize(p_view)
                 torch.mm(p_view.t(), matrix, out=qt)  # Q^T = P^T M
             wire.allreduce(state.q, "sum")
-            state.q.div_(p)
-            for output, p_view, qt in zip(outputs, ps, qts):
-                torch.mm(p_view, qt, out=output)  # P Q^T
-            if self.error_feedback:
-                for error, output in zip(matrices, outputs):
-                    error.sub_(output)
-        return rest
+            return lambda: self._finish(state, wire.world_size, gradients, tail, sent,
+                                        matrices, outputs, ps, qts)
+        return job
+
+    def _finish(self, state: _BucketState, p: int, gradients: torch.Tensor,
+                tail: torch.Tensor, sent: torch.Tensor, matrices: list[torch.Tensor],
+                outputs: list[torch.Tensor], ps: list[torch.Tensor],
+                qts: list[torch.Tensor]) -> None:
+        """Step 6 and the uncompressed gradients' average, once both allreduces are done."""
+        position = 0
+        for offset, numel in state.plain:
+            gradients[offset:offset + numel].copy_(sent[position:position + numel]).div_(p)
+            position += numel
+        tail.copy_(sent[position:position + state.layout.tail]).div_(p)
+        state.q.div_(p)
+        for output, p_view, qt in zip(outputs, ps, qts):
+            torch.mm(p_view, qt, out=output)  # P Q^T
+        if self.error_feedback:
+            for error, output in zip(matrices, outputs):
+                error.sub_(output)
 
     def _views(self, state: _BucketState, sent: torch.Tensor
                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

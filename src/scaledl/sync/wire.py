@@ -15,6 +15,7 @@ hierarchical stage paths included), exactly as an uncompressed bucket's.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -90,30 +91,94 @@ class Wire:
         return handle
 
 
+Job = Callable[[Wire], "Callable[[], None] | None"]
+"""A bucket's communicator job: runs its collectives; returns what is left after them."""
+
+
+class FinishingHandle(CollectiveHandle):
+    """A bucket's communicator job in flight, plus the arithmetic it left: run once, by the
+    first :meth:`wait` (on the waiting thread) or before the first done-callback."""
+
+    def __init__(self, job: CollectiveHandle, finish: Callable[[], None]) -> None:
+        # not CollectiveHandle.__init__: the job's handle keeps the future and the times
+        self._future = job._future
+        self._job = job
+        self._finish = finish
+        self._lock = threading.Lock()
+        self._finished = False
+
+    @property
+    def started_at(self) -> float | None:
+        """When the job started (set by the communicator)."""
+        return self._job.started_at
+
+    @started_at.setter
+    def started_at(self, value: float | None) -> None:
+        self._job.started_at = value
+
+    @property
+    def finished_at(self) -> float | None:
+        """When the job finished (set by the communicator)."""
+        return self._job.finished_at
+
+    @finished_at.setter
+    def finished_at(self, value: float | None) -> None:
+        self._job.finished_at = value
+
+    def _run_finish(self) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+            self._finish()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the job, then run what it left (once); return True."""
+        self._job.wait(timeout)
+        self._run_finish()
+        return True
+
+    def add_done_callback(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Call ``callback(error_or_None)`` once the job is done and what it left has run
+        (on the communicator's thread)."""
+        def done(error: BaseException | None) -> None:
+            if error is None:
+                try:
+                    self._run_finish()
+                except BaseException as failure:  # handed to the callback, as a job's error
+                    error = failure
+            callback(error)
+        self._job.add_done_callback(done)
+
+
 class GradientCompression(ABC):
     """How a bucket of gradients is averaged over the ranks with fewer bytes on the wire.
 
-    Averaging one bucket has two parts.  :meth:`prepare` runs on the thread that launches the
-    bucket (in DataParallel, backward's, while the communicator still sends earlier buckets):
-    whatever needs no other rank (a cast, PowerSGD's ``P = M Q``).  It returns the rest, which
-    :meth:`start` queues as one communicator job: the collectives and the arithmetic between
-    and after them, which replace the bucket's gradients with the (compressed) average and the
-    tail with its exact average.  Every rank prepares the same buckets in the same order, with
-    the same ``key`` and ``layout``.  An instance may keep state per bucket (PowerSGD's error
-    feedback and warm-started ``Q``), so it serves one model: give each wrapper its own (a
-    string such as ``"powersgd:4"`` makes a fresh one).
+    Averaging one bucket has three parts.  :meth:`prepare` runs on the thread that launches
+    the bucket (in DataParallel, backward's, while the communicator still sends earlier
+    buckets): whatever needs no other rank (a cast, PowerSGD's ``P = M Q``).  It returns the
+    job, which :meth:`start` queues on the communicator: the collectives and the arithmetic
+    between them.  The job returns what is left after its last collective (a cast back, a
+    division, PowerSGD's ``P Q^T``), or None; that part runs on the thread that first waits
+    for the bucket (or on the communicator's, for a done-callback), so the communicator goes
+    on with the next bucket meanwhile.  Together they replace the bucket's gradients with the
+    (compressed) average and the tail with its exact average.  Every rank prepares the same
+    buckets in the same order, with the same ``key`` and ``layout``.  An instance may keep
+    state per bucket (PowerSGD's error feedback and warm-started ``Q``), so it serves one
+    model: give each wrapper its own (a string such as ``"powersgd:4"`` makes a fresh one).
     """
 
     @abstractmethod
-    def prepare(self, key: int, buffer: torch.Tensor,
-                layout: BucketLayout) -> Callable[[Wire], None]:
+    def prepare(self, key: int, buffer: torch.Tensor, layout: BucketLayout) -> Job:
         """Do the local part of averaging ``buffer`` (bucket ``key``, laid out as ``layout``)
-        now; return the rest, to be run with a :class:`Wire` inside one communicator job."""
+        now; return the job to run with a :class:`Wire` on the communicator."""
 
     def average(self, key: int, buffer: torch.Tensor, layout: BucketLayout, wire: Wire) -> None:
-        """Average ``buffer`` over the ranks in place, both parts on this thread (call it
+        """Average ``buffer`` over the ranks in place, every part on this thread (call it
         only from inside a communicator job)."""
-        self.prepare(key, buffer, layout)(wire)
+        finish = self.prepare(key, buffer, layout)(wire)
+        if finish is not None:
+            finish()
 
     @abstractmethod
     def spec(self) -> str:
@@ -132,9 +197,12 @@ class GradientCompression(ABC):
 
     def start(self, key: int, buffer: torch.Tensor, layout: BucketLayout,
               wire: Wire) -> CollectiveHandle:
-        """Prepare one bucket here and queue the rest as one communicator job; its handle."""
-        rest = self.prepare(key, buffer, layout)
-        return wire.submit(lambda: rest(wire))
+        """Prepare one bucket here and queue its job on the communicator; a handle whose
+        first wait (or done-callback) also runs what the job left."""
+        job = self.prepare(key, buffer, layout)
+        left: list[Callable[[], None] | None] = []
+        handle = wire.submit(lambda: left.append(job(wire)))
+        return FinishingHandle(handle, lambda: left[0]() if left and left[0] else None)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()!r})"
