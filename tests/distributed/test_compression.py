@@ -107,13 +107,25 @@ def _compressed(shape: tuple[int, ...], rank: int) -> bool:
     return (rows + cols) * r * 2 < rows * cols
 
 
-def _powersgd_reference(world: int) -> list[torch.Tensor]:
-    """Vogels et al.'s Algorithm 2 on ``world`` simulated ranks, one bucket in reverse order."""
+def _initial_qs(buckets: list[scaledl.sync.Bucket], shapes: dict[str, tuple[int, ...]],
+                ) -> dict[str, torch.Tensor]:
+    """The starting ``Q`` of every compressed parameter, by name, from DataParallel's
+    buckets (each bucket's draw depends on its index)."""
+    found = {}
+    for bucket in buckets:
+        layout = BucketLayout(tuple(shapes[n] for n in bucket.names), bucket.offsets,
+                              tail=len(bucket.names))
+        qs = iter(PowerSGD(rank=RANK).initial_q(bucket.index, layout))
+        found.update({n: next(qs) for n in bucket.names if _compressed(shapes[n], RANK)})
+    return found
+
+
+def _powersgd_reference(world: int, initial: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Vogels et al.'s Algorithm 2 on ``world`` simulated ranks."""
     model = _net()
+    names = [name for name, _ in reversed(list(model.named_parameters()))]
     params = list(reversed(list(model.parameters())))
-    layout = BucketLayout.packed([tuple(p.shape) for p in params], tail=len(params))
-    qs = iter(PowerSGD(rank=RANK).initial_q(0, layout))
-    q = {i: next(qs) for i, p in enumerate(params) if _compressed(tuple(p.shape), RANK)}
+    q = {i: initial[name] for i, name in enumerate(names) if name in initial}
     errors = {(i, r): torch.zeros_like(params[i]).reshape(params[i].shape[0], -1)
               for i in q for r in range(world)}
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
@@ -140,21 +152,24 @@ def _powersgd_reference(world: int) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-def _powersgd(rank: int, world: int) -> list[float]:
-    model = scaledl.DataParallel(_net(), algorithm="ring", compression=PowerSGD(rank=RANK))
+def _powersgd(rank: int, world: int, bucket_mb: float) -> list[float]:
+    model = scaledl.DataParallel(_net(), algorithm="ring", compression=PowerSGD(rank=RANK),
+                                 bucket_mb=bucket_mb)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     for step in range(STEPS):
         x, y = _batch(step, rank)
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
-    expected = _powersgd_reference(world)
+    shapes = {name: tuple(p.shape) for name, p in model.module.named_parameters()}
+    expected = _powersgd_reference(world, _initial_qs(model.buckets, shapes))
     return [float((got - want).abs().max()) for got, want in
             zip(model.module.parameters(), expected)]
 
 
-def test_powersgd_equals_the_algorithm_run_in_one_process() -> None:
-    for differences in run_ranks(2, _powersgd, timeout=60, env=ENV):
+@pytest.mark.parametrize("bucket_mb", [25.0, 0.002])  # one bucket; one per parameter or two
+def test_powersgd_equals_the_algorithm_run_in_one_process(bucket_mb: float) -> None:
+    for differences in run_ranks(2, _powersgd, bucket_mb, timeout=60, env=ENV):
         assert max(differences) < 1e-6, differences
 
 
