@@ -69,6 +69,9 @@ def _codecs(rank: int, world: int) -> list[str]:
         error = float((buffer - exact).abs().max() / exact.abs().max())
         assert error < 1e-2, (codec, magnitude, error)  # large and tiny gradients survive fp16
         checked.append(f"{codec}@{magnitude:g}")
+    # without the scale, float16 would have lost both: inf at 1e6, zeros at 1e-7
+    assert torch.isinf(_contribution(rank, 1e6).half()).any()
+    assert (_contribution(rank, 1e-7)[:-3].half() == 0).float().mean() > 0.2
     # a bucket that overflowed already in float32 keeps its inf (a GradScaler must see it)
     buffer = _contribution(rank, 1.0)
     buffer[0] = float("inf")
