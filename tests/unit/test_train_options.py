@@ -369,3 +369,24 @@ def test_imagefolder_sizes_grayscale_and_layout_errors(tmp_path: Path) -> None:
         load_dataset("imagefolder", tmp_path, "test", image_size=4)
     with pytest.raises(ValueError, match="has no train/ directory; lay it out as"):
         load_dataset("imagefolder", tmp_path / "test", "train")
+
+
+@pytest.mark.parametrize(("overrides", "needle"), [
+    ({"precision": "fp16"}, "precision 'fp16' is not done on the CPU"),
+    ({"strategy": "async-sgd", "momentum": 0.0, "grad_accum": 2}, "grad_accum 2 cannot work"),
+    ({"device": "cuda"}, "device 'cuda' but this host has no usable CUDA GPU"),
+])
+def test_under_a_launcher_every_rank_refuses_before_joining(
+        overrides: dict[str, object], needle: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun, mpirun and srun start the workers themselves, so no preflight ran."""
+    import scaledl.cli.train as train_cli
+    from scaledl import bootstrap
+
+    def joined(*_: object, **__: object) -> None:
+        raise AssertionError("the rank joined the process group")
+
+    monkeypatch.setattr(train_cli, "die_with_launcher", lambda: None)
+    monkeypatch.setattr(bootstrap, "init", joined)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=needle):
+        train_cli._worker(_config(**overrides))

@@ -332,12 +332,17 @@ def _worker(config: TrainConfig) -> int:
     import scaledl
     from scaledl import bootstrap
     from scaledl.train.device import BACKENDS, check_device
+    from scaledl.train.optim import check_optim_for_strategy
+    from scaledl.train.precision import check_precision
     from scaledl.train.trainer import Trainer
     from scaledl.cli.progress import RichProgress
 
     die_with_launcher()
     _check_restartable(os.environ)
-    check_device(config)  # under a launcher no preflight ran: each rank checks its host
+    # under torchrun, mpirun or srun no preflight ran: every rank checks, before joining
+    check_optim_for_strategy(config)
+    check_precision(config.run.precision, config.run.device, config.parallel.strategy)
+    check_device(config)
     device = _rank_device(config.run.device)
     topology = bootstrap.init(backend=BACKENDS[config.run.device],
                               timeout=config.parallel.timeout_s, topology=config.parallel.topology)
