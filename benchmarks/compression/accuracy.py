@@ -106,6 +106,7 @@ def main() -> None:
         method: {"accuracy_mean": statistics.mean(r["accuracy"] for r in results),
                  "accuracy_per_seed": [r["accuracy"] for r in results],
                  "loss_mean": statistics.mean(r["loss"] for r in results),
+                 "loss_per_seed": [r["loss"] for r in results],
                  "seconds_median": statistics.median(r["seconds"] for r in results)}
         for method, results in runs.items()
     }

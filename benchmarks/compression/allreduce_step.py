@@ -132,7 +132,8 @@ def main() -> None:
         "what": "allreduce step of ResNet-50's gradients (DataParallel's launch path)",
         "gradients": total, "buckets": len(buckets), "bucket_mb": args.bucket_mb,
         "algorithm": args.algorithm, "topology": topology.spec, "world_size": world,
-        "repeats": args.repeats, "torch": torch.__version__, "python": sys.version.split()[0],
+        "repeats": args.repeats, "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "python": sys.version.split()[0],
         "machine": platform.machine(), "host": platform.node(), "methods": {},
     }
     baseline = statistics.median(times[methods[0]])

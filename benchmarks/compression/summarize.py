@@ -1,0 +1,75 @@
+"""The tables of docs/benchmarks.md's Compression section, from this folder's JSON files.
+
+``python benchmarks/compression/summarize.py [TAG]`` prints markdown: the allreduce step per
+thread setting (median over the runs of each run's median, min-max of the runs' medians, the
+speed-up over uncompressed computed within each run, then its median), and the README job's
+accuracy per thread setting.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def steps(tag: str) -> str:
+    lines = []
+    for threads in (1, 2):
+        runs = [json.loads(path.read_text()) for path in
+                sorted(HERE.glob(f"step-2h2r-1gbit-{tag}-threads{threads}-run*.json"))]
+        if not runs:
+            continue
+        lines += [f"**{threads} torch thread{'s' if threads > 1 else ''} per rank**, "
+                  f"{len(runs)} runs:", "",
+                  "| compression | step, s: median of runs (min-max) | speed-up over fp32 "
+                  "(min-max of runs) | arithmetic alone, s | MB into the collectives per rank "
+                  "| error vs exact average |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for method in runs[0]["methods"]:
+            medians = [r["methods"][method]["median_s"] for r in runs]
+            ratios = [r["methods"][method]["speedup_vs_first"] for r in runs]
+            computes = [r["methods"][method]["compute_only_median_s"] for r in runs]
+            first = runs[0]["methods"][method]
+            name = "fp32 (none)" if method == "none" else method
+            lines.append(
+                f"| {name} | {statistics.median(medians):.3f} ({min(medians):.3f}-"
+                f"{max(medians):.3f}) | **{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-"
+                f"{max(ratios):.2f}) | {statistics.median(computes):.3f} | "
+                f"{first['bytes_sent_per_rank_input'] / 1e6:.1f} | "
+                f"{first['relative_error']:.2g} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def accuracy() -> str:
+    lines = []
+    for path in sorted(HERE.glob("accuracy-2ranks-threads*.json")):
+        report = json.loads(path.read_text())
+        methods = report["methods"]
+        base = methods["scaledl:none"]["accuracy_mean"]
+        lines += [f"`{path.name}` ({report['seeds']} seeds, {report['threads']} torch "
+                  f"thread(s) per rank):", "",
+                  "| method | test accuracy, mean % | per seed | vs fp32 (points) |",
+                  "|---|---:|---|---:|"]
+        for method, values in methods.items():
+            seeds = ", ".join(f"{a:.2f}" for a in values["accuracy_per_seed"])
+            lines.append(f"| {method} | {values['accuracy_mean']:.2f} | {seeds} | "
+                         f"{values['accuracy_mean'] - base:+.2f} |")
+        for rank in (1, 4):
+            for ours in (f"scaledl:powersgd:{rank}", f"scaledl:powersgd:{rank}:start2"):
+                theirs = methods.get(f"torch:powersgd:{rank}")
+                if ours in methods and theirs:
+                    gap = methods[ours]["accuracy_mean"] - theirs["accuracy_mean"]
+                    lines.append(f"\n{ours} minus torch's powerSGD_hook at rank {rank}: "
+                                 f"{gap:+.2f} points")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(steps(sys.argv[1] if len(sys.argv) > 1 else "final"))
+    print(accuracy())
