@@ -390,3 +390,41 @@ def test_under_a_launcher_every_rank_refuses_before_joining(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match=needle):
         train_cli._worker(_config(**overrides))
+
+
+def test_fp16_scaler_skips_the_strategy_update_whose_gradients_overflowed() -> None:
+    """The gradient scaler drives the strategy's whole update (``strategy.step()``), not only
+    the optimizer's; torch's CPU scaler stands in for CUDA's here."""
+    from scaledl.strategies.base import Strategy
+
+    class Counting(Strategy):
+        steps = 0
+
+        @property
+        def model(self) -> nn.Module:
+            return self.module
+
+        def step(self) -> None:
+            Counting.steps += 1
+            self.optimizer.step()
+
+        @property
+        def stats(self) -> object:  # type: ignore[override]
+            raise NotImplementedError
+
+    model = nn.Linear(2, 1)
+    strategy = Counting(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    precision = MixedPrecision("fp16", torch.device("cpu"), strategy)
+    assert precision.scaler is not None
+    scale = precision.scaler.get_scale()
+    strategy.zero_grad()
+    precision.backward(model(torch.ones(1, 2)).sum() * float("inf"))
+    precision.unscale()
+    assert not precision.step() and Counting.steps == 0
+    assert precision.scaler.get_scale() == scale / 2
+    strategy.zero_grad()
+    precision.backward(model(torch.ones(1, 2)).sum())
+    precision.unscale()
+    assert model.weight.grad is not None and torch.equal(model.weight.grad, torch.ones(1, 2))
+    assert precision.step() and Counting.steps == 1
+    assert precision.state_dict()["scale"] == scale / 2
