@@ -370,8 +370,9 @@ def _rank_device(device: str) -> Any:
     from scaledl.bootstrap import read_launch_env
     from scaledl.train.device import rank_device
 
-    gpus = torch.cuda.device_count() if device == "cuda" else 0
-    return rank_device(device, read_launch_env().local_rank, gpus)
+    if device == "cpu":
+        return torch.device("cpu")
+    return rank_device(device, read_launch_env().local_rank, torch.cuda.device_count())
 
 
 def _report(result: dict[str, Any], config: TrainConfig) -> None:
