@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -126,23 +125,6 @@ class Topology:
         identity = order == tuple(range(len(hostnames)))
         return cls(axes=axes, rank=rank, order=None if identity else order, explicit=len(hosts) > 1)
 
-    @classmethod
-    def from_environment(
-        cls, world_size: int, rank: int = 0, environ: Mapping[str, str] | None = None
-    ) -> Topology:
-        """``SCALEDL_TOPOLOGY`` if set, else the launcher's ranks-per-host, else flat."""
-        env = os.environ if environ is None else environ
-        spec = env.get(TOPOLOGY_ENV)
-        if spec:
-            return cls.parse(spec, world_size, rank)
-        for name in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):
-            local = env.get(name)
-            if local and local.isdigit() and 1 <= int(local) < world_size:
-                if world_size % int(local) == 0:
-                    axes = (int(local), world_size // int(local))
-                    return cls(axes=axes, rank=rank, explicit=True)
-        return cls.flat(world_size, rank)
-
     def with_rank(self, rank: int) -> Topology:
         """The same layout seen from another rank."""
         return Topology(axes=self.axes, rank=rank, order=self.order, explicit=self.explicit)
@@ -167,11 +149,6 @@ class Topology:
     def num_nodes(self) -> int:
         """Number of hosts."""
         return self.world_size // self.axes[0]
-
-    @property
-    def is_hierarchical(self) -> bool:
-        """True when there are several hosts each holding several ranks, or several axes > 1."""
-        return sum(1 for size in self.axes if size > 1) > 1
 
     def coords(self, rank: int) -> tuple[int, ...]:
         """Grid coordinates of ``rank``, innermost first."""
@@ -231,10 +208,6 @@ class Topology:
         start = node * self.axes[0]
         positions = range(start, start + self.axes[0])
         return tuple(p if self.order is None else self.order[p] for p in positions)
-
-    def same_node(self, a: int, b: int) -> bool:
-        """True when ranks ``a`` and ``b`` share a host."""
-        return self.node(a) == self.node(b)
 
     def link_axis(self, a: int, b: int) -> int:
         """The outermost axis along which ``a`` and ``b`` differ (0 = same host); -1 if a == b."""

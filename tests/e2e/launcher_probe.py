@@ -29,11 +29,16 @@ NUMEL = 1001
 """Elements per rank in every collective: odd, so no algorithm splits it evenly."""
 
 
+def _hierarchical(topology: scaledl.Topology) -> bool:
+    """Several axes of more than one rank: the layouts hierarchical allreduce needs."""
+    return sum(1 for size in topology.axes if size > 1) > 1
+
+
 def _collectives(topology: scaledl.Topology) -> dict[str, Any]:
     """Allreduce (each algorithm that fits the layout), allgather and broadcast on rank data."""
     rank, world_size = topology.rank, topology.world_size
     algorithms = ["auto", "native", "ring", "halving_doubling", "tree"]
-    if topology.is_hierarchical:
+    if _hierarchical(topology):
         algorithms.append("hierarchical")
     sums = {}
     for algorithm in algorithms:
@@ -73,7 +78,7 @@ def main(argv: list[str]) -> int:
         "local_rank": launch.local_rank, "local_world_size": launch.local_world_size,
         "node_rank": launch.node_rank, "master_addr": launch.master_addr,
         "hostname": socket.gethostname(), "topology": topology.spec,
-        "hierarchical": topology.is_hierarchical, "hosts": list(job.hosts),
+        "hierarchical": _hierarchical(topology), "hosts": list(job.hosts),
         "job_topology": job.topology.spec,
     }
     if args.kill_rank is not None:

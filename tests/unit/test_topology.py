@@ -128,15 +128,9 @@ def test_node_and_local_rank() -> None:
     assert [topology.node(r) for r in (0, 3, 4, 63)] == [0, 0, 1, 15]
     assert [topology.local_rank(r) for r in (0, 3, 4, 63)] == [0, 3, 0, 3]
     assert topology.node_ranks(1) == (4, 5, 6, 7)
-    assert topology.same_node(4, 7) and not topology.same_node(3, 4)
+    assert topology.node(4) == topology.node(7) != topology.node(3)
     with pytest.raises(ValueError, match="node 16 does not exist"):
         topology.node_ranks(16)
-
-
-def test_is_hierarchical() -> None:
-    assert Topology(axes=(2, 2)).is_hierarchical
-    assert not Topology(axes=(8,)).is_hierarchical
-    assert not Topology(axes=(1, 8)).is_hierarchical
 
 
 # -- groups along axes ----------------------------------------------------------------------------
@@ -186,7 +180,7 @@ def test_from_hosts_round_robin_layout() -> None:
     assert topology.axes == (2, 2)
     assert topology.order == (0, 2, 1, 3)
     assert topology.node_ranks(0) == (0, 2) and topology.node_ranks(1) == (1, 3)
-    assert topology.same_node(0, 2) and topology.link_axis(0, 1) == 1
+    assert topology.node(0) == topology.node(2) and topology.link_axis(0, 1) == 1
 
 
 def test_from_hosts_single_host_is_flat() -> None:
@@ -197,29 +191,6 @@ def test_from_hosts_single_host_is_flat() -> None:
 def test_from_hosts_uneven_hosts_is_an_error() -> None:
     with pytest.raises(ValueError, match=f"different numbers of ranks.*{TOPOLOGY_ENV}"):
         Topology.from_hosts(["a", "a", "b"])
-
-
-@pytest.mark.parametrize(
-    ("environ", "axes", "explicit"),
-    [
-        ({TOPOLOGY_ENV: "2x4"}, (2, 4), True),
-        ({TOPOLOGY_ENV: "2x4", "LOCAL_WORLD_SIZE": "4"}, (2, 4), True),
-        ({"LOCAL_WORLD_SIZE": "4"}, (4, 2), True),
-        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, (2, 4), True),
-        ({"MPI_LOCALNRANKS": "1"}, (1, 8), True),
-        ({"LOCAL_WORLD_SIZE": "8"}, (8,), False),
-        ({"LOCAL_WORLD_SIZE": "3"}, (8,), False),
-        ({}, (8,), False),
-    ],
-)
-def test_from_environment(environ: dict[str, str], axes: tuple[int, ...], explicit: bool) -> None:
-    topology = Topology.from_environment(8, rank=1, environ=environ)
-    assert (topology.axes, topology.explicit, topology.rank) == (axes, explicit, 1)
-
-
-def test_from_environment_rejects_wrong_product() -> None:
-    with pytest.raises(ValueError, match="describes 4 ranks but the world size is 8"):
-        Topology.from_environment(8, environ={TOPOLOGY_ENV: "2x2"})
 
 
 def test_with_rank_keeps_layout() -> None:

@@ -245,7 +245,3 @@ class ClusterSpec:
         """
         rate = self.rate or 0
         return max(32 * 1024, rate // 8 // 1000)
-
-    def destroy_commands(self) -> list[list[str]]:
-        """``ip netns del`` for every namespace; deleting one removes its veth ends too."""
-        return [["ip", "netns", "del", ns] for ns in reversed(self.namespaces)]

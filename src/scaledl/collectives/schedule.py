@@ -156,14 +156,6 @@ class Schedule:
         for round_ in self.rounds:
             yield from round_.transfers
 
-    def elements_sent(self) -> int:
-        """Elements this rank sends in total."""
-        return sum(t.numel for t in self.transfers() if t.is_send)
-
-    def elements_received(self) -> int:
-        """Elements this rank receives in total."""
-        return sum(t.numel for t in self.transfers() if not t.is_send)
-
     def block_of(self, rank: int) -> int:
         """Index of the block holding ``rank``'s shard (reduce_scatter, allgather)."""
         return rank if self.layout is None else self.layout[rank]
