@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "LaunchEnv", "read_launch_env", "first_slurm_host", "detect_launcher", "in_srun_step",
-    "host_name", "DEFAULT_PORT", "HOSTNAME_ENV", "LOOPBACK",
+    "host_name", "DEFAULT_PORT", "HOSTNAME_ENV", "LOOPBACK", "RANK_VARIABLES", "launcher_rank",
 ]
 
 logger = logging.getLogger(__name__)
@@ -113,6 +113,20 @@ _LAUNCHERS = (
                "SLURM_NODEID"),
 )
 """Launchers in priority order; the first whose rank or world-size variable is set wins."""
+
+RANK_VARIABLES = tuple(names.rank for names in _LAUNCHERS)
+"""Where the launchers put this process's rank, in priority order."""
+
+
+def launcher_rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's rank as its launcher tells it (0 when not launched or not a number): for
+    the log prefix, before anything is checked."""
+    env = os.environ if environ is None else environ
+    for name in RANK_VARIABLES:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 def _tasks_per_node(name: str, value: str, node_rank: int | None) -> int:

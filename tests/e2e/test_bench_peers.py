@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scaledl.cli.launch import LAUNCHER_VARIABLES
+from scaledl.launchers import RANK_VARIABLES
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(150)]
 
@@ -27,7 +27,7 @@ SHORT = ["--min-bytes", "4K", "--max-bytes", "64K", "--step-factor", "16", "--it
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
     env["SCALEDL_CALIBRATION"] = str(tmp_path / "calibration.json")
     env["COLUMNS"] = "220"  # the peers' table is wide; rich would cut its titles otherwise
     env.pop("SCALEDL_TOPOLOGY", None)

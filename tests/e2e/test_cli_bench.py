@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from scaledl.cli.launch import LAUNCHER_VARIABLES
+from scaledl.launchers import RANK_VARIABLES
 from scaledl.collectives.auto import CostModel
 
 TIMEOUT_S = 120
 
 
 def _scaledl(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
     env["SCALEDL_CALIBRATION"] = str(tmp_path / "calibration.json")
     env.pop("SCALEDL_TOPOLOGY", None)
     return subprocess.run(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from scaledl.cli import bench_collectives, cluster, train
-from scaledl.cli.launch import LAUNCHER_VARIABLES
+from scaledl.launchers import RANK_VARIABLES
 from scaledl.cli.main import main
 from tests.harness import free_port
 
@@ -40,7 +40,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(cluster, "_run_on", reached)
     monkeypatch.setenv("SCALEDL_CALIBRATION", str(tmp_path / "calibration.json"))
     monkeypatch.delenv("SCALEDL_TOPOLOGY", raising=False)
-    for name in LAUNCHER_VARIABLES:
+    for name in RANK_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -142,7 +142,7 @@ def test_bench_calibration_file_is_checked(
 @pytest.mark.timeout(120)
 def test_rendezvous_timeout_is_one_line(tmp_path: Path) -> None:
     """Rank 0 of 2 waits for a rank 1 that never starts: one line naming the address, exit 1."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
     env.update(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2",
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
     done = subprocess.run(

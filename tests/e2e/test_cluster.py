@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from scaledl.cli.launch import LAUNCHER_VARIABLES
+from scaledl.launchers import RANK_VARIABLES
 from scaledl.cluster.state import STATE_ENV
 
 pytestmark = [
@@ -31,7 +31,7 @@ TIMEOUT_S = 150
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
     env.pop("SCALEDL_TOPOLOGY", None)
     env[STATE_ENV] = str(tmp_path / "clusters")
     env["SCALEDL_CALIBRATION"] = str(tmp_path / "calibration.json")

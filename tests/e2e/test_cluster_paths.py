@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scaledl.cli.launch import LAUNCHER_VARIABLES
+from scaledl.launchers import RANK_VARIABLES
 from scaledl.cluster.state import STATE_ENV
 
 pytestmark = [
@@ -34,7 +34,7 @@ PROBE = Path(__file__).with_name("paths_probe.py")
 def test_shared_memory_inside_each_host_and_every_path_exact(
     tmp_path: Path, hosts: int, per_host: int
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
     env.pop("SCALEDL_TOPOLOGY", None)
     env[STATE_ENV] = str(tmp_path / "clusters")
     env["SCALEDL_CALIBRATION"] = str(tmp_path / "calibration.json")

@@ -76,7 +76,7 @@ def test_torchs_info_lines_are_not_shown() -> None:
     developers; rank 0's INFO level would print them."""
     import logging
 
-    from scaledl.cli.main import configure_logging
+    from scaledl.cli.logs import configure_logging
 
     configure_logging(0)
     assert not logging.getLogger("torch._subclasses.fake_tensor").isEnabledFor(logging.INFO)

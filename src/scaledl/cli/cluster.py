@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from scaledl.cli.main import label_logs
+from scaledl.cli.logs import label_logs
 from scaledl.cli.paths import check_output_file
 from scaledl.cluster import netns, state
 from scaledl.cluster.runner import PLACEMENTS, run_on_cluster

@@ -37,15 +37,12 @@ from scaledl.train.restarts import LAUNCH_ID_ENV
 
 __all__ = [
     "under_launcher", "launch_local", "run_distributed", "run_agent", "JobOutcome",
-    "FaultPolicy", "die_with_launcher", "launch_environment", "LAUNCHER_VARIABLES",
+    "FaultPolicy", "die_with_launcher", "launch_environment",
     "LAUNCH_ID_ENV", "INTERRUPTED", "SHUTDOWN_GRACE_S", "supported_options",
 ]
 
 log = logging.getLogger(__name__)
 
-LAUNCHER_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-"""The launchers' rank variables (torchrun, mpirun, hydra, srun); a process without any of them
-was not started by a launcher."""
 INTERRUPTED = 130
 SHUTDOWN_GRACE_S = 5
 """Seconds a worker gets between SIGTERM and SIGKILL when the agent stops it on Ctrl-C or

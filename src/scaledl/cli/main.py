@@ -11,17 +11,16 @@ exits with code 1, as any other failed run does.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
 from scaledl import __version__
+from scaledl.cli.logs import configure_logging
+from scaledl.launchers import launcher_rank
 
-__all__ = ["main", "build_parser", "configure_logging", "label_logs", "UsageError",
-           "commands"]
+__all__ = ["main", "build_parser", "UsageError", "commands"]
 
 
 def commands() -> tuple[ModuleType, ...]:
@@ -31,8 +30,6 @@ def commands() -> tuple[ModuleType, ...]:
 
     return train, run, bench, simulate, cluster
 
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-"""Where launchers put this process's rank (torchrun, Open MPI, MPICH/PMI, SLURM)."""
 
 
 class UsageError(ValueError):
@@ -57,40 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
     for module in commands():
         module.add_parser(subparsers)
     return parser
-
-
-def launcher_rank(environ: dict[str, str] | None = None) -> int:
-    """This process's rank as its launcher tells it (0 when not launched)."""
-    env = os.environ if environ is None else environ
-    for name in RANK_VARIABLES:
-        value = env.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
-
-
-def configure_logging(rank: int) -> None:
-    """Log to stderr with a ``[rank N]`` prefix; rank 0 at INFO, the others at WARNING."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        f"[rank {rank}] %(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
-    ))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    for noisy in ("matplotlib", "torch"):  # their INFO lines are for their developers
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def label_logs(label: str) -> None:
-    """A supervisor is no rank: its log lines start with ``label`` (``scaledl run``), not the
-    ``[rank 0]`` of :func:`configure_logging`."""
-    formatter = logging.Formatter(f"{label} %(asctime)s %(levelname)s: %(message)s",
-                                  datefmt="%H:%M:%S")
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(formatter)
 
 
 def _one_line(error: BaseException) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from scaledl.cli.exec_rank import PID_DIR_ENV
-from scaledl.cli.main import label_logs
+from scaledl.cli.logs import label_logs
 from scaledl.cli.launch import SHUTDOWN_GRACE_S, run_agent, under_launcher
 from scaledl.horovod.runtime import ALGORITHM_ENV, Algorithms
 from scaledl.processes import stop_groups
