@@ -152,9 +152,9 @@ def reproduction(rows: list[Any], ideal_rows: list[Any]) -> dict[str, Any]:
 
 def _families() -> Any:
     """The reproduction table's families (wherever the code keeps them)."""
-    from scaledl.sim.cases import FAMILIES
+    from scaledl.sim.reproduce import published_families
 
-    return FAMILIES
+    return published_families()
 
 
 def rates() -> str:
@@ -194,10 +194,9 @@ def load() -> dict[str, Any]:
 
 def main() -> None:
     """Write the record from the code as it is."""
-    from scaledl.sim.cases import CASES
-    from scaledl.sim.reproduce import evaluate
+    from scaledl.sim.reproduce import evaluate, published_cases
 
-    cases = CASES
+    cases = published_cases()
     data = {"sweeps": sweeps(), "cli": cli(), "rates": rates(),
             "reproduction": reproduction(evaluate(cases), evaluate(cases, ideal=True))}
     GOLDEN.write_text(json.dumps(data, indent=1) + "\n")

@@ -1,23 +1,62 @@
 """NVIDIA's mid-2020 PyTorch BERT tables as ``scaledl simulate reproduce`` predicts them: every
 multi-GPU row whose rounded rates pin its efficiency within 2 points is a case, built as the
-recipe reduces its gradients (docs/simulation.md, "Reproducing published results")."""
+recipe reduces its gradients (docs/validation.md, "Reproducing published results")."""
 
 from __future__ import annotations
 
 import pytest
 
-from scaledl.sim.cases import CASES
-from scaledl.sim.cases_bert import APEX_BUCKET_MB, MACHINES, PRETRAIN_BUCKET_MB
-from scaledl.sim.cases_bert2020 import (
-    BERT_2020_CASES,
-    DOUBTFUL,
-    PRETRAIN_2020,
-    ROUNDING_POINTS,
-    SQUAD_2020,
-    rounding_points,
-)
+from scaledl.sim.reproduce import Case, published_cases, published_families
 
-BY_NAME = {case.name: case for case in BERT_2020_CASES}
+FAMILY = dict(published_families())["NVIDIA's BERT-large in PyTorch (20.06)"]
+BY_NAME = {case.name: case for case in FAMILY}
+PRETRAINING = [case for case in FAMILY if "pre-training" in case.name]
+SQUAD = [case for case in FAMILY if "SQuAD" in case.name]
+ROUNDING_POINTS = 2.0
+"""Largest half-width, in points, of the efficiencies the tables' rounded rates may allow."""
+PRETRAIN_BUCKET_MB = 8192.0
+"""One bucket holds every gradient: the recipe's single allreduce after accumulation."""
+APEX_BUCKET_MB = 10_000_000 * 4 / (1 << 20)
+DEVICES = {"DGX A100 40 GB": "a100", "DGX-1 16 GB": "v100", "DGX-1 32 GB": "v100",
+           "DGX-2": "v100"}
+
+LEFT_OUT_PRETRAINING = (  # machine, precision, sequence, GPUs, sequences/s on one GPU and on all
+    ("DGX-1 16 GB", "FP32", 512, 4, 9, 35),
+    ("DGX-1 16 GB", "FP32", 512, 8, 9, 71),
+    ("DGX-1 32 GB", "mixed precision", 128, 4, 158, 625),
+    ("DGX-1 32 GB", "FP32", 512, 4, 9, 35),
+    ("DGX-1 32 GB", "FP32", 512, 8, 9, 72),
+    ("DGX-2", "FP32", 512, 4, 10, 37),
+    ("DGX-2", "FP32", 512, 8, 10, 75),
+    ("DGX-2", "FP32", 512, 16, 10, 150),
+)
+"""The multi-GPU pre-training rows the cases leave out (the tables at commit b2763ae)."""
+DOUBTFUL = frozenset({("DGX-1 32 GB", "mixed precision", 128, 4)})
+"""Its columns contradict its own rates: 157 (FP32) and 625 sequences/s list a speedup of 3.93
+and scaling of 3.96 and 3.65, where the rates give 3.98, 3.93 and 3.96."""
+LEFT_OUT_SQUAD = (  # machine, precision, GPUs, sequences/s on one GPU and on all
+    ("DGX-1 16 GB", "FP32", 4, 9, 32),
+    ("DGX-1 16 GB", "FP32", 8, 9, 61),
+    ("DGX-1 32 GB", "FP32", 4, 12, 42),
+    ("DGX-1 32 GB", "FP32", 8, 12, 67),
+    ("DGX-2", "FP32", 4, 12, 47),
+    ("DGX-2", "FP32", 8, 12, 92),
+    ("DGX-2", "FP32", 16, 12, 178),
+)
+"""The multi-GPU SQuAD rows the cases leave out."""
+
+
+def rounding_points(single: float, every: float, gpus: int) -> float:
+    """Half the range of efficiencies, in points, that rates rounded to whole sequences per
+    second allow: one GPU's ``single`` and ``gpus`` GPUs' ``every``."""
+    low = (every - 0.5) / (gpus * (single + 0.5))
+    high = (every + 0.5) / (gpus * (single - 0.5))
+    return (high - low) / 2 * 100
+
+
+def _rounding(case: Case) -> float:
+    assert case.rates is not None and case.job is not None
+    return rounding_points(*case.rates, case.job.gpus)
 
 
 def test_rounding_bounds_the_efficiency_the_rounded_rates_allow() -> None:
@@ -29,19 +68,26 @@ def test_rounding_bounds_the_efficiency_the_rounded_rates_allow() -> None:
 
 
 def test_the_cases_are_the_rows_that_rounding_leaves_determined_and_all_are_in_reproduce() -> None:
-    kept = [(m, p, s, g) for m, p, s, _, rows in PRETRAIN_2020 for g, (_, every) in rows.items()
-            if g > 1 and rounding_points(rows[1][1], every, g) <= ROUNDING_POINTS
-            and (m, p, s, g) not in DOUBTFUL]
-    squad = [(m, p, g) for m, p, _, rates in SQUAD_2020 for g, every in rates.items()
-             if g > 1 and rounding_points(rates[1], every, g) <= ROUNDING_POINTS]
-    assert len(kept) == 28 and len(squad) == 11 and len(BERT_2020_CASES) == 39
+    assert len(PRETRAINING) == 28 and len(SQUAD) == 11 and len(FAMILY) == 39
+    assert all(_rounding(case) <= ROUNDING_POINTS for case in FAMILY)
+    for machine, precision, sequence, gpus, single, every in LEFT_OUT_PRETRAINING:
+        assert (rounding_points(single, every, gpus) > ROUNDING_POINTS
+                or (machine, precision, sequence, gpus) in DOUBTFUL)
+        assert (f"NVIDIA BERT-large pre-training (2020), {gpus} GPUs of a {machine}, "
+                f"{precision}, sequence {sequence}") not in BY_NAME
+    for machine, precision, gpus, single, every in LEFT_OUT_SQUAD:
+        assert rounding_points(single, every, gpus) > ROUNDING_POINTS
+        assert (f"NVIDIA BERT-large SQuAD fine-tuning (2020), {gpus} GPUs of a {machine}, "
+                f"{precision}") not in BY_NAME
     assert "NVIDIA BERT-large pre-training (2020), 4 GPUs of a DGX-1 32 GB, mixed precision, " \
            "sequence 128" not in BY_NAME  # its columns contradict its rates
-    left_out = {(m, p, s) for m, p, s, _, rows in PRETRAIN_2020} - {k[:3] for k in kept}
-    assert left_out == {(m, "FP32", 512) for m in ("DGX-1 16 GB", "DGX-1 32 GB", "DGX-2")}
-    assert {p for _, p, _ in squad} == {"TF32", "mixed precision"}  # every FP32 row is out
-    names = {case.name for case in CASES}
-    assert all(case.name in names for case in BERT_2020_CASES)
+    kept = {(case.name.split(" of a ")[1].split(",")[0], case.name.split(", ")[-2],
+             case.job.input_shape) for case in PRETRAINING if case.job is not None}
+    assert not any(precision == "FP32" and shape == (512,) for _, precision, shape in kept)
+    assert {"mixed precision" if "mixed" in case.name else "TF32" if "TF32" in case.name
+            else "FP32" for case in SQUAD} == {"TF32", "mixed precision"}  # every FP32 is out
+    names = {case.name for case in published_cases()}
+    assert all(case.name in names for case in FAMILY)
 
 
 def test_published_efficiency_is_the_rates_of_n_gpus_over_n_times_one() -> None:
@@ -54,28 +100,30 @@ def test_published_efficiency_is_the_rates_of_n_gpus_over_n_times_one() -> None:
 
 
 def test_every_pre_training_row_keeps_its_tables_global_batch() -> None:
-    for _, _, _, batch, rows in PRETRAIN_2020:
-        assert len({gpus * steps * batch for gpus, (steps, _) in rows.items()}) == 1
+    for case in PRETRAINING:
+        assert case.base is not None and case.job is not None
+        assert len({job.gpus * job.accumulation * job.batch
+                    for job in (case.base, case.job)}) == 1, case.name
 
 
-KEPT_LARGEST = [(m, p, s, b, rows) for m, p, s, b, rows in PRETRAIN_2020
-                if f"NVIDIA BERT-large pre-training (2020), {max(rows)} GPUs of a {m}, {p}, "
-                   f"sequence {s}" in BY_NAME]
+LARGEST = [case for case in PRETRAINING if case.job is not None and not any(
+    other.job is not None and other.job.gpus > case.job.gpus
+    and other.name.split(" GPUs of a ")[1] == case.name.split(" GPUs of a ")[1]
+    for other in PRETRAINING)]
 
 
-@pytest.mark.parametrize("machine, precision, sequence, batch, rows", KEPT_LARGEST,
-                         ids=lambda value: str(value) if not isinstance(value, dict) else "")
-def test_pre_training_accumulates_then_reduces_once(
-        machine: str, precision: str, sequence: int, batch: int,
-        rows: dict[int, tuple[int, int]]) -> None:
-    name = (f"NVIDIA BERT-large pre-training (2020), {max(rows)} GPUs of a {machine}, "
-            f"{precision}, sequence {sequence}")
-    job = BY_NAME[name].predict(False).job
-    assert job is not None and job.gpus == max(rows) and job.topology_value().spec == str(job.gpus)
-    assert job.accumulation == rows[max(rows)][0] and job.batch == batch
-    assert job.bucket_mb == PRETRAIN_BUCKET_MB and job.device == MACHINES[machine][0]
+@pytest.mark.parametrize("case", LARGEST, ids=lambda case: case.name)
+def test_pre_training_accumulates_then_reduces_once(case: Case) -> None:
+    machine = case.name.split(" GPUs of a ")[1].split(",")[0]
+    precision = case.name.split(", ")[-2]
+    job, base = case.predict(False).job, case.base
+    assert job is not None and base is not None and case.rates is not None
+    assert job == case.job
+    assert job.topology_value().spec == str(job.gpus) and base.gpus == 1
+    assert base.accumulation == job.accumulation * job.gpus and job.batch == base.batch
+    assert job.bucket_mb == PRETRAIN_BUCKET_MB and job.device == DEVICES[machine]
     assert job.allreduce_bytes == (2 if precision == "mixed precision" else 4)
-    assert job.compute_time == pytest.approx(batch / rows[1][1])
+    assert job.compute_time == pytest.approx(job.batch / case.rates[0])
 
 
 def test_squad_overlaps_apex_buckets_on_the_40_gb_a100() -> None:

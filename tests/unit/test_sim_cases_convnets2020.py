@@ -7,25 +7,25 @@ from __future__ import annotations
 
 import pytest
 
-from scaledl.sim.cases import CASES, FAMILIES
-from scaledl.sim.cases_bert import APEX_BUCKET_MB
-from scaledl.sim.cases_convnets2020 import (
-    CONVNETS_2020_CASES,
-    CONVNETS_2020_RUNS,
-    convnets_2020_job,
-)
-from scaledl.sim.reproduce import Case
+from scaledl.sim.reproduce import Case, published_cases, published_families
 
+CONVNETS_2020_CASES = dict(published_families())["NVIDIA's image recipes in PyTorch (20.06)"]
 BY_NAME = {case.name: case for case in CONVNETS_2020_CASES}
+APEX_BUCKET_MB = 10_000_000 * 4 / (1 << 20)
+MACHINES = ("DGX A100 40 GB", "DGX-1 16 GB", "DGX-1 32 GB")
+
+
+def _machine(case: Case) -> str:
+    return next(machine for machine in MACHINES if f", {machine}, " in case.name)
 
 
 def test_every_row_of_the_three_tables_is_a_case_in_reproduce() -> None:
-    assert len(CONVNETS_2020_RUNS) == 18 == len(BY_NAME)
-    assert {(m, machine) for m, machine, *_ in CONVNETS_2020_RUNS} == {
+    assert len(CONVNETS_2020_CASES) == 18 == len(BY_NAME)
+    assert {(case.job.model, _machine(case)) for case in CONVNETS_2020_CASES
+            if case.job is not None} == {
         (m, machine) for m in ("resnet50", "resnext101_32x4d", "nvidia_se_resnext101_32x4d")
-        for machine in ("DGX A100 40 GB", "DGX-1 16 GB", "DGX-1 32 GB")}
-    assert dict(FAMILIES)["NVIDIA's image recipes in PyTorch (20.06)"] == CONVNETS_2020_CASES
-    names = {case.name for case in CASES}
+        for machine in MACHINES}
+    names = {case.name for case in published_cases()}
     assert all(case.name in names for case in CONVNETS_2020_CASES)
 
 
@@ -47,12 +47,13 @@ def test_one_row_read_by_hand() -> None:
     assert case.published == pytest.approx(6635.90 / (8 * 856.52))
 
 
-@pytest.mark.parametrize("run", CONVNETS_2020_RUNS, ids=lambda run: f"{run[0]}-{run[1]}-{run[2]}")
-def test_each_row_runs_apex_ddp_buckets_of_float32_gradients_on_nchw(
-        run: tuple[str, str, str, int, float, float]) -> None:
-    model, machine, precision, batch, single, _ = run
-    job = convnets_2020_job(model, machine, precision, batch, single)
-    assert job.model == model and job.gpus == 8 and job.topology_value().spec == "8"
+@pytest.mark.parametrize("case", CONVNETS_2020_CASES, ids=lambda case: case.name)
+def test_each_row_runs_apex_ddp_buckets_of_float32_gradients_on_nchw(case: Case) -> None:
+    job, machine, precision = case.job, _machine(case), case.name.split(", ")[-1]
+    assert job is not None and case.rates is not None and case.base is not None
+    model, batch, single = job.model, job.batch, case.rates[0]
+    assert case.base.gpus == 1 and case.base.batch == batch
+    assert job.gpus == 8 and job.topology_value().spec == "8"
     assert job.bucket_mb == pytest.approx(APEX_BUCKET_MB) and job.allreduce_bytes == 4
     mixed = precision == "mixed precision"
     assert job.mixed_precision == mixed

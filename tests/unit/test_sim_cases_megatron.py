@@ -11,18 +11,25 @@ import torch
 
 from scaledl.models import build_model, layer_profile
 from scaledl.models.gpt import GPT_SIZES, MEGATRON_VOCAB
-from scaledl.sim.cases import CASES, FAMILIES
-from scaledl.sim.cases_megatron import (
-    BATCH,
-    MEGATRON_CASES,
-    MEGATRON_RUNS,
-    MODEL,
-    ONE_GPU_MS,
-    SEQUENCE,
-    megatron_job,
-)
+from scaledl.sim.job import Job
 from scaledl.sim.profile import TOKEN_MODELS, default_input
-from scaledl.sim.reproduce import idealised
+from scaledl.sim.reproduce import idealised, published_cases, published_families
+
+MEGATRON_CASES = dict(published_families())["DLPerf: Megatron-LM's GPT on V100 servers (20.12)"]
+MODEL = "megatron_gpt_1536x16"
+SEQUENCE = 2048
+BATCH = 2
+ONE_GPU_MS = 464.12
+"""``DP_1x1x1_2_1536x16``: milliseconds per iteration on one GPU (4.31 sequences/s)."""
+MEGATRON_RUNS = ((8, 480.96), (16, 664.46), (32, 683.51))
+"""GPUs and milliseconds per iteration of DLPerf's data-parallel cases (its README)."""
+
+
+def megatron_job(gpus: int) -> Job:
+    """The case's job on ``gpus`` GPUs."""
+    job = next(case.job for case in MEGATRON_CASES if case.job and case.job.gpus == gpus)
+    assert job is not None
+    return job
 
 
 def _megatron_parameters(layers: int, hidden: int, vocab: int, positions: int) -> int:
@@ -58,12 +65,13 @@ def test_the_cases_are_the_data_parallel_rows_against_one_gpu() -> None:
     for case, (gpus, milliseconds) in zip(MEGATRON_CASES, MEGATRON_RUNS):
         assert case.metric == "efficiency" and case.published == pytest.approx(
             ONE_GPU_MS / milliseconds)
+        assert case.rates == (ONE_GPU_MS, milliseconds) and case.job is not None
+        assert case.job.gpus == gpus and case.base is not None and case.base.gpus == 1
         # the report's sequences/s: 2 per GPU over each time per iteration
         assert BATCH * gpus / milliseconds * 1e3 == pytest.approx(
             {8: 33.27, 16: 48.16, 32: 93.63}[gpus], abs=0.005)
     assert BATCH / ONE_GPU_MS * 1e3 == pytest.approx(4.31, abs=0.005)
-    assert dict(FAMILIES)["DLPerf: Megatron-LM's GPT on V100 servers (20.12)"] == MEGATRON_CASES
-    names = {case.name for case in CASES}
+    names = {case.name for case in published_cases()}
     assert all(case.name in names for case in MEGATRON_CASES)
 
 
@@ -77,6 +85,7 @@ def test_every_gradient_is_reduced_once_in_float16_after_backward(gpus: int) -> 
     assert profile.parameter_bytes == 533_720_064 * 4  # the tied head reduces nothing of its own
     assert job.bucket_mb * (1 << 20) > profile.parameter_bytes and len(profile.buckets) == 1
     assert job.compute_time == pytest.approx(0.46412) and job.batch == BATCH
+    assert job.model == MODEL and job.input_shape == (SEQUENCE,)
 
 
 def test_one_server_adds_one_ring_allreduce_of_the_float16_gradients_to_the_step() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from scaledl.sim.device_checks import RATE_CHECKS, RateCheck, predicted_rate, rate_table
+from tests.unit import sim_golden
 
 
 @pytest.mark.parametrize("check", [c for c in RATE_CHECKS if c.used],
@@ -26,6 +27,13 @@ def test_every_check_is_a_row_with_its_error_and_source() -> None:
     assert rows[3].startswith("| p100 | resnet50 | 32 | 195 | 195.0 | +0% | yes |")
 
 
+@pytest.mark.timeout(300)  # traces a dozen models: ~12 s alone, minutes on a loaded machine
+def test_the_rate_table_is_the_golden_records() -> None:
+    """Every rate check predicted as tests/unit/sim_golden.json recorded it (moving the
+    published rates to data changes none)."""
+    assert rate_table() == sim_golden.load()["rates"]
+
+
 def test_token_models_name_their_sequence_length() -> None:
     bert = next(c for c in RATE_CHECKS if c.model == "bert_large" and c.device == "a100-80gb")
     assert "| a100-80gb | bert_large (384) | 32 | 61.5 |" in rate_table((bert,))
@@ -34,14 +42,14 @@ def test_token_models_name_their_sequence_length() -> None:
 def test_reproduce_prints_the_rates_after_the_scaling_points(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import scaledl.sim.cases
     import scaledl.sim.device_checks
+    import scaledl.sim.reproduce
     from scaledl.cli.main import main
     from scaledl.sim.reproduce import Case, Prediction
 
     one = Case("near", "efficiency", 0.9, "s", "src", lambda ideal: Prediction(0.91, "d"))
-    monkeypatch.setattr(scaledl.sim.cases, "CASES", (one,))
-    monkeypatch.setattr(scaledl.sim.cases, "FAMILIES", (("a source", (one,)),))
+    monkeypatch.setattr(scaledl.sim.reproduce, "published_families",
+                        lambda: (("a source", (one,)),))
     monkeypatch.setattr(scaledl.sim.device_checks, "rate_table", lambda: "RATES")
     assert main(["simulate", "reproduce"]) == 0
     out = capsys.readouterr().out
@@ -55,8 +63,8 @@ def test_reproduce_prints_the_rates_after_the_scaling_points(
 def test_reproduce_writes_the_errors_a_published_check_reads(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import scaledl.sim.cases
     import scaledl.sim.device_checks
+    import scaledl.sim.reproduce
     from scaledl.cli.main import main
     from scaledl.sim.job import Job
     from scaledl.sim.reproduce import Case, Prediction
@@ -65,8 +73,8 @@ def test_reproduce_writes_the_errors_a_published_check_reads(
     job = Job(model="bert_large", device="a100-80gb", gpus=16, topology="8x2",
               network="ib-hdr-x8", mixed_precision=True)
     one = Case("near", "efficiency", 0.9, "s", "src", lambda ideal: Prediction(0.91, "d", job))
-    monkeypatch.setattr(scaledl.sim.cases, "CASES", (one,))
-    monkeypatch.setattr(scaledl.sim.cases, "FAMILIES", (("a source", (one,)),))
+    monkeypatch.setattr(scaledl.sim.reproduce, "published_families",
+                        lambda: (("a source", (one,)),))
     monkeypatch.setattr(scaledl.sim.device_checks, "rate_table", lambda: "RATES")
     target = tmp_path / "errors.json"
     assert main(["simulate", "reproduce", "--write-errors", str(target)]) == 0

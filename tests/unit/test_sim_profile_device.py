@@ -60,7 +60,7 @@ def test_another_device_is_one_line(profile: Path, wrong: str, told: str,
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert f"--device {wrong} but the profile {profile} was {told}" in captured.err
-    with pytest.raises(ValueError, match=f"--device {wrong} but"):
+    with pytest.raises(ValueError, match=f"^device {wrong} but"):  # the field, not the flag
         Job(model="mlp", device=wrong, gpus=4, profile_path=profile).run()
 
 

@@ -9,13 +9,7 @@ from pathlib import Path
 import pytest
 
 from scaledl.cli.simulate_report import family_table, reproduction_table
-from scaledl.sim.cases import CASES, FAMILIES, _dgx1
-from scaledl.sim.cases_dle import DLE_MODELS, MX_CYCLE_MS, _dle
-from scaledl.sim.cases_bert import APEX_BUCKET_MB, MACHINES, _pretrain
-from scaledl.sim.cases_bert2019 import BERT_2019_RUNS
-from scaledl.sim.cases_dle_pytorch import DLE_PYTORCH_MACHINES, DLE_PYTORCH_RUNS
-from scaledl.sim.cases_dlperf import DLPERF_RUNS, MODELS, _job
-from scaledl.sim.cases_horovod import _horovod
+from scaledl.sim.job import Job
 from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import (
     Case,
@@ -23,10 +17,34 @@ from scaledl.sim.reproduce import (
     Row,
     error,
     evaluate,
+    idealised,
     mean_absolute_error,
+    published_cases,
+    published_families,
     within_target,
 )
 from scaledl.sim.trust import load_errors, published_errors, trait_table
+from tests.unit import sim_golden
+
+pytestmark = pytest.mark.timeout(300)  # the fixtures predict every case twice: ~90 s of CPU
+
+CASES = published_cases()
+FAMILIES = published_families()
+BY_NAME = {case.name: case for case in CASES}
+APEX_BUCKET_MB = 10_000_000 * 4 / (1 << 20)
+"""apex DDP's default message size, 10 million elements, as MiB of float32 gradients."""
+DLE_LABELS = {"resnet50": "ResNet-50 v1.5", "resnext101_32x4d": "ResNeXt-101 32x4d",
+              "nvidia_se_resnext101_32x4d": "SE-ResNeXt-101 32x4d",
+              "efficientnet_b0": "EfficientNet-B0", "efficientnet_b4": "EfficientNet-B4"}
+"""The names NVIDIA's image recipes give the models."""
+
+
+def jobs(name: str) -> tuple[Job, Job]:
+    """The case's base and job, as the full model prices them."""
+    case = BY_NAME[name]
+    assert case.base is not None and case.job is not None, name
+    return case.base, case.job
+
 
 LINEAR_SPEEDUP = {"S-Caffe, GoogLeNet, 32 -> 160 K80": 160 / 32}
 """The largest speedup each speedup case can have (GPUs after / before)."""
@@ -64,8 +82,23 @@ def rows() -> list[Row]:
     return evaluate(CASES)
 
 
+@pytest.fixture(scope="module")
+def ideal_rows() -> list[Row]:
+    """Every case predicted once with the ideal model."""
+    return evaluate(CASES, ideal=True)
+
+
+def test_every_prediction_is_the_golden_records(rows: list[Row], ideal_rows: list[Row]) -> None:
+    """Each case's published value, setup, source, full and ideal prediction (value, detail,
+    job) and the tables printed are what tests/unit/sim_golden.json recorded: refactoring the
+    simulator or moving the cases to data changes no prediction."""
+    diffs = sim_golden.differences(sim_golden.load()["reproduction"],
+                                   sim_golden.reproduction(rows, ideal_rows))
+    assert not diffs, diffs[:5]
+
+
 def full_prediction(rows: list[Row], case: Case) -> Prediction:
-    """``case.predict(False)`` as the module's table has it (each case is predicted once)."""
+    """``case``'s prediction as ``rows`` have it (each case is predicted once per model)."""
     found = [row.prediction for row in rows if row.case is case]
     assert len(found) == 1, case.name
     return found[0]
@@ -73,9 +106,9 @@ def full_prediction(rows: list[Row], case: Case) -> Prediction:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.metric != "share"],
                          ids=lambda case: case.name)
-def test_no_case_is_predicted_above_linear_and_losses_never_help(rows: list[Row],
-                                                                 case: Case) -> None:
-    full, ideal = full_prediction(rows, case), case.predict(True)
+def test_no_case_is_predicted_above_linear_and_losses_never_help(
+        rows: list[Row], ideal_rows: list[Row], case: Case) -> None:
+    full, ideal = full_prediction(rows, case), full_prediction(ideal_rows, case)
     limit = LINEAR_SPEEDUP.get(case.name, 1.0)
     assert 0 < full.value <= limit + 1e-9
     assert 0 < ideal.value <= limit + 1e-9
@@ -154,8 +187,8 @@ def test_the_dgx1_ring_of_nccl_1_crosses_host_memory_only_on_8_gpus() -> None:
     """NCCL 1.x rings the GPUs in device order; on a P100 DGX-1 the hops 3 -> 4 and 7 -> 0 have
     no NVLink, so the 8-GPU case is two NVLink groups joined by copies staged through host
     memory and costs more than a ring of NVLink alone, while 4 GPUs stay on NVLink."""
-    _, eight = _dgx1("vgg16", 64, 154, 8)(False)
-    _, four = _dgx1("vgg16", 64, 154, 4)(False)
+    _, eight = jobs("TensorFlow, VGG16, 8 P100 (DGX-1), batch 64")
+    _, four = jobs("TensorFlow, VGG16, 4 P100 (DGX-1), batch 64")
     assert (eight.topology, eight.network, eight.intra) == ("4x2", "dgx1-p100-staged",
                                                             "nvlink1-dgx1")
     assert four.topology == "4"
@@ -169,20 +202,20 @@ def test_ideal_horovod_jobs_bucket_at_the_stacks_fusion_size() -> None:
     was computed with; DDP jobs keep their buckets."""
     cycle = stack("horovod").cycle
     assert cycle is not None
-    for make in (_horovod("vgg16", 130.9, 512, "25gbe-roce"),
-                 _dle("v100", "nvswitch-v100", 256, 1300.0, stack="horovod", gpus=16)):
-        _, job = make(True)
+    for name in ("Horovod, VGG-16, 512 GPUs, RDMA",
+                 "NVIDIA ResNet-50 v1.5 in TensorFlow, DGX-2, mixed precision"):
+        job = idealised(jobs(name)[1], True)
         assert job.bucket_bytes() == cycle.fusion_bytes
         assert replace(job, fusion_mb=8.0).bucket_bytes() == 8 << 20
-    _, ddp = _dle("a100", "nvlink3", 256, 938.0)(True)
+    ddp = idealised(jobs("NVIDIA ResNet-50 v1.5, DGX A100, TF32")[1], True)
     assert ddp.bucket_bytes() == 25 << 20
 
 
 def test_the_mxnet_recipe_runs_horovod_with_its_own_cycle() -> None:
     """The MXNet recipe's runner sets HOROVOD_CYCLE_TIME to 0.1 ms; the TensorFlow recipe keeps
     Horovod's default, the stack preset's."""
-    _, mxnet = _dle("v100", "nvlink2", 192, 1376.0, "horovod", 8, MX_CYCLE_MS)(False)
-    _, tensorflow = _dle("v100", "nvlink2", 256, 1270.0, "horovod", 8)(False)
+    _, mxnet = jobs("NVIDIA ResNet-50 v1.5 in MXNet, DGX-1 V100 16 GB, mixed precision")
+    _, tensorflow = jobs("NVIDIA ResNet-50 v1.5 in TensorFlow, DGX-1 V100 16 GB, mixed precision")
     mx_cycle, tf_cycle = mxnet.losses().cycle, tensorflow.losses().cycle
     assert mx_cycle is not None and tf_cycle is not None
     assert mx_cycle.cycle_s == pytest.approx(1e-4) and tf_cycle == stack("horovod").cycle
@@ -194,27 +227,32 @@ def test_the_pytorch_recipes_run_their_own_model_precision_and_layout() -> None:
     """Each PyTorch row of NVIDIA's ConvNets tables simulates its own model (the ResNeXts are
     not ResNet-50 under another name), NHWC with mixed precision at AMP only, at its batch, on
     DGX A100 nodes of 8 beyond 8 GPUs."""
-    by_name = {case.name: case for case in CASES}
-    for model, machine, precision, batch, single, gpus, every in DLE_PYTORCH_RUNS:
-        label = DLE_MODELS[model][0]
+    recipe = dict(FAMILIES)["NVIDIA's image recipes in PyTorch (21.03)"]
+    assert len(recipe) == 28
+    for case in recipe:
+        one, many = jobs(case.name)
+        gpus, mixed = many.gpus, "mixed precision" in case.name
+        machine = "DGX A100" if "DGX A100" in case.name else "DGX-1 V100 16 GB"
         nodes = f"{gpus // 8} {machine}" if gpus > 8 else machine
-        case = by_name[f"NVIDIA {label}, {nodes}, {precision}"]
-        assert case.published == pytest.approx(every / (gpus * single))
-        one, many = _dle(*DLE_PYTORCH_MACHINES[machine][:2], batch, single, gpus=gpus,
-                         mixed=precision == "mixed precision", model=model,
-                         nodes=max(1, gpus // 8))(False)
-        assert one.model == many.model == model and many.gpus == gpus and many.batch == batch
-        assert many.mixed_precision == many.channels_last == (precision == "mixed precision")
+        precision = "mixed precision" if mixed else ("TF32" if machine == "DGX A100" else "FP32")
+        assert case.name == f"NVIDIA {DLE_LABELS[many.model]}, {nodes}, {precision}"
+        assert case.rates is not None
+        assert case.published == pytest.approx(case.rates[1] / (gpus * case.rates[0]))
+        assert one.model == many.model and one.gpus == 1
+        assert f"{many.batch} images/GPU" in case.setup
+        assert many.compute_time == pytest.approx(many.batch / case.rates[0])
+        assert many.mixed_precision == many.channels_last == mixed
         assert many.topology_value().spec == (str(gpus) if gpus <= 8 else f"8x{gpus // 8}")
-    gradient_bytes = {model: _dle("v100", "nvlink2", 64, 100.0, model=model)(False)[1]
-                      .profile().parameter_bytes for model in DLE_MODELS}
+    gradient_bytes = {model: Job(model=model, device="v100", intra="nvlink2", batch=64)
+                      .profile().parameter_bytes
+                      for model in (*DLE_LABELS, "se_resnext101_32x4d")}
     assert gradient_bytes["efficientnet_b0"] < gradient_bytes["efficientnet_b4"] \
         < gradient_bytes["resnet50"] < gradient_bytes["resnext101_32x4d"] \
         < gradient_bytes["nvidia_se_resnext101_32x4d"] < gradient_bytes["se_resnext101_32x4d"]
 
 
 def test_the_dgx2_is_one_host_of_16_not_two_nodes() -> None:
-    _, dgx2 = _dle("v100", "nvswitch-v100", 128, 432.0, stack="horovod", gpus=16)(False)
+    _, dgx2 = jobs("NVIDIA ResNet-50 v1.5 in TensorFlow, DGX-2, FP32")
     assert dgx2.topology_value().spec == "16"
 
 
@@ -223,17 +261,22 @@ def test_dlperfs_rows_run_the_recipes_buckets_and_gradient_types() -> None:
     buckets, NCHW at both precisions; its BERT-base rows one bucket larger than the model, in
     float16 at mixed precision (amp O2); one EDR port per server of 8, the efficiency read
     from the tables' throughputs."""
-    by_name = {case.name: case for case in CASES}
-    for model, precision, batch, single, gpus, every in DLPERF_RUNS:
-        case = by_name[f"DLPerf, NVIDIA {MODELS[model][0]}, {gpus} V100, {precision}, batch "
-                       f"{batch}"]
-        assert case.published == pytest.approx(every / (gpus * single))
-        job = _job(model, precision, batch, single, gpus)
-        mixed = precision == "mixed precision"
-        assert job.model == model and job.batch == batch and job.network == "ib-edr"
+    labels = {"resnet50": "ResNet-50 v1.5", "bert_base": "BERT-base pre-training, sequence 128"}
+    dlperf = dict(FAMILIES)["DLPerf: NVIDIA's PyTorch recipes on V100 servers (20.03)"]
+    assert len(dlperf) == 18
+    for case in dlperf:
+        _, job = jobs(case.name)
+        mixed = ", mixed precision, " in case.name
+        gpus, precision = job.gpus, "mixed precision" if mixed else "FP32"
+        assert case.name == (f"DLPerf, NVIDIA {labels[job.model]}, {gpus} V100, {precision}, "
+                             f"batch {job.batch}")
+        assert case.rates is not None
+        assert case.published == pytest.approx(case.rates[1] / (gpus * case.rates[0]))
+        assert job.compute_time == pytest.approx(job.batch / case.rates[0])
+        assert job.network == "ib-edr"
         assert job.topology_value().spec == ("8" if gpus == 8 else f"8x{gpus // 8}")
         assert job.mixed_precision == mixed and not job.channels_last
-        if model == "bert_base":
+        if job.model == "bert_base":
             assert job.allreduce_bytes == (2 if mixed else 4)
             assert job.bucket_mb * (1 << 20) > job.profile().parameter_bytes  # one bucket
         else:
@@ -241,9 +284,9 @@ def test_dlperfs_rows_run_the_recipes_buckets_and_gradient_types() -> None:
 
 
 def test_the_docs_table_is_the_one_the_cases_print(rows: list[Row]) -> None:
-    """docs/simulation.md reports every point as ``scaledl simulate reproduce`` prints it: a
+    """docs/validation.md reports every point as ``scaledl simulate reproduce`` prints it: a
     case added, or a prediction changed, without the docs fails here."""
-    docs = (Path(__file__).parents[2] / "docs" / "simulation.md").read_text().splitlines()
+    docs = (Path(__file__).parents[2] / "docs" / "validation.md").read_text().splitlines()
     printed = [*reproduction_table(rows).splitlines(), *family_table(rows, FAMILIES).splitlines(),
                *trait_table(published_errors(rows)).splitlines()]
     stale = [line for line in printed if line and line not in docs]
@@ -270,17 +313,21 @@ def test_the_2019_bert_rows_accumulate_as_their_configurations_say() -> None:
     """NVIDIA's 2019 BERT tables keep the global batch: the micro-batches per step fall as nodes
     are added (configurations.yml), one float16 allreduce after them, 16 GPUs per DGX-2H on
     eight EDR ports and 8 per DGX-1 on four."""
-    by_name = {case.name: case for case in CASES}
-    for machine, sequence, batch, rate, rows in BERT_2019_RUNS:
-        per_node = MACHINES[machine][3]
-        global_batch = {rows[nodes][0] * batch * per_node * nodes for nodes in rows}
-        assert global_batch == {65536 if sequence == 128 else 32768}
-        for nodes in (n for n in rows if n > 1):
-            name = (f"NVIDIA BERT-large pre-training (2019), {nodes} {machine}, mixed precision, "
-                    f"sequence {sequence}")
-            assert by_name[name].published == pytest.approx(rows[nodes][1] / (nodes * rows[1][1]))
-            one, many = _pretrain(machine, "mixed precision", sequence, batch, rate,
-                                  (rows[1][0], rows[nodes][0]), (1, nodes))(False)
-            assert (one.accumulation, many.accumulation) == (rows[1][0], rows[nodes][0])
-            assert many.allreduce_bytes == 2 and many.gpus == per_node * nodes
-            assert many.network == ("ib-edr-x8" if machine == "DGX-2H" else "ib-edr-x4")
+    pretraining = [case for case in dict(FAMILIES)["NVIDIA's BERT-large in PyTorch (19.07)"]
+                   if "pre-training" in case.name]
+    assert len(pretraining) == 10
+    for case in pretraining:
+        one, many = jobs(case.name)
+        machine = "DGX-2H" if "DGX-2H" in case.name else "DGX-1 16 GB"
+        per_node = 16 if machine == "DGX-2H" else 8
+        nodes = many.gpus // per_node
+        assert one.gpus == per_node and nodes > 1 and many.gpus == per_node * nodes
+        assert case.name == (f"NVIDIA BERT-large pre-training (2019), {nodes} {machine}, "
+                             f"mixed precision, sequence {many.input_shape[0]}")
+        global_batch = {job.accumulation * job.batch * job.gpus for job in (one, many)}
+        assert global_batch == {65536 if many.input_shape == (128,) else 32768}
+        assert case.rates is not None
+        assert case.published == pytest.approx(case.rates[1] / (nodes * case.rates[0]))
+        assert one.accumulation > many.accumulation and one.batch == many.batch
+        assert many.allreduce_bytes == 2 and many.mixed_precision
+        assert many.network == ("ib-edr-x8" if machine == "DGX-2H" else "ib-edr-x4")

@@ -14,10 +14,9 @@ from scaledl.models import build_model, layer_profile
 from scaledl.models.profile import example_input, input_dtype
 from scaledl.models.gpt import GPT2_VOCAB
 from scaledl.models.transformer import BERT_BASE, BERT_LARGE, VOCAB_SIZE, BertConfig
-from scaledl.sim.cases_bert import BERT_CASES
 from scaledl.sim.iteration import IterationResult, accumulated
 from scaledl.sim.job import Job
-from scaledl.sim.reproduce import evaluate
+from scaledl.sim.reproduce import evaluate, published_families
 
 
 def _bert_parameters(config: BertConfig, classes: int) -> int:
@@ -152,7 +151,7 @@ def test_cli_prints_a_bert_step_with_accumulation(capsys: pytest.CaptureFixture[
 
 
 def test_the_recipes_points_are_predicted_from_the_presets_and_never_above_linear() -> None:
-    rows = evaluate(BERT_CASES)
+    rows = evaluate(dict(published_families())["NVIDIA's BERT-large in PyTorch (21.11)"])
     assert len(rows) == 16
     assert all(0 < row.prediction.value <= 1 for row in rows)
     # mixed precision at sequence 128 on 32 nodes: no accumulation left, the allreduce shows

@@ -11,7 +11,7 @@ import pytest
 
 from scaledl.cli.main import main
 from scaledl.cli.simulate_report import format_band
-from scaledl.sim.cases import CASES
+from scaledl.sim.reproduce import published_cases
 from scaledl.sim.job import Job
 from scaledl.sim.trust import (
     MINIMUM,
@@ -138,7 +138,7 @@ def test_the_errors_round_trip_through_their_file(tmp_path: Path) -> None:
 
 def test_the_shipped_errors_load_and_every_trait_is_one_the_matcher_knows() -> None:
     shipped = load_errors()
-    assert len(shipped) == sum(case.metric == "efficiency" for case in CASES)
+    assert len(shipped) == sum(case.metric == "efficiency" for case in published_cases())
     assert {e.traits.kind for e in shipped} == {"transformer", "convolutional"}
     assert {e.traits.precision for e in shipped} == {"mixed", "full"}
     assert {e.traits.reach for e in shipped} == {"one host", "several hosts"}

@@ -34,8 +34,7 @@ from scaledl.collectives.registry import ALGORITHMS
 from scaledl.files import write_files
 from scaledl.models.registry import available_models
 from scaledl.sim.iteration import simulated_strategies
-from scaledl.sim.job import Job
-from scaledl.sim.job_result import job_record
+from scaledl.sim.job import Job, JobError, job_record
 from scaledl.sim.losses import STACKS
 from scaledl.sim.presets import ALIASES, DEVICES, LINKS
 from scaledl.topology import Topology
@@ -240,8 +239,37 @@ def bench_native_fit(
     return _fit_native(measured, topology, itemsize, model)
 
 
+FLAGS = {
+    "accumulation": "--accumulation", "algorithm": "--algorithm",
+    "allreduce_bytes": "--allreduce-dtype", "bucket_mb": "--bucket-mb",
+    "calibration": "--calibration", "channels_last": "--channels-last",
+    "compute_time": "--compute-time", "cores": "--cores", "cycle_ms": "--cycle-ms",
+    "device": "--device", "efficiency": "--device-efficiency", "fusion_mb": "--fusion-mb",
+    "gpus": "--gpus", "ideal": "--ideal", "input_rate": "--input-rate",
+    "input_shape": "--input-shape", "inter_gbps": "--inter-bandwidth",
+    "inter_latency_us": "--inter-latency", "intra": "--intra", "intra_gbps": "--intra-bandwidth",
+    "intra_latency_us": "--intra-latency", "mixed_precision": "--mixed-precision",
+    "model": "--model", "network": "--network", "overlap": "--no-overlap",
+    "oversubscription": "--oversubscription", "profile_path": "--profile",
+    "socket_gbps": "--socket-bandwidth", "stack": "--stack", "strategy": "--strategy",
+    "tau": "--tau", "topology": "--topology", "update_time": "--update-time",
+    "uplink": "--uplink", "batch": "--batch",
+}
+"""The option that sets each :class:`~scaledl.sim.job.Job` field, as a job's errors name them
+here."""
+
+
 def run(args: argparse.Namespace) -> int:
-    """Dispatch to prediction, sweep, calibration, validation, reproduction or profiling."""
+    """Dispatch to prediction, sweep, calibration, validation, reproduction or profiling; a
+    job's errors name the options that set its fields."""
+    try:
+        return _run(args)
+    except JobError as error:
+        raise ValueError(error.named(FLAGS)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    """:func:`run` before a job's errors are named by option."""
     from scaledl.cli import simulate_report as report
     from scaledl.cli import simulate_warnings as warnings
 

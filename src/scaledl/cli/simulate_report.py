@@ -250,8 +250,7 @@ def family_table(rows: list[Row], families: tuple[tuple[str, tuple[Case, ...]], 
 def run_reproduce(ideal: bool, write_errors: Path | None = None) -> int:
     """Print every published point beside its prediction (and, to ``write_errors``, the errors
     a prediction's published check reads: :func:`scaledl.sim.trust.write_errors`)."""
-    from scaledl.sim.cases import CASES, FAMILIES
-    from scaledl.sim.reproduce import evaluate
+    from scaledl.sim import reproduce
     from scaledl.sim.trust import published_errors, trait_table
     from scaledl.sim.trust import write_errors as write
 
@@ -261,14 +260,15 @@ def run_reproduce(ideal: bool, write_errors: Path | None = None) -> int:
         check_output_file(write_errors, "--write-errors")
     if ideal:
         print("(the ideal model: constant device efficiency, no losses)")
-    rows = evaluate(CASES, ideal)
+    families = reproduce.published_families()
+    rows = reproduce.evaluate(tuple(case for _, cases in families for case in cases), ideal)
     if write_errors is not None:
         errors = published_errors(rows)
         write_files([(write_errors, lambda path: write(errors, path))])
         print(f"wrote {write_errors}", file=sys.stderr)
     print(reproduction_table(rows))
     print("\nBy source:")
-    print(family_table(rows, FAMILIES))
+    print(family_table(rows, families))
     if not ideal:  # the ideal model drops precision, and a prediction's check is the full model's
         print("\nBy kind of job (what a prediction's published check draws from):")
         print(trait_table(published_errors(rows)))

@@ -18,10 +18,11 @@
   its file;
 - :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` and validate;
   :mod:`~scaledl.sim.native`: the native rows and their fit (``bench``'s, passed in by the CLI);
-- :mod:`~scaledl.sim.reproduce`, :mod:`~scaledl.sim.cases`, :mod:`~scaledl.sim.cases_horovod`:
-  published results and their errors;
-- :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.job_checks`, :mod:`~scaledl.sim.job_network`,
-  :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs, refuses and runs it on.
+- :mod:`~scaledl.sim.reproduce`: published results (TOML files under ``published/``, one per
+  source) and the errors of their predictions; :mod:`~scaledl.sim.device_checks`: published
+  single-GPU rates (``single_gpu_rates.toml``);
+- :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs, refuses
+  and runs it on.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ from scaledl.sim.profile import ModelProfile
 from scaledl.strategies.catalogue import strategies
 
 __all__ = ["simulated_strategies", "timing_of", "IterationResult", "simulate_iteration",
-           "round_robin_schedules", "accumulated"]
+           "against_one_rank", "fed_by_pipeline", "round_robin_schedules", "accumulated"]
 
 def simulated_strategies() -> tuple[str, ...]:
     """The strategies of the catalogue that declare a timing model, in catalogue order."""
@@ -86,7 +86,7 @@ class IterationResult:
     """Forward plus backward on one GPU."""
     update_s: float
     """The optimizer step of one GPU (of one rank with a core of its own where ranks share
-    cores: :func:`scaledl.sim.job_result.against_one_rank`)."""
+    cores: :func:`against_one_rank`)."""
     communication_s: float
     """Time collectives are busy per iteration (overlapped or not)."""
     exposed_s: float
@@ -270,3 +270,37 @@ def accumulated(result: IterationResult, steps: int) -> IterationResult:
     return replace(result, batch_per_gpu=result.batch_per_gpu * steps, iteration_s=iteration,
                    compute_s=result.compute_s * steps, exposed_s=iteration - single,
                    single_gpu_s=single, straggler_s=straggler)
+
+
+def against_one_rank(result: IterationResult, stretch: float) -> IterationResult:
+    """``result`` against one rank with a core of its own: where ranks share cores, its compute
+    and update were stretched by ``stretch``, and the one-GPU baseline (which has a core to
+    itself) is not, nor the update it includes; the difference is ``timeshare_s``."""
+    if stretch == 1.0:
+        return result
+    single = result.single_gpu_s / stretch
+    return replace(result, single_gpu_s=single, exposed_s=result.iteration_s - single,
+                   timeshare_s=result.single_gpu_s - single, update_s=result.update_s / stretch)
+
+
+def fed_by_pipeline(result: IterationResult, ranks_per_host: int,
+                    input_rate: float) -> IterationResult:
+    """``result`` waiting for the input pipeline: it prepares the next batches while the ranks
+    train (prefetching), so an iteration takes at least the ``ranks_per_host x samples /
+    input_rate`` seconds one host's pipeline needs for it, and one GPU alone at least ``samples
+    / input_rate``, ``samples`` being the iteration's per GPU (every micro-batch's).  The input
+    wait is what the pipeline adds beyond both the unfed iteration and the fed single GPU, and
+    the other parts stay inside the time beyond one GPU: where a fed single GPU is slower, they
+    shrink with what is left of it."""
+    samples = result.batch_per_gpu
+    iteration = max(result.iteration_s, ranks_per_host * samples / input_rate)
+    single = max(result.single_gpu_s, samples / input_rate)
+    exposed = iteration - single
+    waited = iteration - max(result.iteration_s, single)  # beyond both, the pipeline's
+    parts = result.straggler_s + result.software_s + result.interference_s + result.timeshare_s
+    share = min(1.0, (exposed - waited) / parts) if parts > 0 else 1.0
+    return replace(result, iteration_s=iteration, single_gpu_s=single, exposed_s=exposed,
+                   input_s=waited, straggler_s=result.straggler_s * share,
+                   software_s=result.software_s * share,
+                   interference_s=result.interference_s * share,
+                   timeshare_s=result.timeshare_s * share)

@@ -4,7 +4,7 @@ A strategy names its model (:attr:`scaledl.strategies.base.Strategy.timing`, one
 :data:`scaledl.strategies.base.TIMINGS`); :mod:`scaledl.sim.iteration` prices it.  What the
 options that depend on the model mean for it (``--algorithm``, ``--no-overlap``, ``--tau``,
 ``--accumulation``, ``--allreduce-dtype``) is said here, once per model, for the checks of
-:mod:`scaledl.sim.job_checks`.
+:func:`scaledl.sim.job.check_job`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``scaledl simulate`` prints one predicted scaling efficiency.  What a user about to pay for a
 cluster also needs is how wrong such a number has been where it could be checked.  The
-reproduction table (:mod:`scaledl.sim.cases`, docs/simulation.md) holds the answer: every
+reproduction table (:mod:`scaledl.sim.reproduce`, docs/validation.md) holds the answer: every
 published efficiency beside the same model's prediction.  This module keeps those errors, each
 with four traits of the job it priced, and picks the points most like a new job:
 
