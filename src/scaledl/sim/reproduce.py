@@ -29,6 +29,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from scaledl.sim.job import Job
@@ -223,7 +224,7 @@ def published_cases() -> tuple[Case, ...]:
     return tuple(case for _, cases in published_families() for case in cases)
 
 
-def load_cases(directory: Any) -> tuple[tuple[str, tuple[Case, ...]], ...]:
+def load_cases(directory: Traversable) -> tuple[tuple[str, tuple[Case, ...]], ...]:
     """Every ``*.toml`` file of ``directory`` (a path or package resource) in name order: its
     ``family`` and its cases, checked; a ValueError names the file, the case and the field."""
     families = []
