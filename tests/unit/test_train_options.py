@@ -280,6 +280,9 @@ def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (["--strategy", "async-sgd", "--momentum", "0", "--grad-accum", "2"],
      "grad_accum 2 cannot work with the asynchronous strategy async-sgd"),
     (["--image-size", "8"], "image_size 8 (--image-size) resizes the images of"),
+    (["--compression", "zip"], "unknown compression 'zip'; use 'none', 'bf16'"),
+    (["--strategy", "local-sgd", "--compression", "bf16"],
+     "compression 'bf16' compresses the gradient buckets of allreduce, and local-sgd has none"),
     (["--dataset", "imagefolder"], "dataset imagefolder needs its directory"),
 ])
 def test_bad_input_is_one_line_before_any_worker(
