@@ -12,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scaledl.transport import shm
-from scaledl.transport.shm import NAP_FRACTION, NAP_MAX_S, NAP_S, YIELD_S, ShmGroup, nap_seconds
+from scaledl.transport.shm import (
+    NAP_FRACTION, NAP_MAX_S, NAP_S, YIELD_S, ShmGroup, WaitCounts, nap_seconds,
+)
 
 
 def test_nap_closed_form() -> None:
@@ -59,7 +61,7 @@ def _wait_for(arrive: float, monkeypatch: pytest.MonkeyPatch) -> _Clock:
     monkeypatch.setattr(shm.time, "monotonic", clock.monotonic)
     monkeypatch.setattr(shm.time, "sleep", clock.sleep)
     monkeypatch.setattr(shm.os, "sched_yield", clock.sched_yield)
-    group = SimpleNamespace(_words=[words], _done=ShmGroup._done,
+    group = SimpleNamespace(_words=[words], _done=ShmGroup._done, waits=WaitCounts(),
                             _check_peer=lambda *args: None, _pause=lambda point: None)
     ShmGroup._wait(group, 0, 0, 1, "arrive")  # type: ignore[arg-type]
     return clock

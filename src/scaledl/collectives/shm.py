@@ -5,18 +5,21 @@ For a group whose ranks all run on one host (CPU tensors, Gloo).  The plan is a 
 byte goes through the kernel's network stack.  Steps, per piece of at most one window (4 MiB by
 default, ``SCALEDL_SHM_WINDOW_MB``), for allreduce on ``L`` ranks:
 
-1. every rank copies its piece into its own window and announces it;
-2. small pieces (<= 64 KiB): every rank sums all windows in rank order into its buffer, so every
-   rank holds identical bits; larger pieces: rank ``k`` sums part ``k`` of every window into its
-   own window and announces it, then every rank copies the ``L`` reduced parts out;
+1. every rank copies its piece into its own window and announces it (a large piece but for
+   the rank's own part, which no peer reads);
+2. small pieces (<= 64 KiB, the direct path): every rank sums all windows in rank order straight
+   into its buffer, so every rank holds identical bits; larger pieces: rank ``k`` sums part
+   ``k`` of its buffer and of every peer's window into its own window and announces it, then
+   every rank copies the ``L`` reduced parts out;
 3. every rank announces that it has finished reading, which frees the windows for the piece
    after next (two windows per rank: copying in piece ``t+1`` overlaps reading piece ``t``).
 
 reduce_scatter sums only its own part; allgather copies in its shard and out everyone's;
 broadcast copies the root's window out; reduce leaves the reduced parts for the root alone.
 
-Cost per rank for ``n`` bytes of allreduce: memory traffic of about ``(3 + 1/L) n`` (copy in, sum
-one part from ``L`` windows, copy out) and three waits per piece, against ``2 (L-1)/L n`` through
+Cost per rank for ``n`` bytes of allreduce: memory traffic of about ``3 n`` (copy in all but one
+part, sum one part from the buffer and ``L - 1`` windows, copy out) and three waits per piece
+(two, and one copy, on the direct path), against ``2 (L-1)/L n`` through
 the TCP stack for a ring (each byte copied into a socket and out again by the kernel).  Measured
 on this project's 2-core machine in docs/benchmarks.md.
 

@@ -10,11 +10,18 @@ Data moves with NumPy (``numpy.copyto``, ``numpy.add`` and friends), which runs 
 thread only: with torch's default intra-op threads a copy or a sum of a large tensor spreads
 over every core, and two ranks sharing a host then fight each other for them (measured:
 docs/benchmarks.md).  Sums go through :meth:`ReduceOp.combine`, which runs on one thread too.
+
+A small allreduce (one piece of at most :data:`DIRECT_BYTES`, in a dtype NumPy adds natively)
+takes the direct path, :func:`allreduce_direct`: NumPy views of the buffer and the windows
+throughout, one copy in, one sum in member order into the buffer, no tensor made on the way.
+At 4 KiB the tensor views, the per-peer ``combine`` and its error-state context cost more than
+the data (benchmarks/peers/small_message.py; docs/benchmarks.md, "Against the peers").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,7 +32,7 @@ from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
-    "collect", "copy", "combine", "DIRECT_BYTES",
+    "collect", "copy", "combine", "allreduce_direct", "DIRECT_BYTES",
 ]
 
 DIRECT_BYTES = 64 << 10
@@ -57,37 +64,120 @@ def _elements(group: ShmGroup, buffer: torch.Tensor, parts: int = 1) -> int:
     return max(1, group.window // (buffer.element_size() * parts))
 
 
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype[Any]] = {
+    torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+    torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64),
+}
+"""Dtypes the direct path sums with NumPy (half precision goes through torch, in ``combine``)."""
+_UFUNCS = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.MIN: np.minimum,
+           ReduceOp.MAX: np.maximum}
+
+
 def allreduce(
     group: ShmGroup, members: Sequence[int], buffer: torch.Tensor, lo: int, hi: int, op: ReduceOp
 ) -> None:
     """Reduce ``buffer[lo:hi]`` over ``members`` in place on each.
 
     Per piece: copy in; then either every rank sums the whole piece in member order (small
-    pieces: identical bits everywhere), or each rank reduces its part in its own window, and
-    everyone copies the reduced parts out (a reduce-scatter and an allgather through memory).
+    pieces: identical bits everywhere), or each rank reduces its part, and everyone copies the
+    reduced parts out (a reduce-scatter and an allgather through memory).  For the latter a
+    rank copies in only the parts its peers reduce, and reduces its own part from its buffer
+    and the peers' windows straight into its window (where the peers read it): its own part
+    is never copied in.
     """
+    if len(members) < 2:
+        return  # nothing to combine: the buffer holds the result
+    dtype = _NUMPY_DTYPES.get(buffer.dtype)
+    if dtype is not None and (hi - lo) * dtype.itemsize <= min(DIRECT_BYTES, group.window):
+        allreduce_direct(group, members, buffer.numpy()[lo:hi], op)
+        return
+    me = group.index
+    position = members.index(me)
     for a, b in _pieces(lo, hi, _elements(group, buffer)):
         piece = buffer[a:b]
-        counts, windows = arrive(group, members, piece)
         if (b - a) * buffer.element_size() <= DIRECT_BYTES:
+            counts, windows = arrive(group, members, piece)
             copy(piece, windows[members[0]])
             for peer in members[1:]:
                 combine(op, piece, windows[peer])
-        else:
-            parts = reduce_part(group, members, windows, counts, op, b - a)
-            collect(group, members, windows, counts, parts, piece)
+            group.publish(RELEASED, counts)
+            continue
+        parts = split(0, b - a, len(members))
+        own_lo, own_hi = parts[position]
+        counts, windows = arrive(group, members, piece, skip=(own_lo, own_hi))
+        into = windows[me][own_lo:own_hi]
+        peers = [peer for peer in members if peer != me]
+        _combine_into(op, into, piece[own_lo:own_hi], windows[peers[0]][own_lo:own_hi])
+        for peer in peers[1:]:
+            combine(op, into, windows[peer][own_lo:own_hi])
+        group.publish(REDUCED, counts)
+        collect(group, members, windows, counts, parts, piece)
         group.publish(RELEASED, counts)
 
 
+def _combine_into(op: ReduceOp, into: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``into = a op b`` in one pass where NumPy has the type, on this thread."""
+    ufunc = _UFUNCS[op]
+    if a.dtype in _NUMPY_DTYPES:
+        with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
+            ufunc(a.numpy(), b.numpy(), out=into.numpy())
+    else:
+        copy(into, a)
+        combine(op, into, b)
+
+
+def allreduce_direct(
+    group: ShmGroup, members: Sequence[int], out: np.ndarray, op: ReduceOp
+) -> None:
+    """Allreduce of one small piece, ``out`` (a NumPy view of the caller's buffer, at most a
+    window), over ``members``, in place: copy it into a window, announce it, wait for every
+    peer's, sum all windows in member order straight into ``out`` (identical bits on every
+    rank), release.  Two waits (the window's previous readers, the peers' data), one copy and
+    ``L - 1`` adds, the first of which reads two windows and writes ``out``."""
+    slot, counts = group.begin(members)
+    me, dtype, numel = group.index, out.dtype, out.size
+    mine = group.array_of(me, slot, dtype, numel)
+    np.copyto(mine, out)
+    group.publish(ARRIVED, counts, slot)
+    windows = [mine if peer == me else group.array_of(peer, group.arrived(peer, counts[peer]),
+                                                     dtype, numel)
+               for peer in members]
+    ufunc = _UFUNCS[op]
+    if dtype.kind == "f":
+        with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
+            _fold(ufunc, out, windows, members[0] == me)
+    else:
+        _fold(ufunc, out, windows, members[0] == me)
+    group.publish(RELEASED, counts)
+
+
+def _fold(ufunc: np.ufunc, out: np.ndarray, windows: list[np.ndarray], first_is_out: bool) -> None:
+    """``out = windows[0] op windows[1] op ...`` from the left, the first step reading both
+    windows straight into ``out`` (no copy of ``windows[0]`` first); ``out`` already holds
+    ``windows[0]`` when ``first_is_out`` (this rank's own data, copied in unchanged)."""
+    if len(windows) < 2:
+        return
+    ufunc(out if first_is_out else windows[0], windows[1], out=out)
+    for window in windows[2:]:
+        ufunc(out, window, out=out)
+
+
 def arrive(
-    group: ShmGroup, members: Sequence[int], piece: torch.Tensor
+    group: ShmGroup, members: Sequence[int], piece: torch.Tensor,
+    skip: tuple[int, int] = (0, 0),
 ) -> tuple[dict[int, int], dict[int, torch.Tensor]]:
-    """Copy ``piece`` into a window and announce it; return the pair counts and every
-    member's window of this piece (once it has arrived)."""
+    """Copy ``piece`` (but for the stretch ``skip``, which no peer reads) into a window and
+    announce it; return the pair counts and every member's window of this piece (once it has
+    arrived)."""
     slot, counts = group.begin(members)
     numel, dtype = piece.numel(), piece.dtype
     mine = group.window_of(group.index, slot, dtype, numel)
-    copy(mine, piece)
+    skip_lo, skip_hi = skip
+    if skip_hi > skip_lo:
+        copy(mine[:skip_lo], piece[:skip_lo])
+        copy(mine[skip_hi:], piece[skip_hi:])
+    else:
+        copy(mine, piece)
     group.publish(ARRIVED, counts, slot)
     windows = {peer: group.window_of(peer, group.arrived(peer, count), dtype, numel)
                for peer, count in counts.items()}

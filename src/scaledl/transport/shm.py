@@ -54,6 +54,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,7 +63,7 @@ from scaledl.transport.base import TransportError
 from scaledl.transport.shm_jitter import Jitter
 from scaledl.transport.shm_segment import Segment, process_alive
 
-__all__ = ["ShmGroup", "Peer", "CHECK_S", "control_lines", "nap_seconds"]
+__all__ = ["ShmGroup", "Peer", "CHECK_S", "control_lines", "nap_seconds", "WaitCounts"]
 
 CHECK_S = 0.05
 """Seconds between liveness checks of an awaited peer (a death is noticed within this)."""
@@ -94,6 +95,25 @@ _ITEMSIZE = {
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
                   torch.int64, torch.uint8, torch.int8, torch.int16)
 }
+
+
+@dataclass
+class WaitCounts:
+    """How this rank's waits for peers ended, counted since the group opened: the evidence
+    behind the spin/yield/nap schedule (``benchmarks/peers/small_message.py`` prints it)."""
+
+    ready: int = 0
+    """Waits whose word was already there at the first look."""
+    spun: int = 0
+    """Waits that ended while spinning (within :data:`SPINS` checks)."""
+    yielded: int = 0
+    """Waits that ended while yielding the CPU (the first :data:`YIELD_S`)."""
+    napped: int = 0
+    """Waits that ended after naps."""
+    yield_seconds: float = 0.0
+    """Seconds spent in waits that ended while yielding."""
+    nap_seconds: float = 0.0
+    """Seconds spent in waits that ended after naps."""
 
 
 def nap_seconds(waited: float) -> float:
@@ -135,6 +155,9 @@ class ShmGroup:
     _readers: list[list[tuple[int, int]]] = field(init=False)
     _words: list[np.ndarray] = field(init=False)
     _windows: list[list[torch.Tensor]] = field(init=False)
+    _arrays: list[list[np.ndarray]] = field(init=False)
+    _out_lines: list[list[int]] = field(init=False)
+    _in_lines: list[list[int]] = field(init=False)
     _broken: str | None = field(init=False, default=None)
     _arenas: dict[int, list[torch.Tensor]] = field(init=False, default_factory=dict)
     _arena_bases: dict[int, int] = field(init=False, default_factory=dict)
@@ -144,16 +167,24 @@ class ShmGroup:
     :mod:`scaledl.transport.shm_jitter`)."""
     _calls: list[int] = field(init=False)
     _current: tuple[int, Callable[[int], str]] | None = field(init=False, default=None)
+    waits: WaitCounts = field(init=False, default_factory=WaitCounts)
+    """How the waits for peers ended (spinning, yielding, napping)."""
 
     def __post_init__(self) -> None:
         self._pair = [0] * len(self.peers)
         self._calls = [0] * len(self.peers)
         self._readers = [[] for _ in range(self.own.slots)]
         self._words = [peer.segment.words for peer in self.peers]
-        self._windows = [
-            [torch.from_numpy(peer.segment.data(slot)) for slot in range(peer.segment.slots)]
-            for peer in self.peers
-        ]
+        # Word indices of every pair line, both ways, computed once: the small messages'
+        # path reads a few of them per call.
+        own = self.peers[self.index].segment
+        self._out_lines = [[own.control(1 + PAIR_LINES * peer + line) for line in range(PAIR_LINES)]
+                           for peer in range(len(self.peers))]
+        self._in_lines = [[peer.segment.control(1 + PAIR_LINES * self.index + line)
+                           for line in range(PAIR_LINES)] for peer in self.peers]
+        self._arrays = [[peer.segment.data(slot) for slot in range(peer.segment.slots)]
+                        for peer in self.peers]
+        self._windows = [[torch.from_numpy(array) for array in arrays] for arrays in self._arrays]
         self.jitter = Jitter.from_environment(self.peers[self.index].global_rank)
 
     # -- layout -----------------------------------------------------------------------------
@@ -177,6 +208,12 @@ class ShmGroup:
     def window_of(self, local: int, slot: int, dtype: torch.dtype, numel: int) -> torch.Tensor:
         """The first ``numel`` elements of window ``slot`` of rank ``local`` as ``dtype``."""
         return self._windows[local][slot][:numel * _ITEMSIZE[dtype]].view(dtype)
+
+    def array_of(self, local: int, slot: int, dtype: np.dtype[Any], numel: int) -> np.ndarray:
+        """The first ``numel`` elements of window ``slot`` of rank ``local`` as a NumPy array
+        of ``dtype`` (a view, made in a fraction of :meth:`window_of`'s time: small messages
+        are where that shows)."""
+        return self._arrays[local][slot][:numel * dtype.itemsize].view(dtype)
 
     # -- arenas: tensors that live in shared memory ---------------------------------------------
     def add_arena(self, segments: Sequence[Segment]) -> tuple[int, torch.Tensor]:
@@ -267,12 +304,11 @@ class ShmGroup:
         """Word index, in this rank's segment, of its counter ``kind`` towards ``peer``."""
         extra = slot if kind in _TWO_LINES else 0
         assert 0 <= extra < 2 and kind + extra < PAIR_LINES
-        return self.own.control(1 + PAIR_LINES * peer + kind + extra)
+        return self._out_lines[peer][kind + extra]
 
     def _peer_line(self, peer: int, kind: int, slot: int = 0) -> int:
         """Word index, in ``peer``'s segment, of its counter ``kind`` towards this rank."""
-        offset = 1 + PAIR_LINES * self.index + kind + (slot if kind in _TWO_LINES else 0)
-        return self.peers[peer].segment.control(offset)
+        return self._in_lines[peer][kind + (slot if kind in _TWO_LINES else 0)]
 
     # -- one call: what every member is about to do ---------------------------------------------
     def announce(self, members: Sequence[int], word: int, describe: Callable[[int], str]) -> None:
@@ -334,9 +370,11 @@ class ShmGroup:
     def publish(self, kind: int, counts: dict[int, int], slot: int = 0) -> None:
         """Announce to every peer of the piece that this rank reached ``kind``."""
         words = self._words[self.index]
+        line = kind + (slot if kind in _TWO_LINES else 0)
+        lines = self._out_lines
         for peer, count in counts.items():
             self._pause("write")
-            words[self._own_line(kind, peer, slot)] = count
+            words[lines[peer][line]] = count
         self._pause("published")
 
     def arrived(self, peer: int, count: int) -> int:
@@ -347,6 +385,8 @@ class ShmGroup:
         self._pause("read arrived")
         if words[first] != count and words[second] != count:
             self._wait(peer, -1, count, "bring its data", (first, second))
+        else:
+            self.waits.ready += 1
         self._verify(peer)
         return 0 if words[first] == count else 1
 
@@ -356,6 +396,8 @@ class ShmGroup:
         self._pause("read")
         if self._words[peer][line] < count:
             self._wait(peer, line, count, what)
+        else:
+            self.waits.ready += 1
 
     # -- waiting --------------------------------------------------------------------------------
     def _wait(
@@ -363,25 +405,45 @@ class ShmGroup:
     ) -> None:
         """Spin, then yield, then nap: a peer a few microseconds behind costs a few
         microseconds; one that computes for seconds costs next to no CPU (naps that grow
-        to ``NAP_MAX_S``, :func:`nap_seconds`)."""
+        to ``NAP_MAX_S``, :func:`nap_seconds`).  The spin reads the word inline (a function
+        call per check would triple its period)."""
         words = self._words[peer]
         done = self._done
+        waits = self.waits
         self._pause("wait")
-        for _ in range(SPINS):
-            if done(words, line, count, either):
-                self._pause("waited")
-                return
+        if either is None:
+            for _ in range(SPINS):
+                if words[line] >= count:
+                    waits.spun += 1
+                    self._pause("waited")
+                    return
+        else:
+            first, second = either
+            for _ in range(SPINS):
+                if words[first] == count or words[second] == count:
+                    waits.spun += 1
+                    self._pause("waited")
+                    return
         start = time.monotonic()
         check = start + CHECK_S
+        napped = False
         while not done(words, line, count, either):
             now = time.monotonic()
             if now - start < YIELD_S:
                 os.sched_yield()
             else:
+                napped = True
                 time.sleep(nap_seconds(now - start))
             if now >= check:
                 self._check_peer(peer, what, now - start)
                 check = now + CHECK_S
+        waited = time.monotonic() - start
+        if napped:
+            waits.napped += 1
+            waits.nap_seconds += waited
+        else:
+            waits.yielded += 1
+            waits.yield_seconds += waited
         self._pause("waited")
 
     def _pause(self, point: str) -> None:
