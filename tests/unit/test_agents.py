@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from scaledl.cli import agents
-from scaledl.cli.launch import FaultPolicy
+from scaledl.launch import agents
+from scaledl.launch.policy import FaultPolicy
 
 ASYNC = FaultPolicy(drop_dead_workers=True, essential_ranks=(0,))
 

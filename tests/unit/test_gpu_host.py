@@ -22,7 +22,7 @@ from torch.distributed.launcher.api import LaunchConfig
 
 from scaledl import bootstrap
 from scaledl.cli import bench_collectives, bench_train, train
-from scaledl.cli.launch import SHUTDOWN_GRACE_S, supported_options
+from scaledl.launch.policy import SHUTDOWN_GRACE_S, supported_options
 
 
 class _Joined(Exception):

@@ -25,7 +25,7 @@ LAYERS: dict[str, float] = {
     "strategies": 5, "horovod": 5,
     "data": 6, "models": 6,
     "train": 7, "integrations": 7,
-    "bench": 8, "sim": 8, "cluster": 8,
+    "bench": 8, "sim": 8, "cluster": 8, "launch": 8,
     "cli": 9,
     "__main__": 10,  # python -m scaledl: runs the cli
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from scaledl.bootstrap import LaunchEnv, detect_launcher, in_srun_step, read_launch_env
-from scaledl.cli.launch import under_launcher
+from scaledl.launch.local import under_launcher
 
 BATCH = {
     "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",

@@ -13,7 +13,7 @@ file run as a script under that release::
 
 and every ``dist.NAME(...)`` in ``src/scaledl`` is checked against it: the name exists and
 every keyword it passes is a parameter there. (The elastic launcher's options are filtered at
-run time instead: ``scaledl.cli.launch.supported_options``.)
+run time instead: ``scaledl.launch.policy.supported_options``.)
 """
 from __future__ import annotations
 

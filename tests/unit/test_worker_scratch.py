@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from scaledl.cli import launch
-from scaledl.cli.launch import FaultPolicy, JobOutcome, worker_scratch
+from scaledl.launch import local as launch
+from scaledl.launch.local import worker_scratch
+from scaledl.launch.policy import FaultPolicy, JobOutcome
 
 LEAVE_AND_DIE = (
     "import os, signal, tempfile; d = tempfile.mkdtemp(); open(os.path.join(d, 'f'), 'w')"
@@ -85,7 +86,7 @@ def test_launch_local_hands_the_workers_a_scratch_it_removes(
         return JobOutcome(0)
 
     monkeypatch.setattr(launch, "run_agent", fake)
-    monkeypatch.setattr("scaledl.cli.agents.launch_agents", fake)
+    monkeypatch.setattr(launch, "launch_agents", fake)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
     assert launch.launch_local(2, ["train"], {"X": "1"}, policy).code == 0

@@ -1,7 +1,7 @@
 """``scaledl bench collectives``: the command line around :mod:`scaledl.bench.collectives`.
 
 Started by hand, it checks its options and relaunches itself as ``--ranks`` workers under
-torchrun (:mod:`scaledl.cli.launch`); each worker joins the group with
+torchrun (:mod:`scaledl.launch.local`); each worker joins the group with
 :func:`scaledl.bootstrap.init`, measures, and rank 0 prints the table (:func:`render_table`)
 and writes the JSON, the plot and (``--calibrate``) the cost-model calibration.
 """
@@ -28,7 +28,7 @@ from scaledl.bench.report import (
     BenchReport, Measurement, format_bytes, header_lines, native_ratios, peer_rows,
 )
 from scaledl.bootstrap import read_launch_env
-from scaledl.cli.launch import run_distributed, under_launcher
+from scaledl.launch.local import run_distributed, under_launcher
 from scaledl.cli.paths import check_output_file, check_plot_file
 from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.collectives.schedule import Collective

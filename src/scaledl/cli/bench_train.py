@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from scaledl.bench.train import TrainBenchConfig, default_input_shape
-from scaledl.cli.launch import run_distributed
+from scaledl.launch.local import run_distributed
 from scaledl.cli.paths import check_output_file, check_plot_file
 
 __all__ = ["add_parser", "run"]

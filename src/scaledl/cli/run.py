@@ -11,7 +11,7 @@ variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ...), so `
 the first process that failed (``128 + N`` when signal ``N`` killed it); Ctrl-C or SIGTERM stops
 everything.  When the job has ended, however it ended, whatever a rank left running in its
 process group is stopped the same way, and a rank dies with a launcher killed by SIGKILL (each
-starts through :mod:`scaledl.cli.exec_rank`).  The launcher's logs go to a temporary directory
+starts through :mod:`scaledl.launch.exec_rank`).  The launcher's logs go to a temporary directory
 removed at the end.
 
 ``-H``/``--hosts`` and ``--hostfile`` take Horovod's host lists, but only this machine's names
@@ -32,9 +32,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scaledl.cli.exec_rank import PID_DIR_ENV
+from scaledl.launch.exec_rank import PID_DIR_ENV
 from scaledl.cli.logs import label_logs
-from scaledl.cli.launch import SHUTDOWN_GRACE_S, run_agent, under_launcher
+from scaledl.launch.elastic import run_agent
+from scaledl.launch.local import under_launcher
+from scaledl.launch.policy import SHUTDOWN_GRACE_S
 from scaledl.horovod.runtime import ALGORITHM_ENV, Algorithms
 from scaledl.processes import stop_groups
 
@@ -201,7 +203,7 @@ def _launch(count: int, command: list[str]) -> int:
     log.info("%d processes: %s", count, " ".join(command))
     with tempfile.TemporaryDirectory(prefix="scaledl-run-") as pids:
         try:
-            outcome = run_agent(count, sys.executable, ["-m", "scaledl.cli.exec_rank", *command],
+            outcome = run_agent(count, sys.executable, ["-m", "scaledl.launch.exec_rank", *command],
                                 env={PID_DIR_ENV: pids})
         finally:  # what the ranks left running in their process groups
             stop_groups([int(p.name) for p in Path(pids).iterdir() if p.name.isdigit()],

@@ -1,5 +1,5 @@
-"""One node's torch elastic agent (``python -m scaledl.cli.agent_main SPEC``), started by
-:func:`scaledl.cli.agents.launch_agents` for each worker.
+"""One node's torch elastic agent (``python -m scaledl.launch.agent_main SPEC``), started by
+:func:`scaledl.launch.agents.launch_agents` for each worker.
 
 It does what ``torchrun --nnodes MIN:MAX --nproc-per-node 1 --rdzv-backend c10d`` does, with
 three settings torchrun has no flag for: the rendezvous store is a client of the launcher's
@@ -26,7 +26,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
-from scaledl.cli.launch import SHUTDOWN_GRACE_S, die_with_launcher, supported_options
+from scaledl.launch.policy import SHUTDOWN_GRACE_S, die_with_launcher, supported_options
 
 __all__ = ["main", "HEARTBEAT_ATTEMPTS", "LAST_CALL_S"]
 

@@ -1,11 +1,11 @@
 """One torch elastic agent per worker: local jobs that drop a dead worker or go on with fewer.
 
 torch's agent stops *all* its workers when one fails.  That is right for synchronous training
-(:func:`scaledl.cli.launch.run_agent`, one agent for every worker), but an asynchronous job can
+(:func:`scaledl.launch.elastic.run_agent`, one agent for every worker), but an asynchronous job can
 do without a dead worker, and an elastic job wants to go on with the workers it still has.
 torch's answer for both is its multi-node design: one agent per node, each with its own workers,
 meeting in a c10d rendezvous whose rounds admit ``min..max`` nodes.  Here every worker gets an
-agent of its own (a *node* of one worker, :mod:`scaledl.cli.agent_main`), and this process hosts
+agent of its own (a *node* of one worker, :mod:`scaledl.launch.agent_main`), and this process hosts
 the rendezvous store, so it outlives any agent:
 
 - **elastic** (``min_workers``): the agents restart their workers (torch's ``max_restarts``)
@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scaledl.cli.launch import (
+from scaledl.launch.policy import (
     INTERRUPTED, SHARED_STORE_ENV, FaultPolicy, JobOutcome, launch_environment,
 )
 from scaledl.faults import RELAUNCH_ENV
@@ -70,7 +70,7 @@ def _agent_command(node: int, port: int, run_id: str, nproc: int, policy: FaultP
         "max_restarts": 0 if policy.drop_dead_workers else policy.max_restarts,
         "directory": str(directory), "entrypoint": entrypoint, "args": list(args),
     }
-    return [sys.executable, "-m", "scaledl.cli.agent_main", json.dumps(spec)]
+    return [sys.executable, "-m", "scaledl.launch.agent_main", json.dumps(spec)]
 
 
 def _report(directory: Path, node: int) -> dict[str, Any] | None:

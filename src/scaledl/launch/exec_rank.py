@@ -1,4 +1,4 @@
-"""``python -m scaledl.cli.exec_rank COMMAND [ARGS...]``: how ``scaledl run`` starts each rank.
+"""``python -m scaledl.launch.exec_rank COMMAND [ARGS...]``: how ``scaledl run`` starts each rank.
 
 It asks to die with the launcher (``PR_SET_PDEATHSIG``, which the command keeps across
 ``exec``), so a launcher killed by SIGKILL leaves no rank running; it leaves its process id in
@@ -39,5 +39,5 @@ def main(argv: list[str]) -> NoReturn:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m scaledl.cli.exec_rank COMMAND [ARGS...]")
+        sys.exit("usage: python -m scaledl.launch.exec_rank COMMAND [ARGS...]")
     main(sys.argv[1:])
