@@ -156,3 +156,73 @@ def test_the_cli_every_worker_imports_leaves_out_what_training_does_not_use() ->
     (the digits are read from its CSV) and matplotlib (rank 0 loads it for the plots) wait
     until they are used (docs/training.md, "What a short run costs before it trains")."""
     assert modules_loaded_by("import scaledl.cli.main", ("scipy", "sklearn", "matplotlib")) == []
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path, known: set[str]) -> set[str]:
+    """Modules of scaledl that ``path`` imports when it runs, at the top or inside a function
+    (``if TYPE_CHECKING:`` blocks, which never run, excepted)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                   for node in ast.walk(block)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name in known and name != "scaledl"}
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of modules that import one another (strongly connected, more than one)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in edges[module]:
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in edges:
+        if module not in order:
+            visit(module)
+    return found
+
+
+def test_no_modules_import_each_other() -> None:
+    """design.md: no two files import each other, directly or around a circle, even inside a
+    function."""
+    paths = {_module_name(p): p for p in SRC.rglob("*.py")}
+    known = set(paths)
+    edges = {name: _runtime_imports(path, known) - {name} for name, path in paths.items()}
+    assert _cycles(edges) == []
+
+
+def test_the_circle_check_can_fail() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
