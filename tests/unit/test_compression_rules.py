@@ -29,7 +29,8 @@ def test_names_choose_compressions() -> None:
     assert mine.spec() == "powersgd:2(start_iter=10)"
 
 
-@pytest.mark.parametrize("value", ["fp8", "powersgd:0", "powersgd:x", "powersgd:-1", "topk"])
+@pytest.mark.parametrize("value", ["fp8", "powersgd:0", "powersgd:x", "powersgd:-1", "powersgd:",
+                                   "topk"])
 def test_unknown_names_are_refused_naming_the_valid_ones(value: str) -> None:
     with pytest.raises(ValueError, match=f"unknown compression '{value}'; use 'none', 'bf16'"):
         resolve_compression(value)

@@ -190,9 +190,9 @@ def resolve_compression(value: object) -> GradientCompression:
         return BF16Compression()
     if text == "fp16":
         return FP16Compression()
-    name, _, rank = text.partition(":")
+    name, colon, rank = text.partition(":")
     if name == "powersgd":
-        if not rank:
+        if not colon:
             return PowerSGD()
         if rank.isdigit() and int(rank) > 0:
             return PowerSGD(rank=int(rank))
