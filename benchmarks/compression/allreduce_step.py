@@ -34,7 +34,9 @@ import scaledl
 from scaledl import collectives
 from scaledl.collectives.communicator import communicator_for
 from scaledl.models.registry import build_model
-from scaledl.sync import BucketLayout, PowerSGD, plan_buckets, resolve_compression
+from scaledl.sync import (
+    BucketLayout, CastCompression, PowerSGD, plan_buckets, resolve_compression,
+)
 from scaledl.sync.reducer import buffer_numels
 from scaledl.sync.wire import Wire
 
@@ -77,6 +79,12 @@ def main() -> None:
     wire = Wire(args.algorithm)
     methods = args.methods.split(",")
     compressions = {m: resolve_compression(m) for m in methods if m != "none"}
+    for compression in compressions.values():  # wire buffers in shared memory, as DataParallel
+        if isinstance(compression, CastCompression):
+            wires = communicator_for(None).shared_buffers(
+                buffer_numels(buckets, False), compression.wire_dtype)
+            if wires is not None:
+                compression.place_wire_buffers(dict(enumerate(wires)))
     alone = {m: resolve_compression(m) for m in methods if m != "none"}
     local_wire = LocalWire(world)
 

@@ -230,8 +230,9 @@ def test_each_compression_trains_as_well_as_uncompressed() -> None:
     assert min(accuracy.values()) >= accuracy["none"] - 0.05, accuracy
 
 
-def _ddp_bf16_step(rank: int, world: int) -> bool:
-    """One DDP step with the bf16 hook gives exactly the cast-and-sum average of the ranks'
+def _bf16_step(rank: int, world: int) -> bool:
+    """One step of DDP with the bf16 hook, and of DataParallel with bf16 (its wire buffers in
+    shared memory, reduced in place), gives exactly the cast-and-sum average of the ranks'
     gradients (computed here for every rank)."""
     local = []
     for r in range(world):
@@ -241,17 +242,20 @@ def _ddp_bf16_step(rank: int, world: int) -> bool:
         local.append([p.grad for p in model.parameters()])
     ddp = nn.parallel.DistributedDataParallel(_classifier())
     ddp.register_comm_hook(None, scaledl.ddp_hook(algorithm="ring", compression="bf16"))
-    x, y = _blobs(rank, world, 0)
-    nn.functional.cross_entropy(ddp(x), y).backward()
-    for index, param in enumerate(ddp.module.parameters()):
-        expected = sum((g[index].to(torch.bfloat16) for g in local[1:]),
-                       local[0][index].to(torch.bfloat16)).float() / world  # type: ignore
-        assert torch.equal(param.grad, expected), index
+    wrapped = scaledl.DataParallel(_classifier(), compression="bf16", bucket_mb=0.01)
+    assert len(wrapped.buckets) > 1
+    for model in (ddp, wrapped):
+        x, y = _blobs(rank, world, 0)
+        nn.functional.cross_entropy(model(x), y).backward()
+        for index, param in enumerate(model.module.parameters()):
+            expected = sum((g[index].to(torch.bfloat16) for g in local[1:]),
+                           local[0][index].to(torch.bfloat16)).float() / world  # type: ignore
+            assert torch.equal(param.grad, expected), (type(model).__name__, index)
     return True
 
 
-def test_ddp_hook_bf16_is_the_cast_average() -> None:
-    assert run_ranks(2, _ddp_bf16_step, timeout=60, env=ENV) == [True, True]
+def test_ddp_hook_and_data_parallel_bf16_are_the_cast_average() -> None:
+    assert run_ranks(2, _bf16_step, timeout=60, env=ENV) == [True, True]
 
 
 # -- Horovod ------------------------------------------------------------------------------

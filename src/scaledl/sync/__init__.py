@@ -3,7 +3,7 @@ propagation overlapped with forward; a DDP comm hook; gradient compression on th
 
 from scaledl.sync.bucketing import Bucket, plan_buckets
 from scaledl.sync.compression import (
-    BF16Compression, FP16Compression, NoCompression, resolve_compression,
+    BF16Compression, CastCompression, FP16Compression, NoCompression, resolve_compression,
 )
 from scaledl.sync.data_parallel import DataParallel
 from scaledl.sync.ddp_hook import ddp_hook
@@ -16,5 +16,6 @@ from scaledl.sync.wire import BucketLayout, GradientCompression
 __all__ = [
     "Bucket", "plan_buckets", "DataParallel", "ddp_hook", "ReduceBroadcast",
     "GradientReducer", "SpanRecorder", "SyncStats", "GradientCompression", "BucketLayout",
-    "NoCompression", "BF16Compression", "FP16Compression", "PowerSGD", "resolve_compression",
+    "NoCompression", "CastCompression", "BF16Compression", "FP16Compression", "PowerSGD",
+    "resolve_compression",
 ]

@@ -42,8 +42,8 @@ from scaledl.sync.powersgd import PowerSGD
 from scaledl.sync.wire import BucketLayout, GradientCompression, Job, Wire
 
 __all__ = [
-    "NoCompression", "BF16Compression", "FP16Compression", "PowerSGD", "resolve_compression",
-    "COMPRESSIONS",
+    "NoCompression", "CastCompression", "BF16Compression", "FP16Compression", "PowerSGD",
+    "resolve_compression", "COMPRESSIONS",
 ]
 
 FP16_HEADROOM = 2.0 ** 15
@@ -70,7 +70,7 @@ class NoCompression(GradientCompression):
         return "none"
 
 
-class _CastCompression(GradientCompression):
+class CastCompression(GradientCompression):
     """Send the bucket in a narrower floating dtype, summed in it, averaged back in the
     gradients' own dtype."""
 
@@ -80,6 +80,16 @@ class _CastCompression(GradientCompression):
         self._wires: dict[int, torch.Tensor] = {}
         """A reused wire buffer per bucket (each step waits for all its buckets, so a bucket's
         buffer is free again when that bucket is prepared next)."""
+
+    def place_wire_buffers(self, buffers: dict[int, torch.Tensor]) -> None:
+        """Use ``buffers[key]`` (1-D, of the wire dtype, as long as bucket ``key``'s buffer)
+        as bucket ``key``'s wire buffer: DataParallel hands over buffers in shared memory, which
+        the shared-memory path reduces in place (no copy in)."""
+        for key, buffer in buffers.items():
+            if buffer.dtype != self.wire_dtype or buffer.dim() != 1:
+                raise ValueError(f"a wire buffer for {self.spec()} must be 1-D {self.wire_dtype}, "
+                                 f"got {buffer.dtype} of shape {tuple(buffer.shape)}")
+            self._wires[key] = buffer
 
     def _split(self, key: int, buffer: torch.Tensor, layout: BucketLayout
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -113,7 +123,7 @@ class _CastCompression(GradientCompression):
         return restore
 
 
-class BF16Compression(_CastCompression):
+class BF16Compression(CastCompression):
     """Gradients travel as bfloat16 (half the bytes; float32's range)."""
 
     wire_dtype = torch.bfloat16
@@ -130,7 +140,7 @@ class BF16Compression(_CastCompression):
         return "bf16"
 
 
-class FP16Compression(_CastCompression):
+class FP16Compression(CastCompression):
     """Gradients travel as float16, scaled by a power of two agreed over the ranks so that no
     sum overflows (see the module's docstring)."""
 

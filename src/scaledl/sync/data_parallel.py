@@ -48,7 +48,7 @@ from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
 from scaledl.collectives.communicator import communicator_for
 from scaledl.sync.bucketing import Bucket, plan_buckets
-from scaledl.sync.compression import NoCompression, resolve_compression
+from scaledl.sync.compression import CastCompression, NoCompression, resolve_compression
 from scaledl.sync.consistency import broadcast_state, broadcast_tensors, check_same_model
 from scaledl.sync.reducer import GradientReducer, buffer_numels
 from scaledl.sync.stats import SpanRecorder, SyncStats
@@ -97,6 +97,10 @@ class DataParallel(nn.Module):
         if compressed:
             self.compression.claim(self)
             self._wire = Wire(algorithm, topology, group)
+        if isinstance(self.compression, CastCompression):
+            wires = _shared_buffers(self.buckets, group, self, self.compression.wire_dtype)
+            if wires is not None:
+                self.compression.place_wire_buffers(dict(enumerate(wires)))
         shapes = {name: tuple(p.shape) for name, p in named}
         self._layouts = [BucketLayout(tuple(shapes[n] for n in b.names), b.offsets,
                                       tail=len(b.names)) for b in self.buckets]
@@ -194,15 +198,16 @@ def _sparse_gradients(module: nn.Module) -> set[str]:
 
 
 def _shared_buffers(
-    buckets: list[Bucket], group: dist.ProcessGroup | None, owner: object
+    buckets: list[Bucket], group: dist.ProcessGroup | None, owner: object,
+    dtype: torch.dtype | None = None,
 ) -> list[torch.Tensor] | None:
-    """The buckets' buffers in shared memory, when the group's ranks share a host's memory and
-    every bucket is a CPU tensor of one dtype, so the shared-memory path reduces them in place;
-    None otherwise (the reducer allocates private ones).  The memory is released once
-    ``owner`` (the wrapper) is gone."""
+    """The buckets' buffers in shared memory (in ``dtype``, the buckets' own by default: a
+    compression's wire dtype), when the group's ranks share a host's memory and every bucket is
+    a CPU tensor of one dtype, so the shared-memory path reduces them in place; None otherwise
+    (private ones are allocated).  The memory is released once ``owner`` (the wrapper) is
+    gone."""
     dtypes = {b.dtype for b in buckets}
     if not buckets or len(dtypes) != 1 or any(b.device.type != "cpu" for b in buckets):
         return None
     numels = buffer_numels(buckets, track_unused=True)
-    return communicator_for(group).shared_buffers(numels, dtypes.pop(),
-                                                  owner)
+    return communicator_for(group).shared_buffers(numels, dtype or dtypes.pop(), owner)
