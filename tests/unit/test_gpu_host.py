@@ -23,6 +23,7 @@ from torch.distributed.launcher.api import LaunchConfig
 from scaledl import bootstrap
 from scaledl.cli import bench_collectives, bench_train, train
 from scaledl.launch.policy import SHUTDOWN_GRACE_S, supported_options
+from scaledl.train.config import TrainConfig
 
 
 class _Joined(Exception):
@@ -56,8 +57,7 @@ def test_host_tensor_commands_join_gloo_on_a_gpu_host(
     args = argparse.Namespace(timeout=10.0)
     with pytest.raises(_Joined):
         if command == "train":
-            train._worker(SimpleNamespace(parallel=SimpleNamespace(timeout_s=10.0,
-                                                                   topology=None)))
+            train._worker(TrainConfig())  # the default: --device cpu
         elif command == "bench collectives":
             bench_collectives._worker(args, SimpleNamespace(topology=None))  # type: ignore[arg-type]
         else:
