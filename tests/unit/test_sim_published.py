@@ -1,5 +1,6 @@
-"""The published results are TOML data read by one loader: a mistake in a file is a one-line
-error naming the file, the case and the field, and the shipped files hold every source."""
+"""The published results, the single-GPU rates and the presets are TOML data, each read by its
+loader: a mistake in a file is a one-line error naming the file, the record and the field, and
+the shipped files hold every source."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from scaledl.sim.device_checks import RATE_CHECKS, load_rate_checks
+from scaledl.sim.presets import DEVICES, LINKS, TCP_LINKS, load_presets
 from scaledl.sim.reproduce import load_cases, published_cases, published_families
 
 GOOD = '''
@@ -87,3 +89,18 @@ def test_rate_checks_are_checked_as_they_load() -> None:
     with pytest.raises(ValueError, match="unknown field 'gpus'"):
         load_rate_checks('[[rate]]\ndevice = "p100"\nmodel = "resnet50"\nbatch = 32\n'
                          'published = 1.0\nsource = "s"\ngpus = 2\n', "rates.toml")
+
+
+def test_presets_are_checked_as_they_load() -> None:
+    devices, links = load_presets('[[device]]\nname = "x"\npeak_tflops = 1.0\nefficiency = 0.5\n'
+                                  'memory_gbps = 10.0\nintra = "pcie3"\nsource = "s"\n'
+                                  '[[link]]\nname = "l"\nlatency_s = 1e-6\ngbits = 8.0\n', "p.toml")
+    assert devices["x"].peak_tflops == 1.0 and links["l"]["gbits"] == 8.0
+    with pytest.raises(ValueError, match="p.toml, device 1: unknown field 'peak'"):
+        load_presets('[[device]]\nname = "x"\npeak = 1.0\n', "p.toml")
+    with pytest.raises(ValueError, match="p.toml, device 1: .*missing"):
+        load_presets('[[device]]\nname = "x"\n', "p.toml")
+    with pytest.raises(ValueError, match="p.toml, link 1: needs name, latency_s and one of"):
+        load_presets('[[link]]\nname = "l"\nlatency_s = 1e-6\ngbits = 8.0\ngbps = 1.0\n',
+                     "p.toml")
+    assert len(DEVICES) == 9 and len(LINKS) == 29 and "25gbe-roce" not in TCP_LINKS
