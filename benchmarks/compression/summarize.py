@@ -3,7 +3,8 @@
 ``python benchmarks/compression/summarize.py [TAG]`` prints markdown: the allreduce step per
 thread setting (median over the runs of each run's median, min-max of the runs' medians, the
 speed-up over uncompressed computed within each run, then its median), and the README job's
-accuracy per thread setting.
+accuracy per thread setting.  ``summarize.py compact TAG...`` prints one table of the median
+speed-ups of several sets of runs side by side, with the load averages of each set.
 """
 
 from __future__ import annotations
@@ -70,6 +71,35 @@ def accuracy() -> str:
     return "\n".join(lines)
 
 
+def _load_range(tag: str) -> str:
+    values = [float(line.split(": ")[1].split()[0])
+              for line in (HERE / "load.txt").read_text().splitlines() if f"-{tag}-" in line]
+    return f"{min(values):.0f}-{max(values):.0f}" if values else "?"
+
+
+def compact(tags: list[str]) -> str:
+    columns, table = [], {}
+    for tag in tags:
+        for threads in (1, 2):
+            runs = [json.loads(path.read_text()) for path in
+                    sorted(HERE.glob(f"step-2h2r-1gbit-{tag}-threads{threads}-run*.json"))]
+            if not runs:
+                continue
+            columns.append(f"{tag}, {threads} thr., {len(runs)} runs, load {_load_range(tag)}")
+            for method in runs[0]["methods"]:
+                ratio = statistics.median(r["methods"][method]["speedup_vs_first"] for r in runs)
+                step = statistics.median(r["methods"][method]["median_s"] for r in runs)
+                table.setdefault(method, []).append(f"{ratio:.2f}x ({step:.2f} s)")
+    lines = ["| compression | " + " | ".join(columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    lines += [f"| {'fp32 (none)' if m == 'none' else m} | " + " | ".join(cells) + " |"
+              for m, cells in table.items()]
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(steps(sys.argv[1] if len(sys.argv) > 1 else "final"))
-    print(accuracy())
+    if len(sys.argv) > 1 and sys.argv[1] == "compact":
+        print(compact(sys.argv[2:]))
+    else:
+        print(steps(sys.argv[1] if len(sys.argv) > 1 else "final"))
+        print(accuracy())
