@@ -18,9 +18,10 @@ depths, the depths interleaved round by round so that load from elsewhere hits t
 
 Differences between depths are the cost of each layer.  Rank 0 prints per depth the median
 and the minimum over rounds of the mean time per call (the minimum is the least disturbed by
-other load), the differences, and the same with the time spent waiting for the peers taken
-out (``busy``: what this rank's own code costs per call, the waits timed by a wrapper around
-:meth:`ShmGroup._wait` that only this script installs), and how the waits ended.
+other load), the differences, and the CPU time of the call with the waits for the peers taken
+out (``busy``: what this rank's own code costs per call, in ``time.thread_time``, which stops
+while the rank is off its core, so it holds on a loaded machine; the waits timed by a wrapper
+around :meth:`ShmGroup._wait` that only this script installs), and how the waits ended.
 ``--profile`` adds cProfile's table of the ``api`` depth on rank 0.
 """
 
@@ -109,11 +110,11 @@ def main() -> None:
     original_wait = ShmGroup._wait
 
     def timed_wait(self: ShmGroup, *args: object, **kwargs: object) -> None:
-        start = time.perf_counter()
+        start = time.thread_time()
         try:
             original_wait(self, *args, **kwargs)  # type: ignore[arg-type]
         finally:
-            waited[0] += time.perf_counter() - start
+            waited[0] += time.thread_time() - start
 
     ShmGroup._wait = timed_wait  # type: ignore[method-assign]
     results: dict[str, list[float]] = {name: [] for name in [*depths, "floor"]}
@@ -125,12 +126,12 @@ def main() -> None:
         for name, call in depths.items():
             dist.barrier()
             waited[0] = 0.0
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             for _ in range(args.calls):
                 call()
-            elapsed = time.perf_counter() - start
+            elapsed, used = time.perf_counter() - start, time.thread_time() - cpu
             results[name].append(elapsed / args.calls)
-            busy[name].append((elapsed - waited[0]) / args.calls)
+            busy[name].append((used - waited[0]) / args.calls)
         # the floor runs on its own counters; the window it uses is free once every rank
         # finished the depths above (a barrier), and left free after it (another)
         dist.barrier()
@@ -154,7 +155,7 @@ def main() -> None:
             print(line)
             previous = median
         for name, times in busy.items():
-            print(f"  {name:9s} busy (waits taken out, this rank): median "
+            print(f"  {name:9s} busy (CPU time, waits taken out, this rank): median "
                   f"{statistics.median(times) * 1e6:7.1f}   min {min(times) * 1e6:7.1f}")
     waits = group.waits
     counts = _max_over_ranks([waits.ready, waits.spun, waits.yielded, waits.napped,
