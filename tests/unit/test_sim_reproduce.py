@@ -26,7 +26,7 @@ from scaledl.sim.reproduce import (
 from scaledl.sim.trust import load_errors, published_errors, trait_table
 from tests.unit import sim_golden
 
-pytestmark = pytest.mark.timeout(300)  # the fixtures predict every case twice: ~90 s of CPU
+pytestmark = pytest.mark.timeout(600)  # the fixtures predict every case twice: ~90 s of CPU
 
 CASES = published_cases()
 FAMILIES = published_families()
