@@ -205,7 +205,7 @@ def _train(rank: int, world: int, compression: str, ddp: bool) -> float:
     else:
         model = scaledl.DataParallel(_classifier(), compression=compression)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for step in range(40):
+    for step in range(25):
         x, y = _blobs(rank, world, step)
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
