@@ -319,13 +319,24 @@ def _wrap_refusals(rank: int, world_size: int) -> list[str]:
     for make in (lambda: scaledl.DataParallel(nn.Linear),  # type: ignore[arg-type]
                  lambda: scaledl.DataParallel(nn.parallel.DistributedDataParallel(Net())),
                  lambda: scaledl.DataParallel(Net(), bucket_mb="25"),  # type: ignore[arg-type]
-                 lambda: scaledl.DataParallel(Net(), algorithm="ring" if rank else "tree")):
+                 lambda: scaledl.DataParallel(Net(), algorithm="ring" if rank else "tree"),
+                 lambda: scaledl.DataParallel(Net(), compression="bf61" if rank else "bf16"),
+                 lambda: scaledl.DataParallel(_frozen_on_rank_1(rank))):
         try:
             make()
             messages.append("NO ERROR")
         except (TypeError, ValueError) as error:
             messages.append(str(error))
+    model = scaledl.DataParallel(Net())  # after every refusal the group goes on
+    model(torch.ones(2, 10)).sum().backward()
+    messages.append("usable")
     return messages
+
+
+def _frozen_on_rank_1(rank: int) -> nn.Module:
+    net = Net()
+    next(net.parameters()).requires_grad_(rank == 0)
+    return net
 
 
 def test_what_cannot_be_wrapped_is_refused_at_wrap_time() -> None:
@@ -337,6 +348,11 @@ def test_what_cannot_be_wrapped_is_refused_at_wrap_time() -> None:
         assert "bucket_mb must be a number of MiB, got str '25'" in messages[2]
         assert ("ranks disagree on the details of wrapping a model: entry 4 is 'setting "
                 "algorithm tree' on rank 0 but 'setting algorithm ring' on rank 1") in messages[3]
+        # a value only one rank refuses, and a layer only one rank froze: both ranks raise
+        assert messages[4].startswith("wrapping a model: rank 1 passed an argument it refused: "
+                                      "unknown compression 'bf61'")
+        assert "entry 0 is 'parameter " in messages[5] and " frozen' on rank 1" in messages[5]
+        assert messages[6] == "usable"
 
 
 class Sparse(nn.Module):

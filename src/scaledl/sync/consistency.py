@@ -23,9 +23,11 @@ __all__ = ["check_same_model", "broadcast_state", "broadcast_tensors", "model_si
 
 
 def model_signature(module: nn.Module) -> list[str]:
-    """One line per parameter and buffer: ``kind name shape dtype``."""
+    """One line per parameter and buffer: ``kind name shape dtype`` (and ``frozen`` for a
+    parameter that needs no gradient: a rank that froze another layer reduces other buckets)."""
     lines = [
         f"parameter {name} {tuple(p.shape)} {str(p.dtype).removeprefix('torch.')}"
+        + ("" if p.requires_grad else " frozen")
         for name, p in module.named_parameters()
     ]
     lines += [
@@ -37,13 +39,20 @@ def model_signature(module: nn.Module) -> list[str]:
 
 def check_same_model(
     module: nn.Module, group: dist.ProcessGroup | None = None, settings: Sequence[str] = (),
+    problem: BaseException | None = None,
 ) -> None:
     """Raise ``ValueError`` on every rank if the ranks wrapped different models, or with
     different ``settings`` (lines such as ``"setting algorithm ring"``: a rank reducing with
-    another algorithm or other buckets would meet the others' collectives mismatched)."""
+    another algorithm or other buckets would meet the others' collectives mismatched), or if
+    a rank found a ``problem`` with its own arguments (raised on every rank, in its words)."""
     if dist.get_world_size(group) == 1:
+        if problem is not None:
+            raise problem
         return
-    mine = Signature(Kind.WRAP_MODEL, detail="\n".join(model_signature(module) + list(settings)))
+    lines = model_signature(module) if problem is None else []
+    mine = Signature(Kind.WRAP_MODEL, detail="\n".join(lines + list(settings)),
+                     problem=None if problem is None else f"passed an argument it refused: "
+                                                          f"{problem}")
     agree(mine, over_group(group), ranks=dist.get_process_group_ranks(group or dist.group.WORLD),
           fix="build the same model and pass the same settings on every rank")
 

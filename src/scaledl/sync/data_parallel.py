@@ -70,25 +70,29 @@ class DataParallel(nn.Module):
         compression: str | GradientCompression = "none",
     ) -> None:
         super().__init__()
-        _check_wrappable(module)
-        if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float)):
-            raise TypeError(f"bucket_mb must be a number of MiB, got {type(bucket_mb).__name__} "
-                            f"{bucket_mb!r}")
-        if bucket_mb <= 0:
-            raise ValueError(f"bucket_mb {bucket_mb} must be > 0 (DDP's default is 25)")
-        self.compression = resolve_compression(compression)
-        """How buckets travel (:mod:`scaledl.sync.compression`)."""
+        # what a rank refuses of its own arguments is raised on every rank (check_same_model),
+        # so the others do not wait for it in the model check
+        problem: ValueError | TypeError | None = None
+        try:
+            _check_wrappable(module)
+            _check_bucket_mb(bucket_mb)
+            self.compression = resolve_compression(compression)
+            """How buckets travel (:mod:`scaledl.sync.compression`)."""
+            self.topology = collectives.resolve_topology(algorithm, "allreduce", topology, group)
+        except (ValueError, TypeError) as error:
+            problem = error
         if not dist.is_initialized():
-            raise RuntimeError("call scaledl.init() before wrapping a model in DataParallel")
+            raise problem or RuntimeError(
+                "call scaledl.init() before wrapping a model in DataParallel")
+        settings = [] if problem is not None else [
+            f"setting algorithm {algorithm}", f"setting bucket_mb {bucket_mb:g}",
+            f"setting compression {self.compression.spec()}"]
+        check_same_model(module, group, settings, problem)
         self.module = module
         self.algorithm = algorithm
-        self.topology = collectives.resolve_topology(algorithm, "allreduce", topology, group)
         self.group = group
         self.broadcast_buffers = broadcast_buffers
         self.world_size = dist.get_world_size(group)
-        check_same_model(module, group, [f"setting algorithm {algorithm}",
-                                         f"setting bucket_mb {bucket_mb:g}",
-                                         f"setting compression {self.compression.spec()}"])
         broadcast_state(module, group)
         named = list(module.named_parameters())
         self.buckets: list[Bucket] = plan_buckets(named, int(bucket_mb * MiB))
@@ -176,6 +180,14 @@ def _warn_if_wrapped(module: nn.Module) -> None:
                       "both average its gradients (twice the communication; no_sync() of one "
                       "does not stop the other); drop the first wrapper (del it) before "
                       "wrapping the model again", stacklevel=3)
+
+
+def _check_bucket_mb(bucket_mb: object) -> None:
+    if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float)):
+        raise TypeError(f"bucket_mb must be a number of MiB, got {type(bucket_mb).__name__} "
+                        f"{bucket_mb!r}")
+    if bucket_mb <= 0:
+        raise ValueError(f"bucket_mb {bucket_mb} must be > 0 (DDP's default is 25)")
 
 
 def _check_wrappable(module: object) -> None:
