@@ -206,3 +206,10 @@ def test_a_too_short_timeout_names_the_real_default() -> None:
     """It said '(default 60)' after the default became 300 s."""
     with pytest.raises(ValueError, match=r"give at least 1 s \(default 300\)"):
         ParallelConfig(timeout_s=0.0)
+
+
+def test_toml_value_of_the_wrong_type_names_its_table_in_toml_words(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[optim]\nmax_steps = "30"\n')
+    with pytest.raises(ValueError, match=r"^\[optim\] max_steps = '30' must be an integer or "
+                                         r"left out$"):
+        build_config(load_toml(path), {})

@@ -127,7 +127,7 @@ def check_types(instance: Any) -> None:
     """Raise ``ValueError`` when a field holds a value of the wrong type (TOML typos); accept
     an int where a float is expected and store it as a float."""
     hints = typing.get_type_hints(type(instance))
-    section = type(instance).__name__
+    section = type(instance).__name__.removesuffix("Config").lower()  # its TOML table
     for f in dataclasses.fields(instance):
         value = getattr(instance, f.name)
         allowed = typing.get_args(hints[f.name]) or (hints[f.name],)
@@ -138,6 +138,12 @@ def check_types(instance: Any) -> None:
             continue
         if any(type(value) is kind for kind in allowed):
             continue
-        names = " or ".join("None" if kind is type(None) else kind.__name__ for kind in allowed)
-        raise ValueError(f"{section}.{f.name} = {value!r} must be {names}")
+        names = " or ".join(_TYPE_WORDS.get(kind, getattr(kind, "__name__", str(kind)))
+                            for kind in allowed)
+        raise ValueError(f"[{section}] {f.name} = {value!r} must be {names}")
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+               type(None): "left out"}
+"""How a TOML user reads each field type."""
 
