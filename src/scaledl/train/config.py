@@ -120,7 +120,8 @@ class OptimConfig:
     betas)."""
     lr_schedule: str = "constant"
     """``constant``; ``step`` (times ``lr_decay`` every ``lr_decay_every`` epochs); ``cosine``
-    (half a cosine from the rate to 0 at the last step); all after the warm-up."""
+    (half a cosine from the rate towards 0, reached just after the last update); all after the
+    warm-up."""
     warmup_epochs: float = 0.0
     """Epochs (a fraction is allowed) over which the rate rises linearly to its full value."""
     lr_scaling: str = "none"

@@ -18,8 +18,8 @@ The rate at update ``s`` (0-based) of ``S`` in all, with ``E`` updates per epoch
    ``start = base / W``, so the first update is small and none is zero.
 3. **Schedule** on ``t = s - W`` of ``T = S - W`` updates after the warm-up: ``constant``;
    ``step``: ``base * lr_decay ** floor(t / (lr_decay_every * E))``; ``cosine``: ``base * (1 +
-   cos(pi * t / T)) / 2``, from ``base`` to 0 at the end (Loshchilov and Hutter's SGDR, one
-   cycle, no restarts).
+   cos(pi * t / T)) / 2``, from ``base`` towards 0, reached just after the last update
+   (Loshchilov and Hutter's SGDR, one cycle, no restarts).
 """
 
 from __future__ import annotations
