@@ -123,10 +123,24 @@ def _suite(rank: int, world_size: int) -> dict[str, Any]:
         resumed, _ = _train(make, rank, 2, STEPS, state)
         out[name + "-resume"] = (_hex(flatten_parameters(model)),
                                  _hex(flatten_parameters(resumed)))
+    out["evaluation-buffers"] = _evaluation_buffers(rank)
     local, _ = _train(lambda m, o: LocalSGD(m, o, tau=TAU, outer_optimizer=lambda p: (
         torch.optim.SGD(p, lr=OUTER_LR, momentum=OUTER_MU, nesterov=True))), rank)
     out["local-sgd-outer"] = _hex(flatten_parameters(local))
     return out
+
+
+def _evaluation_buffers(rank: int) -> list[str]:
+    """BatchNorm's running statistics of the evaluated model after steps on rank-own data."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    strategy = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=LR), tau=TAU)
+    generator = torch.Generator().manual_seed(rank)
+    for _ in range(TAU + 1):  # the rank's buffers moved after the last outer step
+        strategy.model(torch.randn(8, 4, generator=generator) * (rank + 1)).sum().backward()
+        strategy.step()
+    strategy.synchronize()
+    return [_hex(b) for b in strategy.evaluation_module().buffers() if b.is_floating_point()]
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +202,11 @@ def test_bad_input_is_one_line_before_workers_start(option: dict[str, Any],
             "tau": option.get("tau", 20), "outer_lr": option.get("outer_lr", 0.7),
             "overlap_steps": option.get("overlap_steps", 1)}
         StreamingDiLoCo(Net(), torch.optim.SGD(Net().parameters(), lr=LR), **kwargs)
+
+
+def test_every_worker_evaluates_the_same_model_buffers_included(
+    runs: list[dict[str, Any]],
+) -> None:
+    # each worker scored its share of the test set with its own BatchNorm statistics: the
+    # accuracy reported was of no model that exists, and not of model.pt's
+    assert runs[0]["evaluation-buffers"] == runs[1]["evaluation-buffers"]

@@ -39,7 +39,7 @@ included, the shared-memory path inside a host).  Checkpoints are exact: besides
 strategies' gathered worker states (:mod:`scaledl.strategies.periodic`) the state holds the
 anchor, each fragment's outer-optimizer state, and an exchange in flight as its averaged
 pseudo-gradient (waited for before saving) with the step it is due at.  The model evaluated is
-the anchor (the global model), with this worker's buffers.
+the anchor (the global model), with the first worker's buffers on every worker.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from torch.optim import Optimizer
 from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
 from scaledl.strategies.comparison import MethodRow
+from scaledl.sync.consistency import broadcast_tensors
 from scaledl.strategies.elastic import check_momentum, flatten_parameters
 from scaledl.strategies.options import PeriodicOptions, option
 from scaledl.strategies.periodic import PeriodicStrategy
@@ -331,12 +332,17 @@ class DiLoCo(PeriodicStrategy):
 
     @torch.no_grad()
     def evaluation_module(self) -> nn.Module:
-        """The anchor (the global model) with this worker's buffers; no communication."""
+        """Collective (call on every worker): the anchor (the global model) with the first
+        worker's buffers, so every worker scores, and rank 0 saves, the same model (each
+        worker's own BatchNorm statistics drift apart between synchronizations)."""
         if self._evaluation is None:
             self._evaluation = copy.deepcopy(self.module)
         flatten_parameters(self._evaluation).copy_(self.anchor)
-        for mine, source in zip(self._evaluation.buffers(), self.module.buffers()):
+        buffers = list(self._evaluation.buffers())
+        for mine, source in zip(buffers, self.module.buffers()):
             mine.copy_(source)
+        if buffers:
+            broadcast_tensors(buffers, src=0, algorithm=self.algorithm, group=self.group)
         return self._evaluation
 
     # -- checkpoints -----------------------------------------------------------------------------
