@@ -190,6 +190,7 @@ def test_streaming_sends_a_fragment_per_step(runs: list[dict[str, Any]]) -> None
     ({"fragments": 5}, "fragments 5 is more than the model's 4 parameter tensors"),
     ({"tau": 0}, "tau 0 must be at least 1"),
     ({"outer_lr": 0.0}, "outer_lr 0.0 must be positive"),
+    ({"outer_momentum": 1.0}, r"outer_momentum 1.0 must be in \[0, 1\)"),
     ({"overlap_steps": 20}, "overlap_steps 20 must be below tau 20"),
 ])
 def test_bad_input_is_one_line_before_workers_start(option: dict[str, Any],
@@ -200,6 +201,7 @@ def test_bad_input_is_one_line_before_workers_start(option: dict[str, Any],
     with pytest.raises(ValueError, match=message.split(" must")[0].split(" is")[0]):
         kwargs = {"fragments": 5} if "fragments" in option else {
             "tau": option.get("tau", 20), "outer_lr": option.get("outer_lr", 0.7),
+            "outer_momentum": option.get("outer_momentum", 0.9),
             "overlap_steps": option.get("overlap_steps", 1)}
         StreamingDiLoCo(Net(), torch.optim.SGD(Net().parameters(), lr=LR), **kwargs)
 

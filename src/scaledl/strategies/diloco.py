@@ -58,7 +58,7 @@ from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
 from scaledl.strategies.comparison import MethodRow
 from scaledl.sync.consistency import broadcast_tensors
-from scaledl.strategies.elastic import check_momentum, flatten_parameters
+from scaledl.strategies.elastic import flatten_parameters
 from scaledl.strategies.options import PeriodicOptions, option
 from scaledl.strategies.periodic import PeriodicStrategy
 from scaledl.sync.stats import SpanRecorder
@@ -67,7 +67,9 @@ from scaledl.topology import Topology
 __all__ = ["DiLoCo", "StreamingDiLoCo", "DiLoCoOptions", "StreamingDiLoCoOptions",
            "split_fragments", "OUTER_DTYPES", "DEFAULT_H"]
 
-OUTER_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+OUTER_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                                        "fp32": torch.float32, "bf16": torch.bfloat16}
+"""The names --precision and --compression use are accepted too."""
 """The precision the pseudo-gradient travels in."""
 
 DEFAULT_H = 20
@@ -86,7 +88,9 @@ def check_outer(outer_lr: float, outer_momentum: float) -> None:
     if not outer_lr > 0:
         raise ValueError(f"outer_lr {outer_lr} must be positive, e.g. 0.7 (DiLoCo's outer "
                          "Nesterov learning rate)")
-    check_momentum(outer_momentum)
+    if not 0 <= outer_momentum < 1:
+        raise ValueError(f"outer_momentum {outer_momentum} must be in [0, 1), e.g. 0.9 (DiLoCo's "
+                         "outer Nesterov momentum)")
 
 
 def split_fragments(numels: list[int], fragments: int) -> list[tuple[int, int]]:
