@@ -10,13 +10,11 @@ takes ``mixing * x_i + (1 - mixing) * anchor``.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from scaledl.strategies.diloco import DiLoCo, StreamingDiLoCo, split_fragments
@@ -27,6 +25,7 @@ from scaledl.train.setup import validate_config
 from tests.distributed.test_sync_strategies import (
     LR, MOMENTUM, Net, _close, _hex, _local_step, _model, _values,
 )
+from tests.distributed.test_sync_strategies_resume import _checkpoint_everywhere
 from tests.harness import run_ranks
 
 pytestmark = pytest.mark.distributed
@@ -99,18 +98,6 @@ def _train(make: Make, rank: int, first: int = 0, last: int = STEPS,
     return model, strategy
 
 
-def _checkpoint(strategy: Any) -> dict[str, Any]:
-    """What the trainer does: gather on every rank, rank 0 saves, every rank loads."""
-    strategy.prepare_checkpoint()
-    payload = [None]
-    if dist.get_rank() == 0:
-        handle = io.BytesIO()
-        torch.save(strategy.state_dict(), handle)
-        payload = [handle.getvalue()]
-    dist.broadcast_object_list(payload, src=0)
-    return torch.load(io.BytesIO(payload[0]), weights_only=True)
-
-
 def _suite(rank: int, world_size: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, (make, _) in CASES.items():
@@ -119,7 +106,7 @@ def _suite(rank: int, world_size: int) -> dict[str, Any]:
         out[name + "-bytes"] = (strategy.stats.bytes, strategy.max_step_bytes)
         # resume after 2 steps (streaming: fragment 1 synced at step 2, its exchange in flight)
         _, before = _train(make, rank, 0, 2)
-        state = _checkpoint(before)
+        state = _checkpoint_everywhere(before, gather=True)
         resumed, _ = _train(make, rank, 2, STEPS, state)
         out[name + "-resume"] = (_hex(flatten_parameters(model)),
                                  _hex(flatten_parameters(resumed)))

@@ -384,22 +384,14 @@ class StreamingDiLoCo(DiLoCo):
     comparison = MethodRow(34, "Streaming DiLoCo (H 20, 2 fragments, bf16)", tau=DEFAULT_H,
                            momentum=True, options=(("outer_dtype", "bfloat16"),))
 
-    def __init__(
-        self, module: nn.Module, optimizer: Optimizer, *, tau: int = DEFAULT_H,
-        fragments: int = 2, overlap_steps: int = 1, mixing: float = 0.0,
-        outer_lr: float = DEFAULT_OUTER_LR, outer_momentum: float = DEFAULT_OUTER_MOMENTUM,
-        outer_dtype: str = "float32",
-        outer_optimizer: OuterOptimizerFactory | None = None, algorithm: str = "auto",
-        topology: Topology | None = None, group: dist.ProcessGroup | None = None,
-        timeline: SpanRecorder | None = None,
-    ) -> None:
+    def __init__(self, module: nn.Module, optimizer: Optimizer, *, fragments: int = 2,
+                 overlap_steps: int = 1, mixing: float = 0.0, **diloco: Any) -> None:
+        """``fragments``, ``overlap_steps`` and ``mixing`` (module docstring); every other
+        keyword is :class:`DiLoCo`'s (``tau``, the outer optimizer, ``algorithm``, ...)."""
         if isinstance(overlap_steps, bool) or not isinstance(overlap_steps, int) \
                 or overlap_steps < 0:
             raise ValueError(f"overlap_steps {overlap_steps!r} must be an integer >= 0")
         if not 0 <= mixing < 1:
             raise ValueError(f"mixing {mixing} must be in [0, 1) (0: adopt the anchor)")
         self.fragments, self.overlap_steps, self.mixing = fragments, overlap_steps, float(mixing)
-        super().__init__(module, optimizer, tau=tau, outer_lr=outer_lr,
-                         outer_momentum=outer_momentum, outer_dtype=outer_dtype,
-                         outer_optimizer=outer_optimizer, algorithm=algorithm,
-                         topology=topology, group=group, timeline=timeline)
+        super().__init__(module, optimizer, **diloco)
