@@ -31,6 +31,7 @@ from dataclasses import dataclass
 __all__ = [
     "LaunchEnv", "read_launch_env", "first_slurm_host", "detect_launcher", "in_srun_step",
     "host_name", "DEFAULT_PORT", "HOSTNAME_ENV", "LOOPBACK", "RANK_VARIABLES", "launcher_rank",
+    "LAUNCH_VARIABLES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,15 @@ _LAUNCHERS = (
 
 RANK_VARIABLES = tuple(names.rank for names in _LAUNCHERS)
 """Where the launchers put this process's rank, in priority order."""
+
+LAUNCH_VARIABLES = (
+    *(name for names in _LAUNCHERS for name in (names.rank, names.world_size, names.local_rank,
+                                                  names.local_world_size, names.node_rank)
+      if name is not None),
+    "MASTER_ADDR", "MASTER_PORT",
+)
+"""Every variable a launcher sets that :func:`read_launch_env` reads: a job started from inside
+another must not inherit them."""
 
 
 def launcher_rank(environ: Mapping[str, str] | None = None) -> int:
