@@ -1,5 +1,7 @@
-"""scaledl's collectives, DataParallel and DDP hook on CUDA tensors over Gloo (two ranks on one
-GPU), and every algorithm over NCCL with one rank: a correctness check for a machine with a GPU.
+"""scaledl's collectives, DataParallel (plain, with ``device_ids`` placing the inputs, and with
+each gradient compression) and the DDP hook on CUDA tensors over Gloo (two ranks on one GPU), and
+every algorithm, ``device_ids`` and each compression over NCCL with one rank: a correctness check
+for a machine with a GPU.
 
     python benchmarks/device/cuda_smoke.py
 
@@ -24,6 +26,7 @@ from torch import nn
 import scaledl
 
 DEVICE = os.environ.get("SMOKE_DEVICE", "cuda")  # cpu: a dry run of the Gloo checks
+COMPRESSIONS = ("bf16", "fp16", "powersgd:2")
 ALGORITHMS = ("ring", "multiring", "halving_doubling", "tree", "chain", "hierarchical", "torus",
               "native", "shm", "auto")
 
@@ -56,15 +59,22 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
 
 
-def _train(wrap: Callable[[nn.Module], nn.Module], world: int, rank: int) -> None:
+def _train(wrap: Callable[[nn.Module], nn.Module], world: int, rank: int,
+           placed: bool = False) -> None:
+    """Three steps, then the replicas must be equal; ``placed``: the inputs stay in host memory
+    and the wrapper must move them (``device_ids``) and its output must be on the GPU."""
     net = wrap(_model().to(DEVICE))
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(rank)
     for _ in range(3):
-        x = torch.randn(4, 3, 16, 16, generator=gen).to(DEVICE)
+        x = torch.randn(4, 3, 16, 16, generator=gen)
         y = torch.randint(0, 10, (4,), generator=gen).to(DEVICE)
+        out = net(x if placed else x.to(DEVICE))
+        assert out.device.type == DEVICE, f"the output is on {out.device}"
         opt.zero_grad()
-        nn.functional.cross_entropy(net(x), y).backward()
+        nn.functional.cross_entropy(out, y).backward()
+        assert all(p.grad is not None and p.grad.device.type == DEVICE
+                   for p in net.parameters()), "a gradient left the GPU"
         if hasattr(net, "finish_gradient_synchronization"):
             net.finish_gradient_synchronization()
         opt.step()
@@ -88,6 +98,22 @@ def _gloo_worker(rank: int, world: int, port: int) -> None:
                           lambda: _train(lambda m: scaledl.DataParallel(m, algorithm="ring"),
                                          world, rank))
 
+    if DEVICE == "cuda":
+        failed += not _report(rank, "gloo-cuda DataParallel device_ids=[0] places the inputs",
+                              lambda: _train(lambda m: scaledl.DataParallel(m, device_ids=[0]),
+                                             world, rank, placed=True))
+    for spec in COMPRESSIONS:
+        failed += not _report(
+            rank, f"gloo-cuda DataParallel compression {spec}",
+            lambda c=spec: _train(lambda m: scaledl.DataParallel(m, compression=c), world, rank))
+        failed += not _report(
+            rank, f"gloo-cuda DDP + ddp_hook(compression={spec})",
+            lambda c=spec: _train(lambda m: _ddp(m, c), world, rank))
+    failed += not _report(rank, "gloo-cuda DataParallel hierarchical powersgd:2",
+                          lambda: _train(lambda m: scaledl.DataParallel(
+                              m, algorithm="hierarchical", compression="powersgd:2"),
+                              world, rank))
+
     def ddp(m: nn.Module) -> nn.Module:
         wrapped = nn.parallel.DistributedDataParallel(m)
         wrapped.register_comm_hook(None, scaledl.ddp_hook("ring"))
@@ -95,6 +121,12 @@ def _gloo_worker(rank: int, world: int, port: int) -> None:
     failed += not _report(rank, "gloo-cuda DDP + ddp_hook ring", lambda: _train(ddp, world, rank))
     scaledl.shutdown()
     sys.exit(1 if failed else 0)
+
+
+def _ddp(m: nn.Module, compression: str) -> nn.Module:
+    wrapped = nn.parallel.DistributedDataParallel(m)
+    wrapped.register_comm_hook(None, scaledl.ddp_hook("ring", compression=compression))
+    return wrapped
 
 
 def _nccl_one_rank() -> int:
@@ -107,6 +139,13 @@ def _nccl_one_rank() -> int:
     for algorithm in ALGORITHMS:
         failed += not _report(0, f"nccl one rank allreduce {algorithm}",
                               lambda a=algorithm: _allreduce(a, 1, 0))
+    failed += not _report(0, "nccl one rank DataParallel device_ids=[0] places the inputs",
+                          lambda: _train(lambda m: scaledl.DataParallel(m, device_ids=[0]), 1, 0,
+                                         placed=True))
+    for spec in COMPRESSIONS:
+        failed += not _report(0, f"nccl one rank DataParallel compression {spec}",
+                              lambda c=spec: _train(
+                                  lambda m: scaledl.DataParallel(m, compression=c), 1, 0))
     scaledl.shutdown()
     return int(failed)
 

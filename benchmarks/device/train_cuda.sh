@@ -54,6 +54,9 @@ check bf16-options ok scaledl train --workers 1 --device "$device" --model "$mod
   --warmup-epochs 0.5 --clip-grad-norm 5 --max-steps 40 --compression bf16 \
   --out "$out/bf16-options"
 verify bf16-options "$out/bf16-options" 0.3
+# 2b. PowerSGD's P and Q on the device (rank 4, one epoch)
+check powersgd ok scaledl train --workers 1 --device "$device" --model "$model" "${data[@]}" \
+  --epochs 1 --compression powersgd:4 --out "$out/powersgd"
 # 3. fp16 with its gradient scaler and AdamW (on the CPU: refused, as designed)
 if [ "$device" = cuda ]; then
   check fp16-adamw ok scaledl train --workers 1 --device cuda --model "$model" "${data[@]}" \

@@ -321,7 +321,8 @@ def _wrap_refusals(rank: int, world_size: int) -> list[str]:
                  lambda: scaledl.DataParallel(Net(), bucket_mb="25"),  # type: ignore[arg-type]
                  lambda: scaledl.DataParallel(Net(), algorithm="ring" if rank else "tree"),
                  lambda: scaledl.DataParallel(Net(), compression="bf61" if rank else "bf16"),
-                 lambda: scaledl.DataParallel(_frozen_on_rank_1(rank))):
+                 lambda: scaledl.DataParallel(_frozen_on_rank_1(rank)),
+                 lambda: scaledl.DataParallel(Net(), device_ids=[0] if rank else None)):
         try:
             make()
             messages.append("NO ERROR")
@@ -352,7 +353,10 @@ def test_what_cannot_be_wrapped_is_refused_at_wrap_time() -> None:
         assert messages[4].startswith("wrapping a model: rank 1 passed an argument it refused: "
                                       "unknown compression 'bf61'")
         assert "entry 0 is 'parameter " in messages[5] and " frozen' on rank 1" in messages[5]
-        assert messages[6] == "usable"
+        assert messages[6].startswith("wrapping a model: rank 1 passed an argument it refused: "
+                                      "device_ids=[0] is for a model on one accelerator, but "
+                                      "this model is on the CPU")
+        assert messages[7] == "usable"
 
 
 class Sparse(nn.Module):

@@ -22,6 +22,13 @@ reduces them where they are (no copy in; :mod:`scaledl.collectives.shm_inplace`)
 are.  Each bucket is still launched from backward as soon as it is full; its compression,
 collectives and decompression run as one job on the group's communicator thread.
 
+Devices follow DDP's rule: a model on one GPU per process, wrapped with
+``device_ids=[local_rank]``, gets its forward's tensor inputs (nested in tuples, lists and
+dicts) moved to that GPU, and its output to ``output_device`` where that is another device;
+without ``device_ids`` nothing is moved.  What DDP leaves to the first forward is refused at
+wrap time, on every rank: ``device_ids`` with a model on the CPU or on several devices, more
+than one id, or a model that is not on the device ``device_ids`` names.
+
 A parameter that gets no gradient in a step (a branch not taken, on one rank or all) does not
 hang the job: at the end of backward its slot contributes its accumulated ``.grad`` or zeros.
 Where some rank used it, its ``.grad`` then holds the average on every rank; where no rank did,
@@ -36,13 +43,14 @@ from __future__ import annotations
 import gc
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from scaledl import collectives
 from scaledl.collectives import CollectiveHandle
@@ -68,6 +76,8 @@ class DataParallel(nn.Module):
         topology: Topology | None = None, group: dist.ProcessGroup | None = None,
         broadcast_buffers: bool = True, timeline: SpanRecorder | None = None,
         compression: str | GradientCompression = "none",
+        device_ids: Sequence[int | str | torch.device] | None = None,
+        output_device: int | str | torch.device | None = None,
     ) -> None:
         super().__init__()
         # what a rank refuses of its own arguments is raised on every rank (check_same_model),
@@ -79,6 +89,9 @@ class DataParallel(nn.Module):
             self.compression = resolve_compression(compression)
             """How buckets travel (:mod:`scaledl.sync.compression`)."""
             self.topology = collectives.resolve_topology(algorithm, "allreduce", topology, group)
+            self.device, self.output_device = _placement(
+                {t.device for t in (*module.parameters(), *module.buffers())},
+                device_ids, output_device)
         except (ValueError, TypeError) as error:
             problem = error
         if not dist.is_initialized():
@@ -140,7 +153,12 @@ class DataParallel(nn.Module):
             buffers = [b for b in self.module.buffers()]
             if buffers:
                 broadcast_tensors(buffers, group=self.group)
-        return self.module(*args, **kwargs)
+        if self.device is not None:
+            args, kwargs = _moved((args, kwargs), self.device)
+        output = self.module(*args, **kwargs)
+        if self.output_device is not None and self.output_device != self.device:
+            output = _moved(output, self.output_device)
+        return output
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -180,6 +198,66 @@ def _warn_if_wrapped(module: nn.Module) -> None:
                       "both average its gradients (twice the communication; no_sync() of one "
                       "does not stop the other); drop the first wrapper (del it) before "
                       "wrapping the model again", stacklevel=3)
+
+
+def _placement(
+    devices: set[torch.device], device_ids: Sequence[int | str | torch.device] | None,
+    output_device: int | str | torch.device | None,
+) -> tuple[torch.device | None, torch.device | None]:
+    """Where :meth:`DataParallel.forward` moves its inputs and its output, for a model whose
+    tensors are on ``devices`` (DDP's rule: only when ``device_ids`` names the one accelerator
+    the whole model is on; None: left where they are).  Unlike DDP, a model that is not on
+    ``device_ids[0]`` is refused here rather than failing at its first forward."""
+    kinds = sorted({d.type for d in devices})
+    if len(kinds) > 1:
+        raise ValueError(f"the model's tensors are on {', '.join(sorted(map(str, devices)))}; "
+                         "DataParallel averages a model on one kind of device, so move it "
+                         "first with model.to(device)")
+    if isinstance(device_ids, (str, int, torch.device)):
+        raise TypeError(f"device_ids={device_ids!r} must be a list, as DDP takes it: "
+                        f"device_ids=[{device_ids!r}]")
+    if not device_ids:
+        if output_device is not None:
+            raise ValueError(f"output_device={output_device!r} needs device_ids (the model's "
+                             "one device, e.g. device_ids=[local_rank]); pass both or neither")
+        return None, None
+    if len(device_ids) != 1:
+        raise ValueError(f"device_ids={list(device_ids)!r} names {len(device_ids)} devices, but "
+                         "each process drives one device (as in DDP): start one process per "
+                         "GPU and pass device_ids=[local_rank]")
+    if kinds in ([], ["cpu"]) or len(devices) > 1:
+        where = "on the CPU" if kinds in ([], ["cpu"]) else "on several devices"
+        raise ValueError(f"device_ids={list(device_ids)!r} is for a model on one accelerator, "
+                         f"but this model is {where}; leave device_ids out, or move the model "
+                         "with model.to(f'cuda:{local_rank}') first")
+    (model_device,) = devices
+    device = _device(device_ids[0], model_device.type)
+    if device != model_device:
+        raise ValueError(f"device_ids={list(device_ids)!r} names {device} but the model is on "
+                         f"{model_device}; move it with model.to('{device}') or pass "
+                         f"device_ids=['{model_device}']")
+    return device, device if output_device is None else _device(output_device, device.type)
+
+
+def _device(value: int | str | torch.device, kind: str) -> torch.device:
+    """``value`` (an index, ``"cuda:1"`` or a device) as a device of ``kind`` with an index."""
+    if isinstance(value, bool) or not isinstance(value, (int, str, torch.device)):
+        raise TypeError(f"a device is an index, a name such as 'cuda:0' or a torch.device, "
+                        f"got {type(value).__name__} {value!r}")
+    try:
+        device = torch.device(kind, value) if isinstance(value, int) else torch.device(value)
+    except RuntimeError:
+        raise ValueError(f"{value!r} is not a device; pass an index such as 0 or a name such "
+                         f"as '{kind}:0'") from None
+    if device.type != kind or device.index is None:
+        raise ValueError(f"device {value!r} must be a {kind} device with an index, such as "
+                         f"'{kind}:0', as the model is on {kind}")
+    return device
+
+
+def _moved(tree: Any, device: torch.device) -> Any:
+    """Every tensor in ``tree`` (nested tuples, lists, dicts) on ``device``."""
+    return tree_map_only(torch.Tensor, lambda t: t.to(device, non_blocking=True), tree)
 
 
 def _check_bucket_mb(bucket_mb: object) -> None:
