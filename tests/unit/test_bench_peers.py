@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from scaledl.bench import peers
-from scaledl.bench.report import BenchReport, CopyBound, Measurement, peer_rows, report_from_dict
+from scaledl.calibration.bench_file import (
+    BenchReport, CopyBound, Measurement, peer_rows, report_from_dict)
 from scaledl.cli.bench_collectives import render_peers
 
 

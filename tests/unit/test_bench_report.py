@@ -10,18 +10,17 @@ import pytest
 from rich.console import Console
 
 from scaledl.bench.collectives import select_algorithms
-from scaledl.bench.fit import calibrate, fit_two, schedule_features
-from scaledl.bench.report import (
+from scaledl.bench.report import format_bytes, write_plot
+from scaledl.calibration.bench_file import (
     BenchReport,
     Measurement,
     P2PResult,
     busbw_factor,
-    format_bytes,
     native_ratios,
     report_from_dict,
     write_json,
-    write_plot,
 )
+from scaledl.calibration.fit import calibrate, fit_two, schedule_features
 from scaledl.cli.bench_collectives import message_sizes, parse_bytes, render_table
 from scaledl.collectives.cost import CostModel, LinkCost, schedule_time
 from scaledl.collectives.registry import plan

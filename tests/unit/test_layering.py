@@ -2,7 +2,8 @@
 
 topology -> transport -> collectives -> sync -> strategies -> train -> cli, with data and models
 beside train's inputs, and bench / sim / cluster beside the stack (they may use any layer below
-cli).  ``scaledl/__init__.py`` is the public facade and may import anything.
+cli); calibration (the benchmark file and the fits) sits after collectives, below bench and sim,
+which both use it.  ``scaledl/__init__.py`` is the public facade and may import anything.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from tests.helpers_imports import modules_loaded_by
 SRC = Path(__file__).resolve().parents[2] / "src" / "scaledl"
 
 LAYERS: dict[str, float] = {
-    "torch_version": -1, "files": -1, "topology": 0, "launchers": 0.5, "signature": 0.75,
+    "torch_version": -1, "files": -1, "json_fields": -1,
+    "topology": 0, "launchers": 0.5, "signature": 0.75,
     "bootstrap": 1, "processes": 1, "faults": 1,
     "transport": 2,
     "collectives": 3,
+    "calibration": 3.5,
     "sync": 4,
     "strategies": 5, "horovod": 5,
     "data": 6, "models": 6,

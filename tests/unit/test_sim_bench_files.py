@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from scaledl.calibration.fit import load_natives
 from scaledl.cli.main import main
 from scaledl.sim.calibrate import load_points
-from scaledl.sim.native import load_natives
 from tests.helpers_cli import one_error
 
 CPU = ["simulate", "--device", "cpu", "--network", "emulated-1gbit"]

@@ -1,4 +1,4 @@
-"""The shared checks of the simulator's JSON fields (``scaledl.sim.json_fields``) on their own:
+"""The shared checks of JSON fields (``scaledl.json_fields``) on their own:
 values shown short and safely, and each check's verdict and message."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from scaledl.sim.json_fields import (
+from scaledl.json_fields import (
     SHOWN_CHARS, integer, is_duration, is_number, is_object, is_whole, json_list, json_object,
     number, shown, string)
 

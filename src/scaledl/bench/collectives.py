@@ -38,7 +38,8 @@ import torch
 import torch.distributed as dist
 
 from scaledl.bench.peers import Peer, open_peers
-from scaledl.bench.report import CopyBound, Measurement, P2PResult, format_bytes
+from scaledl.bench.report import format_bytes
+from scaledl.calibration.bench_file import CopyBound, Measurement, P2PResult
 from scaledl.collectives.api import (
     allgather, allreduce, broadcast, reduce, reduce_scatter, resolve_algorithm,
 )

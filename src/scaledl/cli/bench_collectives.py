@@ -24,8 +24,9 @@ from scaledl.bench.collectives import (
     DEFAULT_ALGORITHMS, DTYPES, PEER_ALGORITHMS, BenchConfig, select_algorithms,
 )
 from scaledl.bench.peers import PEERS, parse_peers
-from scaledl.bench.report import (
-    BenchReport, Measurement, format_bytes, header_lines, native_ratios, peer_rows,
+from scaledl.bench.report import format_bytes, header_lines
+from scaledl.calibration.bench_file import (
+    BenchReport, Measurement, native_ratios, peer_rows, write_json,
 )
 from scaledl.bootstrap import read_launch_env
 from scaledl.launch.local import run_distributed, under_launcher
@@ -207,7 +208,7 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
     from scaledl import bootstrap
     from scaledl.bench import report as rep
     from scaledl.bench.collectives import measure_memcpy, measure_p2p, run_benchmark
-    from scaledl.bench.fit import describe
+    from scaledl.calibration.fit import describe
     from scaledl.collectives.communicator import communicator_for
 
     topology = bootstrap.init(backend=bootstrap.HOST_BACKEND, timeout=args.timeout,
@@ -223,9 +224,9 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
             return 0
         comm = communicator_for(None)
         env = rep.environment(str(dist.get_backend()), world_size, topology.spec)
-        result = rep.BenchReport(env, _config_dict(args, config, comm.chunk_bytes),
-                                 run.measurements, p2p, memcpy=memcpy, copies=run.copies,
-                                 peers=run.peers, skipped_peers=run.skipped)
+        result = BenchReport(env, _config_dict(args, config, comm.chunk_bytes),
+                             run.measurements, p2p, memcpy=memcpy, copies=run.copies,
+                             peers=run.peers, skipped_peers=run.skipped)
         if args.calibrate:
             result.calibration = _calibrate(result, topology, comm.cost_model, comm.chunk_bytes)
         render_table(result, console)
@@ -234,7 +235,7 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
             console.print(f"calibration written to {result.calibration['path']}",
                           markup=False, highlight=False)
         if args.json is not None:
-            rep.write_json(result, args.json)
+            write_json(result, args.json)
             log.info("wrote %s", args.json)
         if args.plot is not None:
             rep.write_plot(result, args.plot)
@@ -247,7 +248,7 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
 def _calibrate(
     result: Any, topology: Topology, prior: Any, chunk_bytes: int
 ) -> dict[str, Any]:
-    from scaledl.bench.fit import calibrate
+    from scaledl.calibration.fit import calibrate
     from scaledl.collectives.auto import calibration_path
 
     itemsize = DTYPES[result.config["dtype"]].itemsize

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scaledl.cli.bench_collectives import parse_bytes
 from scaledl.cli.simulate_checks import (
@@ -29,7 +28,6 @@ from scaledl.cli.simulate_checks import (
     refuse_unused_options,
 )
 from scaledl.cli.simulate_profile import add_profile_parser
-from scaledl.collectives.auto import CostModel
 from scaledl.collectives.registry import ALGORITHMS
 from scaledl.files import write_files
 from scaledl.models.registry import available_models
@@ -37,10 +35,6 @@ from scaledl.sim.iteration import simulated_strategies
 from scaledl.sim.job import Job, JobError, job_record
 from scaledl.sim.losses import STACKS
 from scaledl.sim.presets import ALIASES, DEVICES, LINKS
-from scaledl.topology import Topology
-
-if TYPE_CHECKING:
-    from scaledl.sim.native import Native  # scipy: loaded only by `simulate calibrate`
 
 __all__ = ["add_parser", "run", "job_from_args"]
 
@@ -226,19 +220,6 @@ def _micro(steps: int) -> str:
     return f" x {steps} micro-batches per step" if steps > 1 else ""
 
 
-def bench_native_fit(
-    natives: Sequence[Native], topology: Topology, itemsize: int, model: CostModel
-) -> tuple[CostModel, dict[str, Any]]:
-    """``scaledl bench collectives --calibrate``'s native fit, for ``simulate calibrate`` (the
-    CLI joins the two: the layering rules keep ``sim`` and ``bench`` apart)."""
-    from scaledl.bench.fit import _fit_native
-    from scaledl.bench.report import Measurement
-
-    measured = [Measurement(n.collective, "native", n.nbytes, n.world_size, (n.median_s,))
-                for n in natives]
-    return _fit_native(measured, topology, itemsize, model)
-
-
 FLAGS = {
     "accumulation": "--accumulation", "algorithm": "--algorithm",
     "allreduce_bytes": "--allreduce-dtype", "bucket_mb": "--bucket-mb",
@@ -281,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.action == "reproduce":
         return report.run_reproduce(args.ideal, args.write_errors)
     if args.action == "calibrate":
-        return report.run_calibrate(args, job_from_args(args), bench_native_fit)
+        return report.run_calibrate(args, job_from_args(args))
     if args.action == "validate":
         return report.run_validate(args, job_from_args(args), parse_bytes(args.min_bytes))
     check_outputs(args)

@@ -142,18 +142,18 @@ def calibration_prior(args: argparse.Namespace, job: Job) -> Network:
     return prior
 
 
-def run_calibrate(args: argparse.Namespace, job: Job, native_fit: object) -> int:
-    """Fit the link classes, and ``native`` with ``native_fit``; write the calibration in
-    ``auto``'s format."""
+def run_calibrate(args: argparse.Namespace, job: Job) -> int:
+    """Fit the link classes, then ``native`` on them; write the calibration in ``auto``'s
+    format."""
+    from scaledl.calibration.fit import fit_native, load_natives
     from scaledl.sim.calibrate import fit_network, load_points
-    from scaledl.sim.native import fit_native, load_natives
 
     check_output_file(args.output, "calibrate -o")
     _warn_on_default_priors(args)
     points = load_points(args.bench, args.bench_topology, args.placement)
     result = fit_network(points, calibration_prior(args, job), cores=job.cores)
     model, native = fit_native(load_natives(args.bench, args.bench_topology),
-                               result.network.to_cost_model(), native_fit)  # type: ignore[arg-type]
+                               result.network.to_cost_model())
     write_files([(args.output, lambda path: path.write_text(model.to_json() + "\n"))])
     print(result.describe())
     print(f"{native}; gamma {model.gamma:.3g} s/B")

@@ -16,8 +16,8 @@
 - :mod:`~scaledl.sim.measure`, :mod:`~scaledl.sim.measure_host`,
   :mod:`~scaledl.sim.profile_file`: ``scaledl simulate profile``, its host measurements and
   its file;
-- :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` and validate;
-  :mod:`~scaledl.sim.native`: the native rows and their fit (``bench``'s, passed in by the CLI);
+- :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` on the replay
+  and validate (the file and ``native``'s fit are :mod:`scaledl.calibration`'s);
 - :mod:`~scaledl.sim.reproduce`: published results (TOML files under ``published/``, one per
   source) and the errors of their predictions; :mod:`~scaledl.sim.device_checks`: published
   single-GPU rates (``single_gpu_rates.toml``);

@@ -19,7 +19,7 @@ size are kept from the prior (the caller picks ``gamma``: see :mod:`scaledl.cli.
 With ``cores`` (the measurements' ranks shared that many cores: the emulated cluster), each
 point is replayed with its host CPU model: the prior's ``cpu_beta`` (TCP's cost per byte) and a
 contention of ``ranks / cores``, which is not fitted.
-``native``'s per-round cost and bandwidth factor are fitted by :mod:`scaledl.sim.native`.
+``native``'s per-round cost and bandwidth factor are fitted by :mod:`scaledl.calibration.fit`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, nnls  # type: ignore[import-untyped]
 
+from scaledl.calibration.bench_file import RERUN, BenchRow, read_rows, row_topologies
 from scaledl.collectives.registry import ALGORITHMS, parse_algorithm, plan_numel
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.compiled import Compiled
 from scaledl.sim.fastreplay import cost, critical_path, evaluate
-from scaledl.sim.bench_file import RERUN, BenchRow, read_rows, row_topologies
 from scaledl.sim.network import CLASS_NAMES, Network, on_cores
 from scaledl.topology import Topology
 

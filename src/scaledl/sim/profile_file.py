@@ -31,7 +31,7 @@ from typing import Any
 
 from scaledl.files import write_files
 from scaledl.sim.compute import MeasuredCompute
-from scaledl.sim.json_fields import (
+from scaledl.json_fields import (
     integer, is_whole, json_list, json_object, number, shown, string)
 from scaledl.sim.presets import devices_named
 from scaledl.sim.profile import Layer, ModelProfile, profile_model

@@ -1,4 +1,5 @@
-"""Checks of the fields of the simulator's JSON files, shared by their readers.
+"""Checks of the fields of scaledl's JSON files (the simulator's profiles, the benchmark files),
+shared by their readers.
 
 :func:`shown` is how a user's value appears in an error: its text cut short to fit one line.
 The predicates (:func:`is_number`, :func:`is_whole`, :func:`is_duration`, :func:`is_object`)

@@ -17,6 +17,12 @@ per-round cost less ``alpha``), with ``native`` modelled as auto models it: the 
 proxy schedules (ring or halving-doubling; tree for broadcast and reduce).  Step 3 fits the
 shared-memory class (``alpha`` per wait, ``beta`` per byte copied) on the ``shm`` times.  Every
 link class gets the one fitted link: a single host measures one.
+
+:func:`calibrate` fits one run's measurements (``scaledl bench collectives --calibrate``).
+``scaledl simulate calibrate`` fits the links on the simulator's replay
+(:mod:`scaledl.sim.calibrate`) and then ``native`` here on the files' native rows
+(:func:`load_natives`, :func:`fit_native`): the largest group of them sharing a topology and
+dtype, against the link the backend's rounds wait on.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from scaledl.bench.report import Measurement
+from scaledl.calibration.bench_file import Measurement, read_rows, row_topologies
 from scaledl.collectives.auto import Fabric, choose
 from scaledl.collectives.cost import CostModel, LinkCost, schedule_time
 from scaledl.collectives.cost import shm_terms
@@ -36,6 +43,7 @@ from scaledl.topology import Topology
 
 __all__ = [
     "Sample", "LinearFit", "fit_two", "schedule_features", "calibrate", "auto_residual", "describe",
+    "Native", "load_natives", "fit_native",
 ]
 
 _NATIVE_PROXIES = {Collective.BROADCAST: ("tree",), Collective.REDUCE: ("tree",)}
@@ -270,3 +278,49 @@ def describe(summary: dict[str, Any]) -> str:
     if auto.get("rms_relative_error") is not None:
         text += f"; auto's model vs measured: {auto['rms_relative_error']:.0%} rms"
     return text
+
+
+@dataclass(frozen=True)
+class Native:
+    """One measured median of the backend's own collective, with the plans' topology."""
+
+    collective: str
+    nbytes: int
+    world_size: int
+    median_s: float
+    planned: Topology
+    itemsize: int
+
+
+def load_natives(paths: Sequence[Path], topology: str | None = None) -> list[Native]:
+    """The ``native`` measurements of the benchmark files (planned topology as the bench's)."""
+    return [Native(row.collective, row.nbytes, row.world_size, row.median_s,
+                   row_topologies(row, topology, "block")[0], row.itemsize)
+            for row in read_rows(paths) if row.algorithm == "native"]
+
+
+def fit_native(natives: Sequence[Native], model: CostModel) -> tuple[CostModel, str]:
+    """``model`` with ``native``'s overhead and bandwidth factor fitted (as :func:`calibrate`
+    fits them) on the largest group of native measurements sharing a topology and dtype
+    (``model`` unchanged, and why, when it could not fit)."""
+    groups: dict[tuple[str, int], list[Native]] = {}
+    for native in natives:
+        groups.setdefault((native.planned.spec, native.itemsize), []).append(native)
+    if not groups:
+        return model, "native: not measured, prior kept"
+    group = max(groups.values(), key=len)
+    planned = group[0].planned
+    # the fit normalises by links[0] (one host); across hosts the backend's ring-like rounds
+    # wait on the outermost link crossed, so fit against that link and keep the real ones
+    outer = max((axis for axis, size in enumerate(planned.axes) if size > 1), default=0)
+    measured = [Measurement(n.collective, "native", n.nbytes, n.world_size, (n.median_s,))
+                for n in group]
+    fitted, summary = _fit_native(measured, planned, group[0].itemsize,
+                                  replace(model, links=(model.link(outer),)))
+    if "native_beta_factor" not in summary:
+        return model, f"native: {summary.get('skipped', 'not fitted')}, prior kept"
+    fitted = replace(model, native_overhead=fitted.native_overhead,
+                     native_beta_factor=fitted.native_beta_factor)
+    return fitted, (f"native: overhead {fitted.native_overhead * 1e6:.1f} us per round beyond "
+                    f"alpha, bandwidth factor {fitted.native_beta_factor:.2f} "
+                    f"({len(group)} measurements on {group[0].planned.spec})")
