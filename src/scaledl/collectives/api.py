@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from scaledl.collectives import shm_direct
 from scaledl.collectives.auto import CostModel, Fabric, check_paths, choose
 from scaledl.collectives.call import Call
 from scaledl.collectives.communicator import (
@@ -154,6 +155,14 @@ def allreduce(
     topology: Topology | None = None, group: Group = None, async_op: bool = False,
 ) -> CollectiveHandle | None:
     """Reduce ``tensor`` over all ranks of ``group``, in place on every rank."""
+    if not async_op and topology is None:
+        # a small allreduce seen before goes straight to shared memory (shm_direct's docstring)
+        if shm_direct.allreduce(tensor, op, algorithm, group):
+            return None
+        call = _prepare(Collective.ALLREDUCE, [tensor], op, algorithm, topology, group)
+        call.comm.submit(call.job(tensor), False)
+        shm_direct.learn(call, tensor, op)
+        return None
     call = _prepare(Collective.ALLREDUCE, [tensor], op, algorithm, topology, group)
     return call.comm.submit(call.job(tensor), async_op)
 

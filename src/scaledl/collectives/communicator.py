@@ -170,6 +170,9 @@ class Communicator:
         """``auto``'s decisions, by (collective, numel, itemsize, root, topology)."""
         self.checked: dict[tuple[object, ...], Topology] = {}
         """Layouts of (algorithm, collective, topology) combinations already validated."""
+        self.direct: dict[tuple[object, ...], object] = {}
+        """Small allreduces' prepared direct calls (:mod:`scaledl.collectives.shm_direct`),
+        or None where a combination cannot take that path."""
         self.device = self.channel.device
         """Where small control tensors live: NCCL groups have no CPU backend."""
         self.members, self.default_topology = self._introduce()
@@ -193,7 +196,8 @@ class Communicator:
         )
         self._pending = 0
         self._lock = threading.Lock()
-        self._run_lock = threading.Lock()
+        self.run_lock = threading.Lock()
+        """Held while a job runs: jobs of one group never overlap, inline or queued."""
         self._worker: threading.Thread | None = None
 
     def _introduce(self) -> tuple[tuple[Member, ...], Topology]:
@@ -261,13 +265,19 @@ class Communicator:
                 self._ensure_worker()
                 self._jobs.put((job, handle))
         if not async_op and idle:
-            with self._run_lock:
+            with self.run_lock:
                 job()
             return None
         if not async_op:
             handle.wait()
             return None
         return handle
+
+    @property
+    def idle(self) -> bool:
+        """True when no job is queued or running on the worker thread: a synchronous call may
+        run now, in the caller's thread (holding :attr:`run_lock`)."""
+        return self._pending == 0
 
     def point_to_point(self, part: Callable[[Transport], None],
                        async_op: bool) -> CollectiveHandle | None:
@@ -294,7 +304,7 @@ class Communicator:
             # The job counts as done before its future resolves, so a waiter that submits
             # the next job right away may run it inline.
             try:
-                with self._run_lock:
+                with self.run_lock:
                     handle.started_at = time.perf_counter()
                     job()
                     handle.finished_at = time.perf_counter()

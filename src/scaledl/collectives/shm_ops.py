@@ -20,7 +20,7 @@ the data (benchmarks/peers/small_message.py; docs/benchmarks.md, "Against the pe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
-    "collect", "copy", "combine", "allreduce_direct", "DIRECT_BYTES",
+    "collect", "copy", "combine", "allreduce_direct", "DIRECT_BYTES", "NUMPY_DTYPES",
 ]
 
 DIRECT_BYTES = 64 << 10
@@ -64,7 +64,7 @@ def _elements(group: ShmGroup, buffer: torch.Tensor, parts: int = 1) -> int:
     return max(1, group.window // (buffer.element_size() * parts))
 
 
-_NUMPY_DTYPES: dict[torch.dtype, np.dtype[Any]] = {
+NUMPY_DTYPES: dict[torch.dtype, np.dtype[Any]] = {
     torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
     torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64),
 }
@@ -87,7 +87,7 @@ def allreduce(
     """
     if len(members) < 2:
         return  # nothing to combine: the buffer holds the result
-    dtype = _NUMPY_DTYPES.get(buffer.dtype)
+    dtype = NUMPY_DTYPES.get(buffer.dtype)
     if dtype is not None and (hi - lo) * dtype.itemsize <= min(DIRECT_BYTES, group.window):
         allreduce_direct(group, members, buffer.numpy()[lo:hi], op)
         return
@@ -118,7 +118,7 @@ def allreduce(
 def _combine_into(op: ReduceOp, into: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """``into = a op b`` in one pass where NumPy has the type, on this thread."""
     ufunc = _UFUNCS[op]
-    if a.dtype in _NUMPY_DTYPES:
+    if a.dtype in NUMPY_DTYPES:
         with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
             ufunc(a.numpy(), b.numpy(), out=into.numpy())
     else:
@@ -127,28 +127,25 @@ def _combine_into(op: ReduceOp, into: torch.Tensor, a: torch.Tensor, b: torch.Te
 
 
 def allreduce_direct(
-    group: ShmGroup, members: Sequence[int], out: np.ndarray, op: ReduceOp
+    group: ShmGroup, members: Sequence[int], out: np.ndarray, op: ReduceOp,
+    word: int | None = None, describe: Callable[[int], str] | None = None,
 ) -> None:
     """Allreduce of one small piece, ``out`` (a NumPy view of the caller's buffer, at most a
     window), over ``members``, in place: copy it into a window, announce it, wait for every
     peer's, sum all windows in member order straight into ``out`` (identical bits on every
     rank), release.  Two waits (the window's previous readers, the peers' data), one copy and
-    ``L - 1`` adds, the first of which reads two windows and writes ``out``."""
-    slot, counts = group.begin(members)
-    me, dtype, numel = group.index, out.dtype, out.size
-    mine = group.array_of(me, slot, dtype, numel)
-    np.copyto(mine, out)
-    group.publish(ARRIVED, counts, slot)
-    windows = [mine if peer == me else group.array_of(peer, group.arrived(peer, counts[peer]),
-                                                     dtype, numel)
-               for peer in members]
+    ``L - 1`` adds, the first of which reads two windows and writes ``out``.  With ``word``
+    the call is announced first (:meth:`ShmGroup.announce`; the direct call path,
+    :mod:`scaledl.collectives.shm_direct`, has no stage to do it)."""
+    piece = group.small_piece(members, out.dtype, out.size)
+    windows, counts = group.small_arrive(piece, out, word, describe)
     ufunc = _UFUNCS[op]
-    if dtype.kind == "f":
+    if out.dtype.kind == "f":
         with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
-            _fold(ufunc, out, windows, members[0] == me)
+            _fold(ufunc, out, windows, members[0] == group.index)
     else:
-        _fold(ufunc, out, windows, members[0] == me)
-    group.publish(RELEASED, counts)
+        _fold(ufunc, out, windows, members[0] == group.index)
+    group.small_release(counts, piece)
 
 
 def _fold(ufunc: np.ufunc, out: np.ndarray, windows: list[np.ndarray], first_is_out: bool) -> None:

@@ -63,7 +63,9 @@ from scaledl.transport.base import TransportError
 from scaledl.transport.shm_jitter import Jitter
 from scaledl.transport.shm_segment import Segment, process_alive
 
-__all__ = ["ShmGroup", "Peer", "CHECK_S", "control_lines", "nap_seconds", "WaitCounts"]
+__all__ = [
+    "ShmGroup", "Peer", "CHECK_S", "control_lines", "nap_seconds", "WaitCounts", "SmallPiece",
+]
 
 CHECK_S = 0.05
 """Seconds between liveness checks of an awaited peer (a death is noticed within this)."""
@@ -140,6 +142,27 @@ class Peer:
     segment: Segment
 
 
+@dataclass(frozen=True)
+class SmallPiece:
+    """Everything a one-piece exchange of ``numel`` elements of ``dtype`` among fixed members
+    reads and writes, found once (:meth:`ShmGroup.small_piece`): the per-call work of the small
+    messages' path is then stores, loads and copies, no lookups (a 4 KiB allreduce moves its
+    data in about a microsecond; docs/benchmarks.md)."""
+
+    members: tuple[int, ...]
+    """Local indices, in the order the windows are read."""
+    peers: tuple[int, ...]
+    """The members other than this rank."""
+    mine: tuple[np.ndarray, ...]
+    """This rank's window of each slot, as the piece's elements."""
+    windows: tuple[tuple[np.ndarray, ...], ...]
+    """Per member (in member order), its window of each slot as the piece's elements."""
+    out_lines: tuple[tuple[int, ...], ...]
+    """Per peer: this rank's word indices towards it (:data:`PAIR_LINES` of them)."""
+    in_lines: tuple[tuple[int, ...], ...]
+    """Per peer: its word indices towards this rank."""
+
+
 @dataclass
 class ShmGroup:
     """The ranks of one host joined by shared memory; this rank is ``local[index]``."""
@@ -167,6 +190,7 @@ class ShmGroup:
     :mod:`scaledl.transport.shm_jitter`)."""
     _calls: list[int] = field(init=False)
     _current: tuple[int, Callable[[int], str]] | None = field(init=False, default=None)
+    _small: dict[tuple[object, ...], SmallPiece] = field(init=False, default_factory=dict)
     waits: WaitCounts = field(init=False, default_factory=WaitCounts)
     """How the waits for peers ended (spinning, yielding, napping)."""
 
@@ -398,6 +422,114 @@ class ShmGroup:
             self._wait(peer, line, count, what)
         else:
             self.waits.ready += 1
+
+    # -- one small piece, prepared ------------------------------------------------------------
+    def small_piece(self, members: Sequence[int], dtype: np.dtype[Any], numel: int) -> SmallPiece:
+        """The prepared exchange of one piece of ``numel`` elements (at most a window) among
+        ``members`` (cached: the same few calls repeat)."""
+        key = (tuple(members), dtype, numel)
+        piece = self._small.get(key)
+        if piece is None:
+            nbytes = numel * dtype.itemsize
+            assert nbytes <= self.window, (nbytes, self.window)
+            peers = tuple(peer for peer in members if peer != self.index)
+            piece = SmallPiece(
+                tuple(members), peers,
+                tuple(array[:nbytes].view(dtype) for array in self._arrays[self.index]),
+                tuple(tuple(array[:nbytes].view(dtype) for array in self._arrays[member])
+                      for member in members),
+                tuple(tuple(self._out_lines[peer]) for peer in peers),
+                tuple(tuple(self._in_lines[peer]) for peer in peers))
+            if len(self._small) >= 256:  # sizes that never repeat must not pile up
+                self._small.clear()
+            self._small[key] = piece
+        return piece
+
+    def small_arrive(
+        self, piece: SmallPiece, data: np.ndarray, word: int | None = None,
+        describe: Callable[[int], str] | None = None,
+    ) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+        """One piece of ``piece``'s shape: with ``word``, first announce the call it belongs to
+        (:meth:`announce`); claim a window, copy ``data`` in, announce it, wait for every
+        peer's (checking its call); return every member's window holding the piece, in member
+        order, and the pair counts for :meth:`small_release`.
+
+        The same protocol, word for word, as :meth:`announce`, :meth:`begin`,
+        :meth:`publish` and :meth:`arrived` one after the other (so a peer may take either
+        way), without their generality: no dictionaries, no line arithmetic."""
+        if self._broken is not None:
+            self._check_usable()
+        jitter = self.jitter
+        own = self._words[self.index]
+        peers = piece.peers
+        calls = self._calls
+        if word is not None:
+            assert describe is not None
+            for peer, lines in zip(peers, piece.out_lines):
+                number = calls[peer] + 1
+                calls[peer] = number
+                if jitter is not None:
+                    jitter.pause("write described")
+                own[lines[DESCRIBED + (number & 1)]] = word
+                if jitter is not None:
+                    jitter.pause("write call")
+                own[lines[CALL + (number & 1)]] = number
+            if jitter is not None:
+                jitter.pause("announced")
+            self._current = (word, describe)
+        pair = self._pair
+        counts = []
+        for peer in peers:
+            count = pair[peer] + 1
+            pair[peer] = count
+            counts.append((peer, count))
+        slot = self._next_window
+        self._next_window = (slot + 1) % len(piece.mine)
+        for peer, count in self._readers[slot]:
+            self.reached(peer, RELEASED, count, "finish reading this rank's window")
+        self._readers[slot] = counts
+        np.copyto(piece.mine[slot], data)
+        line = ARRIVED + slot
+        for (_, count), lines in zip(counts, piece.out_lines):
+            if jitter is not None:
+                jitter.pause("write")
+            own[lines[line]] = count
+        if jitter is not None:
+            jitter.pause("published")
+        slot_of = [slot] * len(self.peers)  # the window each member's piece is in
+        current = self._current
+        for (peer, count), lines in zip(counts, piece.in_lines):
+            words = self._words[peer]
+            first, second = lines[ARRIVED], lines[ARRIVED + 1]
+            if jitter is not None:
+                jitter.pause("read arrived")
+            if words[first] != count and words[second] != count:
+                self._wait(peer, -1, count, "bring its data", (first, second))
+            else:
+                self.waits.ready += 1
+            if current is not None:  # inline :meth:`_verify` when the words match
+                number = calls[peer]
+                if jitter is not None:
+                    jitter.pause("read described")
+                if (words[lines[CALL + (number & 1)]] != number
+                        or words[lines[DESCRIBED + (number & 1)]] != current[0]):
+                    self._verify(peer)
+            slot_of[peer] = 0 if words[first] == count else 1
+        windows = [window[slot_of[member]]
+                   for member, window in zip(piece.members, piece.windows)]
+        return windows, counts
+
+    def small_release(self, counts: list[tuple[int, int]], piece: SmallPiece) -> None:
+        """Tell the peers of a :meth:`small_arrive` piece that this rank has read their
+        windows (:meth:`publish` of ``RELEASED``)."""
+        own = self._words[self.index]
+        jitter = self.jitter
+        for (_, count), lines in zip(counts, piece.out_lines):
+            if jitter is not None:
+                jitter.pause("write")
+            own[lines[RELEASED]] = count
+        if jitter is not None:
+            jitter.pause("published")
 
     # -- waiting --------------------------------------------------------------------------------
     def _wait(

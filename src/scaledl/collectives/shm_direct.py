@@ -1,0 +1,162 @@
+"""The direct call path of a small allreduce on shared memory: the public call straight to the
+protocol, with everything that does not change between calls found once.
+
+``scaledl.allreduce(t)`` normally validates its arguments, makes a job of the group's
+communicator, flattens the tensor, resolves ``auto``, plans, announces the stage's call word,
+looks the tensor up among the shared arenas and only then runs the shared-memory protocol.  For
+a 4 KiB tensor that took about 60 of the 65 microseconds of a call on this project's machine
+(``benchmarks/peers/small_message.py``; docs/benchmarks.md).  None of it changes between two
+calls with the same arguments, so the first call of a combination takes the whole path, and
+if its answer was the direct shared-memory protocol (:func:`~scaledl.collectives.shm_ops.
+allreduce_direct`) a :class:`DirectAllreduce` remembers what it found: the members, the call
+word, the windows as NumPy arrays, the pair lines.  Later calls with the same combination
+(algorithm, op, dtype, element count, group) then check only what may differ per call (the
+tensor is a contiguous CPU tensor outside every shared arena, nothing is queued on the
+communicator) and run: the fault hook, the protocol, AVG's division, on the caller's thread.
+
+A combination takes this path when: the call is synchronous and gives no ``topology``; the
+group has more than one rank, all on this host with its shared memory open; debug mode
+(``SCALEDL_DEBUG``, whose every-call agreement check is the whole point of that mode) is off;
+the dtype is one NumPy reduces natively (float32/64, int32/64) and the tensor is at most
+:data:`~scaledl.collectives.shm_ops.DIRECT_BYTES` and a window; and the algorithm, as asked or
+as ``auto`` resolves it, is ``shm``.  Every other call takes the whole path, which stays the
+reference: the direct path runs the same protocol, word for word
+(:meth:`~scaledl.transport.shm.ShmGroup.small_arrive`), so ranks may mix the two.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import numpy as np
+import torch
+
+from scaledl.collectives.call import Call
+from scaledl.collectives.communicator import Communicator, existing_communicator
+from scaledl.collectives.ops import ReduceOp
+from scaledl.collectives.schedule import Collective
+from scaledl.collectives.shm_calls import call_word, describe
+from scaledl.collectives.shm_ops import DIRECT_BYTES, NUMPY_DTYPES, allreduce_direct
+from scaledl.faults import at_collective
+from scaledl.transport.shm import ShmGroup
+
+__all__ = ["DirectAllreduce", "allreduce", "learn"]
+
+_LIMIT = 1024
+"""Combinations remembered per communicator (sizes that never repeat must not pile up)."""
+
+
+class DirectAllreduce:
+    """A small allreduce of one (algorithm, op, dtype, element count) on one communicator,
+    prepared: :meth:`run` is the whole call."""
+
+    def __init__(self, comm: Communicator, group: ShmGroup, op: ReduceOp, dtype: np.dtype,
+                 numel: int) -> None:
+        self.comm = comm
+        self.group = group
+        self.op = op
+        self.members = [group.local_index(rank) for rank in range(comm.world_size)]
+        self.word = call_word(Collective.ALLREDUCE, numel, _TORCH_DTYPES[dtype], op, -1)
+        self.describe = lambda other: describe(other, group)
+        self.nbytes = numel * dtype.itemsize
+        self.dtype = dtype
+        self.finish = _finisher(op, dtype, comm.world_size)
+        # The caller's last tensor and a NumPy view of its memory that does not keep it alive
+        # (``Tensor.numpy()`` costs a microsecond, the size of the whole protocol at 4 KiB).
+        self._tensor: weakref.ref[torch.Tensor] | None = None
+        self._pointer = 0
+        self._array = np.empty(0, dtype)
+        group.small_piece(self.members, dtype, numel)  # prepared now, not at the first call
+
+    def run(self, tensor: torch.Tensor) -> bool:
+        """Allreduce ``tensor`` in place; False (having done nothing) when it must take the
+        whole path: not a contiguous CPU tensor, requiring grad, in a shared arena, or jobs are
+        queued on the communicator (which run first, in order)."""
+        if not tensor.is_cpu or tensor.requires_grad or not tensor.is_contiguous():
+            return False
+        comm = self.comm
+        if not comm.idle:
+            return False
+        out = self._view(tensor)
+        if out is None:
+            return False
+        with comm.run_lock:
+            at_collective()  # fault-injection hook point (SCALEDL_FAULT, see scaledl.faults)
+            group = self.group
+            try:
+                allreduce_direct(group, self.members, out, self.op, self.word, self.describe)
+            except BaseException as error:  # as Paths does: the peers must stop waiting
+                group.abort(f"{type(error).__name__}: {error}")
+                raise
+            if self.finish is not None:
+                self.finish(out, comm.world_size, out=out)
+        return True
+
+    def _view(self, tensor: torch.Tensor) -> np.ndarray | None:
+        """A NumPy view of ``tensor``'s memory (None when it lies in a shared arena, which the
+        in-place path reduces, or NumPy cannot view it)."""
+        known = self._tensor
+        if known is not None and known() is tensor and tensor.data_ptr() == self._pointer:
+            return self._array
+        if self.group.arenas and self.group.locate(tensor) is not None:
+            return None
+        try:
+            tensor.numpy()  # refuses what NumPy cannot view as it is (conjugate, negative bits)
+        except (RuntimeError, TypeError):
+            return None
+        pointer = tensor.data_ptr()
+        memory = (ctypes.c_char * self.nbytes).from_address(pointer)
+        self._array = np.frombuffer(memoryview(memory).cast("B"), self.dtype)
+        self._tensor, self._pointer = weakref.ref(tensor), pointer
+        return self._array
+
+
+_TORCH_DTYPES = {dtype: torch_dtype for torch_dtype, dtype in NUMPY_DTYPES.items()}
+
+
+def _finisher(op: ReduceOp, dtype: np.dtype, world_size: int) -> np.ufunc | None:
+    """AVG's final division as :meth:`ReduceOp.finish` does it (true division for floats, bit
+    for bit the same as torch's; floor division for integers), or None."""
+    if op is not ReduceOp.AVG:
+        return None
+    return np.divide if dtype.kind == "f" else np.floor_divide
+
+
+def allreduce(tensor: torch.Tensor, op: object, algorithm: str, group: object) -> bool:
+    """Run ``scaledl.allreduce(tensor, op, algorithm, group=group)`` on the direct path if an
+    earlier call prepared this combination; False (having done nothing) otherwise."""
+    comm = existing_communicator(group)  # type: ignore[arg-type]
+    if comm is None:
+        return False
+    try:
+        direct = comm.direct.get((algorithm, op, tensor.dtype, tensor.numel()))
+    except (AttributeError, TypeError):  # not a tensor, or an op that is no dictionary key
+        return False
+    return isinstance(direct, DirectAllreduce) and direct.run(tensor)
+
+
+def learn(call: Call, tensor: torch.Tensor, op: object) -> None:
+    """After ``call`` ran ``tensor`` on the whole path: remember whether its combination can take
+    the direct path next time (and prepare it if so)."""
+    comm = call.comm
+    key = (call.algorithm, op, tensor.dtype, tensor.numel())
+    if key in comm.direct or not isinstance(op, str):
+        return
+    if len(comm.direct) >= _LIMIT:
+        comm.direct.clear()
+    comm.direct[key] = _prepare(call, tensor)
+
+
+def _prepare(call: Call, tensor: torch.Tensor) -> DirectAllreduce | None:
+    comm, group = call.comm, call.comm.shm
+    dtype = NUMPY_DTYPES.get(tensor.dtype)
+    if group is None or comm.world_size < 2 or len(group.peers) != comm.world_size \
+            or comm.check or dtype is None:
+        return None
+    nbytes = tensor.numel() * dtype.itemsize
+    if not 0 < nbytes <= min(DIRECT_BYTES, group.window):
+        return None
+    if call.resolve(tensor.numel(), dtype.itemsize) != "shm":
+        return None
+    return DirectAllreduce(comm, group, call.op, dtype, tensor.numel())
