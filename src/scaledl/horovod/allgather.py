@@ -17,7 +17,7 @@ import torch
 from scaledl.horovod.allreduce import tensor_problem
 from scaledl.horovod.handles import Handle
 from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate
-from scaledl.horovod.paths import launch_allgather
+from scaledl.horovod.dispatch import launch_allgather
 from scaledl.horovod.process_sets import ProcessSet, context_of, global_process_set
 from scaledl.horovod.tensors import check_tensor, work_dtype
 

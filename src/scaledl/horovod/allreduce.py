@@ -20,7 +20,7 @@ import torch
 from scaledl.collectives import CollectiveHandle
 from scaledl.horovod.handles import Handle
 from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate
-from scaledl.horovod.paths import launch_allreduce
+from scaledl.horovod.dispatch import launch_allreduce
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.reduce_ops import Average, ReduceOperation, resolve_op
 from scaledl.horovod.tensors import Staged, check_tensor, scale_, stage, work_dtype

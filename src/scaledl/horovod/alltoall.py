@@ -18,7 +18,7 @@ import torch.distributed as dist
 from scaledl.horovod.allreduce import tensor_problem
 from scaledl.horovod.handles import Handle
 from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate
-from scaledl.horovod.paths import submit_native
+from scaledl.horovod.dispatch import submit_native
 from scaledl.horovod.process_sets import ProcessSet, context_of, global_process_set
 from scaledl.horovod.tensors import check_tensor, work_dtype
 

@@ -14,7 +14,7 @@ import torch
 from scaledl.horovod.allreduce import tensor_problem
 from scaledl.horovod.handles import Handle
 from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate
-from scaledl.horovod.paths import launch_broadcast
+from scaledl.horovod.dispatch import launch_broadcast
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.tensors import check_tensor, stage, work_dtype
 

@@ -18,7 +18,7 @@ import torch
 from scaledl.horovod.errors import HorovodInternalError
 from scaledl.horovod.handles import Handle
 from scaledl.horovod.negotiation import Agreement, Kind, Request, negotiate, op_of
-from scaledl.horovod.paths import launch_allreduce
+from scaledl.horovod.dispatch import launch_allreduce
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.reduce_ops import identity
 from scaledl.horovod.tensors import work_dtype

@@ -46,7 +46,7 @@ from scaledl.horovod.errors import unsupported
 from scaledl.horovod.allreduce import reduction_plan
 from scaledl.horovod.handles import Handle
 from scaledl.horovod.negotiation import Kind, Pending, Request, negotiate, plan_key
-from scaledl.horovod.paths import launch_allreduce
+from scaledl.horovod.dispatch import launch_allreduce
 from scaledl.horovod.process_sets import ProcessSet, SetContext, context_of, global_process_set
 from scaledl.horovod.reduce_ops import Average, ReduceOperation, identity, resolve_op
 from scaledl.horovod.tensors import scale_

@@ -18,7 +18,7 @@ import torch
 from scaledl.horovod.allreduce import reduction_plan, tensor_problem
 from scaledl.horovod.handles import Handle
 from scaledl.horovod.negotiation import Kind, Problem, Request, negotiate
-from scaledl.horovod.paths import launch_reduce_scatter
+from scaledl.horovod.dispatch import launch_reduce_scatter
 from scaledl.horovod.process_sets import ProcessSet, context_of, global_process_set
 from scaledl.horovod.reduce_ops import Average, Product, ReduceOperation, resolve_op, scaledl_op
 from scaledl.horovod.tensors import check_tensor, scale_, work_dtype

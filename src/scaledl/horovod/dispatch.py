@@ -1,4 +1,4 @@
-"""The data path: the scaledl collective (or torch.distributed operation) behind each call.
+"""Dispatch: the scaledl collective (or torch.distributed operation) that runs each Horovod call.
 
 Every call is a job of the communicator of its process set's data group, so calls issued one
 after another keep their order on every rank.  The ``*_async`` calls return while their job
