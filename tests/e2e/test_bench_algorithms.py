@@ -1,10 +1,12 @@
 """``scaledl bench algorithms`` end to end: a tiny real comparison (2 methods, 2 workers,
-digits, 1 epoch), and a run that fails or overruns is reported, not fatal."""
+digits, 1 epoch), a run that fails or overruns is reported, not fatal, and SIGTERM or Ctrl-C
+leave no run behind."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ import pytest
 
 from scaledl.bench.methods import METHODS, BenchSpec, available_methods
 from scaledl.bench.methods_run import LAUNCH_VARIABLES, run_method
+from scaledl.processes import group_alive
 
 TIMEOUT_S = 120
 
@@ -69,3 +72,50 @@ def test_failed_and_overrunning_runs_are_reported(tmp_path: Path) -> None:
     assert slow.status == "timeout" and "1 s limit" in (slow.reason or "")
     assert time.perf_counter() - begin < 20
 
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid) and fields[0] not in ("Z", "X"):
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_stops_the_runs_before_the_bench_exits(tmp_path: Path) -> None:
+    """Each run is a session of its own, out of reach of a signal to the bench's group: the
+    bench must stop them itself before it exits (they outlived it before).  Two tuning runs at a
+    time, so the runs of ``--tune-jobs`` threads are stopped too, not only the main thread's."""
+    count = 2
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "scaledl.cli.main", "bench", "algorithms", "--methods",
+         "allreduce", "--workers", "2", "--epochs", "500", "--dataset", "digits",
+         "--out", str(tmp_path / "runs"), "--tune-lr", "0.05,0.1", "--tune-jobs", "2"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
+        start_new_session=True,
+    )
+    runs: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(runs) < count and bench.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            runs = _children(bench.pid)
+        assert len(runs) == count, f"the bench started {runs} (exit {bench.poll()})"
+        bench.send_signal(signal.SIGTERM)
+        _, stderr = bench.communicate(timeout=45)
+        left = [pid for pid in runs if group_alive(pid, own_session=True)]
+        assert not left, f"runs {left} outlived the bench: {stderr.decode()[-800:]}"
+        assert bench.returncode == 130, stderr.decode()[-800:]
+    finally:
+        for pid in [bench.pid, *runs]:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

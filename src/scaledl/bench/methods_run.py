@@ -6,6 +6,11 @@ Each method runs as its own ``python -m scaledl.cli.main train ... --no-progress
 would share the cores and distort each other's times.  A run that exceeds the time limit is
 stopped (its whole process group) and reported as ``timeout``; one that fails is reported with
 the error line of its stderr; either way the next method runs.
+
+A :class:`Runs` starts the runs of one bench and knows which are running, also those started by
+``--tune-jobs`` threads: on an interrupt (Ctrl-C, or SIGTERM turned into one by the command)
+:meth:`Runs.stop` stops every run's process group and refuses new runs, before the bench exits,
+so that a failure leaves no process behind.
 """
 
 from __future__ import annotations
@@ -14,21 +19,23 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from scaledl import launchers
 from scaledl.bench.methods import BenchSpec, Method, train_command
-from scaledl.processes import stop_process_groups
 from scaledl.bench.methods_result import MethodResult, failed_result, read_result
+from scaledl.processes import stop_process_groups
+from scaledl.topology import TOPOLOGY_ENV
 
-__all__ = ["run_method", "run_all", "error_reason", "child_environment"]
+__all__ = ["Runs", "run_method", "run_all", "error_reason", "child_environment",
+           "LAUNCH_VARIABLES"]
 
-LAUNCH_VARIABLES = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "SCALEDL_TOPOLOGY",
-)
-"""Variables of an enclosing launch that must not leak into a run (it starts its own)."""
+LAUNCH_VARIABLES = (*launchers.LAUNCH_VARIABLES, TOPOLOGY_ENV)
+"""Variables of an enclosing launch that must not leak into a run (it starts its own): the
+launchers' table and the topology override."""
 
 _EXCEPTION = re.compile(r"^\s*([\w.]+(Error|Exception)):\s*(.+)$")
 
@@ -60,44 +67,82 @@ def error_reason(stderr: str, limit: int = 240) -> str:
     return reason if len(reason) <= limit else reason[: limit - 3] + "..."
 
 
+class Runs:
+    """The runs of one bench: each started in a session of its own, and every one still running
+    stopped by :meth:`stop` (from any thread)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = env
+        """The environment runs start from (default: this process's)."""
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Stop every run in progress (its whole process group: SIGTERM, a grace, SIGKILL) and
+        refuse new ones; returns once they are gone."""
+        with self._lock:
+            self._stopped = True
+            running = list(self._running)
+        stop_process_groups(running)
+
+    def run(self, method: Method, spec: BenchSpec, run_dir: Path) -> MethodResult:
+        """Train ``method`` into ``run_dir`` and read its result (a failed result on error);
+        ``KeyboardInterrupt`` once :meth:`stop` was called."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "scaledl.cli.main", *train_command(method, spec, run_dir)]
+        (run_dir / "command.txt").write_text(" ".join(command) + "\n")
+        start = time.perf_counter()
+        with (run_dir / "stdout.txt").open("wb") as out, \
+                (run_dir / "stderr.txt").open("wb") as err:
+            with self._lock:  # no run starts after stop() took the list of running ones
+                if self._stopped:
+                    raise KeyboardInterrupt("the bench is stopping")
+                proc = subprocess.Popen(command, stdout=out, stderr=err,
+                                        env=child_environment(self.env), start_new_session=True)
+                self._running.add(proc)
+            try:
+                code = proc.wait(timeout=spec.timeout_s)
+            except subprocess.TimeoutExpired:
+                stop_process_groups([proc])
+                code = None
+            except BaseException:
+                stop_process_groups([proc])
+                raise
+            finally:
+                with self._lock:
+                    self._running.discard(proc)
+        wall_s = time.perf_counter() - start
+        if self._stopped:
+            raise KeyboardInterrupt("the bench is stopping")
+        if code is None:
+            return failed_result(method, spec, "timeout",
+                                 f"stopped after the {spec.timeout_s:.0f} s limit", wall_s)
+        stderr = (run_dir / "stderr.txt").read_text(errors="replace")
+        if code != 0:
+            return failed_result(method, spec, "failed",
+                                 f"exit code {code}: {error_reason(stderr)}", wall_s)
+        try:
+            result = read_result(method, spec, run_dir)
+        except ValueError as error:
+            return failed_result(method, spec, "failed", str(error), wall_s)
+        result.wall_s = wall_s
+        return result
+
+
 def run_method(method: Method, spec: BenchSpec, run_dir: Path,
                env: Mapping[str, str] | None = None) -> MethodResult:
-    """Train ``method`` into ``run_dir`` and read its result (a failed result on error)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "scaledl.cli.main", *train_command(method, spec, run_dir)]
-    (run_dir / "command.txt").write_text(" ".join(command) + "\n")
-    start = time.perf_counter()
-    with (run_dir / "stdout.txt").open("wb") as out, (run_dir / "stderr.txt").open("wb") as err:
-        proc = subprocess.Popen(command, stdout=out, stderr=err, env=child_environment(env),
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=spec.timeout_s)
-        except subprocess.TimeoutExpired:
-            stop_process_groups([proc])
-            code = None
-        except BaseException:
-            stop_process_groups([proc])
-            raise
-    wall_s = time.perf_counter() - start
-    if code is None:
-        return failed_result(method, spec, "timeout",
-                             f"stopped after the {spec.timeout_s:.0f} s limit", wall_s)
-    stderr = (run_dir / "stderr.txt").read_text(errors="replace")
-    if code != 0:
-        return failed_result(method, spec, "failed",
-                             f"exit code {code}: {error_reason(stderr)}", wall_s)
-    try:
-        result = read_result(method, spec, run_dir)
-    except ValueError as error:
-        return failed_result(method, spec, "failed", str(error), wall_s)
-    result.wall_s = wall_s
-    return result
+    """One run on its own (:meth:`Runs.run`)."""
+    return Runs(env).run(method, spec, run_dir)
 
 
 def run_all(methods: list[Method], spec: BenchSpec, out: Path, repeats: int = 1,
-            echo: Callable[[str], None] | None = None) -> list[list[MethodResult]]:
+            echo: Callable[[str], None] | None = None, runs: Runs | None = None
+            ) -> list[list[MethodResult]]:
     """Every method ``repeats`` times, one run at a time (round r runs every method once, so a
-    slow phase of the machine does not hit one method only); results per method."""
+    slow phase of the machine does not hit one method only), started by ``runs``; results per
+    method."""
+    runs = runs or Runs()
     results: list[list[MethodResult]] = [[] for _ in methods]
     for repeat in range(repeats):
         for index, method in enumerate(methods):
@@ -105,7 +150,7 @@ def run_all(methods: list[Method], spec: BenchSpec, out: Path, repeats: int = 1,
             if echo is not None:
                 echo(f"[{repeat * len(methods) + index + 1}/{repeats * len(methods)}] "
                      f"{method.label}: {run_dir}")
-            result = run_method(method, spec, run_dir)
+            result = runs.run(method, spec, run_dir)
             if echo is not None:
                 echo(_one_line(result))
             results[index].append(result)

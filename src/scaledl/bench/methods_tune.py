@@ -165,8 +165,13 @@ def tune(methods: list[Method], spec: BenchSpec, grid: tuple[float, ...], out: P
                  f"epochs to target {'-' if reached is None else f'{reached:.2f}'}")
         return result
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each run is its own process
+    pool = ThreadPoolExecutor(max_workers=jobs)  # each run is its own process
+    try:
         results = list(pool.map(one, range(len(trials))))
+    finally:
+        # On an interrupt, return at once (not after the runs in flight end): the caller stops
+        # them (:meth:`scaledl.bench.methods_run.Runs.stop`), which ends these threads too.
+        pool.shutdown(wait=False, cancel_futures=True)
     tunings = []
     for method in methods:
         mine = [(lr, result) for (m, lr), result in zip(trials, results) if m is method]

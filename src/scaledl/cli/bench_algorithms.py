@@ -25,6 +25,7 @@ from scaledl.bench.methods_result import MethodResult
 from scaledl.cli.paths import check_output_dir, check_output_file
 
 if TYPE_CHECKING:
+    from scaledl.bench.methods_run import Runs
     from scaledl.bench.methods_tune import Runner
 
 __all__ = ["add_parser", "run", "build_spec", "render_table"]
@@ -152,7 +153,22 @@ def _console() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Validate everything, run every method, then show and write the results."""
+    """Validate everything, run every method, then show and write the results.  SIGTERM and
+    SIGHUP raise ``KeyboardInterrupt`` as Ctrl-C does, and on any of them (or any failure) the
+    runs in progress are stopped, their whole process groups, before this returns."""
+    from scaledl.bench.methods_run import Runs
+    from scaledl.processes import signals_raise
+
+    runs = Runs()
+    with signals_raise(KeyboardInterrupt):
+        try:
+            return _run(args, runs)
+        except BaseException:
+            runs.stop()
+            raise
+
+
+def _run(args: argparse.Namespace, runs: Runs) -> int:
     from scaledl.bench import methods_report as report
     from scaledl.bench.methods_result import median_result
     from scaledl.bench.methods_run import run_all
@@ -182,10 +198,10 @@ def run(args: argparse.Namespace) -> int:
     if skipped and args.methods is None:
         say(f"not implemented in this build, skipped: {', '.join(skipped)}", markup=False)
     if grid is not None or args.seeds is not None:
-        return run_tuned(args, methods, spec, grid, console, env)
-    runs = run_all(methods, spec, args.out, args.repeats,
-                   lambda line: say(line, markup=False, highlight=False))
-    results = [median_result(per_method) for per_method in runs]
+        return run_tuned(args, methods, spec, grid, console, env, runs.run)
+    per_method = run_all(methods, spec, args.out, args.repeats,
+                         lambda line: say(line, markup=False, highlight=False), runs)
+    results = [median_result(method_runs) for method_runs in per_method]
     render_table(results, spec, console)
     data = report.to_json(results, spec, env, ["scaledl", *getattr(args, "argv", [])],
                           skipped if args.methods is None else [])
