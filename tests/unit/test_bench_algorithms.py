@@ -225,6 +225,7 @@ def _fake_runner(calls: list[tuple[str, float, int, str]]) -> Any:
         epochs = 1.0 + abs(spec.lr - best[method.name]) * 10 + spec.seed
         reached = None if epochs > spec.epochs else epochs
         return MethodResult(method=method.name, label=method.label, steps=10, train_s=2.0,
+                            wall_s=3.0,
                             final_accuracy=0.9 - 0.01 * spec.seed, best_accuracy=0.95,
                             epochs_to_target=reached, time_to_target_s=reached,
                             comm_share=0.4, exposed_share=0.3,
@@ -258,6 +259,14 @@ def test_tuning_picks_each_methods_rate_on_validation_then_reports_over_seeds(
     data = json.loads((tmp_path / "r.json").read_text())
     rows = {row["method"]: row for row in data["summary"]}
     assert rows["diloco"]["lr"] == 0.4 and rows["diloco"]["reached"] == 3
+    # the work done, beside the seconds: 6 runs per phase of 10 steps x 4 workers x batch 32
+    work = data["work"]
+    for phase in ("tune", "report"):
+        assert work[phase]["runs"] == 6 and work[phase]["samples"] == 6 * 10 * 4 * 32
+        assert work[phase]["epochs"] == pytest.approx(6.0)
+    assert work["report"]["run_s"] == pytest.approx(6 * 3.0)
+    assert work["report"]["startup_share"] == pytest.approx(1 / 3)  # 2 of 3 s train
+    assert "tune: 6 runs, 6 epochs, 7,680 samples" in console.file.getvalue()
     assert rows["allreduce"]["mean"]["epochs_to_target"] == pytest.approx(2.0)
     assert rows["allreduce"]["spread"]["epochs_to_target"] == pytest.approx(1.0)
     assert rows["allreduce"]["mean"]["final_accuracy"] == pytest.approx(0.89)

@@ -18,7 +18,7 @@ from scaledl.bench.methods_tune import SeedSummary, Tuning
 
 __all__ = ["COLUMNS", "table_row", "markdown_table", "environment", "to_json", "write_json",
            "write_plots", "PLOT_NAMES", "SEED_COLUMNS", "seed_row", "tuning_rows", "markdown",
-           "tuned_json"]
+           "tuned_json", "work_summary", "work_line"]
 
 PLOT_NAMES = ("accuracy_vs_time.png", "accuracy_vs_epoch.png")
 """File names of the two plots in the plot directory."""
@@ -236,3 +236,37 @@ def tuned_json(spec: BenchSpec, env: dict[str, Any], command: list[str] | None,
         "summary": [s.to_dict() for s in summaries],
         "runs": [[r.to_dict() for r in per_method] for per_method in runs],
     }
+
+
+def work_summary(phases: dict[str, list[MethodResult]], spec: BenchSpec, wall_s: float
+                 ) -> dict[str, Any]:
+    """What a bench did, for a shared machine where seconds alone say little: per phase
+    (``tune``, ``report``) the runs, the epochs and samples trained, and the seconds the runs took
+    (wall, of which training and evaluation: the rest is each run's start-up and shutdown);
+    ``wall_s`` is the whole bench's time."""
+    out: dict[str, Any] = {"wall_s": wall_s}
+    for phase, results in phases.items():
+        run_s = sum(r.wall_s or 0.0 for r in results)
+        inside = sum((r.train_s or 0.0) + (r.eval_s or 0.0) for r in results)
+        epochs = sum(r.curve[-1]["epoch"] for r in results if r.curve)
+        out[phase] = {
+            "runs": len(results), "epochs": epochs,
+            "samples": sum((r.steps or 0) for r in results) * spec.workers * spec.batch_size,
+            "run_s": run_s, "train_s": inside,
+            "startup_share": None if run_s <= 0 else 1.0 - inside / run_s,
+        }
+    return out
+
+
+def work_line(work: dict[str, Any]) -> str:
+    """:func:`work_summary` in one sentence per phase."""
+    parts = [f"bench {work['wall_s'] / 60:.1f} min"]
+    for phase, numbers in work.items():
+        if not isinstance(numbers, dict):
+            continue
+        share = numbers["startup_share"]
+        parts.append(f"{phase}: {numbers['runs']} runs, {numbers['epochs']:.0f} epochs, "
+                     f"{numbers['samples']:,} samples, {numbers['run_s'] / 60:.1f} min of runs "
+                     f"({numbers['run_s'] / max(numbers['runs'], 1):.1f} s each), "
+                     f"{'-' if share is None else f'{share:.0%}'} of it start-up and shutdown")
+    return "; ".join(parts)

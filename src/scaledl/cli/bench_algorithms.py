@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,9 +75,9 @@ def add_parser(kinds: Any) -> None:
                    help="tune each method's lr on a held-out validation split over GRID "
                         "(A..B doubling, e.g. 0.0125..0.4, or a comma list), then report each "
                         "method at its own lr over --seeds seeds")
-    p.add_argument("--tune-jobs", dest="tune_jobs", type=int, default=1,
-                   help="tuning runs at a time (default 1); they are judged by epochs to "
-                        "target only, the report runs always go one at a time")
+    p.add_argument("--tune-jobs", dest="tune_jobs", type=int, default=None,
+                   help="tuning runs at a time (default 1, 2 with --quick); they are judged by "
+                        "epochs to target only, the report runs always go one at a time")
     p.add_argument("--seeds", type=int, default=None,
                    help="seeds per method, the table showing mean and spread (default 3 with "
                         "--tune-lr; without it, one run per method as --repeats sets)")
@@ -106,13 +107,20 @@ def _apply_quick(args: argparse.Namespace) -> None:
         args.methods = ",".join(name for name in QUICK_METHODS if name in available_methods())
     args.tune_lr = args.tune_lr or QUICK_GRID
     args.seeds = args.seeds or 1
+    if args.tune_jobs is None:  # a tuning run is judged by epochs only: two share the cores
+        args.tune_jobs = 2
+
+
+def _tune_jobs(args: argparse.Namespace) -> int:
+    jobs = getattr(args, "tune_jobs", None)
+    return 1 if jobs is None else int(jobs)
 
 
 def build_spec(args: argparse.Namespace) -> BenchSpec:
     """Validate the options into the budget of every run (``ValueError`` on bad input)."""
     if args.repeats < 1:
         raise ValueError(f"--repeats {args.repeats} must be at least 1")
-    jobs = getattr(args, "tune_jobs", 1)
+    jobs = _tune_jobs(args)
     if jobs < 1:
         raise ValueError(f"--tune-jobs {jobs} must be at least 1")
     seeds = getattr(args, "seeds", None)
@@ -245,6 +253,7 @@ def run_tuned(args: argparse.Namespace, methods: list[Any], spec: BenchSpec,
     from scaledl.bench.methods_tune import run_seeds, seed_summary, tune
 
     run_one = runner or run_method
+    began = time.perf_counter()
 
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False)
@@ -253,7 +262,7 @@ def run_tuned(args: argparse.Namespace, methods: list[Any], spec: BenchSpec,
     if grid is not None:
         validation = write_validation_split(spec, args.out / "data" / "validation")
         tunings = tune(methods, validation, grid, args.out / "tune", run_one, say,
-                       getattr(args, "tune_jobs", 1))
+                       _tune_jobs(args))
         header, rows = report.tuning_rows(tunings)
         _print_table(console, "epochs to the target validation accuracy per lr (* picked; "
                               "- (best): not reached)", header, rows)
@@ -267,8 +276,14 @@ def run_tuned(args: argparse.Namespace, methods: list[Any], spec: BenchSpec,
                           f"at its lr, {seeds} seeds (mean ± sd); target accuracy "
                           f"{spec.target:g}",
                  report.SEED_COLUMNS, [report.seed_row(s) for s in summaries])
+    work = report.work_summary(
+        {"tune": [r for t in tunings for _, r in t.trials],
+         "report": [r for results in runs for r in results]},
+        spec, time.perf_counter() - began)
+    say(report.work_line(work))
     data = report.tuned_json(spec, env, ["scaledl", *getattr(args, "argv", [])], grid, tunings,
                              summaries, runs, getattr(args, "workload", "mlp"))
+    data["work"] = work
     if args.json is not None:
         report.write_json(data, args.json)
         say(f"wrote {args.json}")
