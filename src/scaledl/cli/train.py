@@ -120,6 +120,8 @@ def add_parser(subparsers: Any) -> None:
                         "[optim], [parallel], [run] tables; flags override it")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar")
+    parser.add_argument("--no-plots", dest="plots", action="store_false", default=None,
+                        help="no loss.png and accuracy.png at the end")
     parser.add_argument("--log-samples", dest="log_samples", action="store_true", default=None,
                         help="write every step's sample indices to samples/rank-NNNNN.jsonl")
     parser.add_argument("--inject-fault", dest="inject_fault", default=None, metavar="SPEC",
@@ -132,6 +134,7 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     file_values = load_toml(args.config) if args.config else {}
     overrides = {name: getattr(args, name) for name, _, _ in flags()}
     overrides["progress"] = args.progress
+    overrides["plots"] = args.plots
     overrides["log_samples"] = args.log_samples
     return build_config(file_values, overrides)
 

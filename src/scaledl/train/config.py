@@ -218,6 +218,9 @@ class RunConfig:
     """Steps between metric log lines on the console (every step still goes to the JSONL)."""
     progress: bool = True
     """Show a progress bar on rank 0."""
+    plots: bool = True
+    """Write ``loss.png`` and ``accuracy.png`` at the end (``scaledl bench algorithms`` reads
+    the metrics and skips them: matplotlib is a tenth of a short run)."""
     device: str = "cpu"
     """``cpu`` (Gloo) or ``cuda`` (NCCL, GPU ``LOCAL_RANK`` of each host for each rank)."""
     precision: str = "fp32"

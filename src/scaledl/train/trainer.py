@@ -427,7 +427,8 @@ class Trainer:
         for part in parts:
             part.unlink(missing_ok=True)
         finish.clear_reports(self.out)
-        result["plots"] = [str(p) for p in plot_metrics(self.out / METRICS_NAME, self.out)]
+        result["plots"] = ([str(p) for p in plot_metrics(self.out / METRICS_NAME, self.out)]
+                           if self.config.run.plots else [])
         return result
 
     def _part(self, rank: int) -> Path:
