@@ -97,7 +97,7 @@ def test_train_command_gives_each_method_its_options() -> None:
     ps = train_command(METHODS["async-measgd"], SPEC, Path("out"))
     assert ps[0] == "train" and "--no-progress" in ps
     options = {flag: ps[i + 1] for i, flag in enumerate(ps)
-               if flag.startswith("--") and flag != "--no-progress"}
+               if flag.startswith("--") and flag not in ("--no-progress", "--no-plots")}
     assert options["--workers"] == "5" and options["--servers"] == "1"
     assert options["--momentum"] == "0.9" and options["--tau"] == "1"
     assert float(options["--alpha"]) == pytest.approx(0.9 / 4)

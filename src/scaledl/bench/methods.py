@@ -189,7 +189,7 @@ def train_command(method: Method, spec: BenchSpec, out: Path) -> list[str]:
         "--batch-size", str(spec.batch_size), "--lr", repr(spec.lr),
         "--momentum", repr(spec.momentum if method.momentum else 0.0),
         "--seed", str(spec.seed), "--eval-every", str(spec.eval_every),
-        "--out", str(out), "--no-progress",
+        "--out", str(out), "--no-progress", "--no-plots",  # the bench draws its own
     ]
     if spec.data_dir is not None:
         args += ["--data-dir", spec.data_dir]
