@@ -1,14 +1,19 @@
-"""Where the microseconds of a small shared-memory allreduce go: the same call at four depths.
+"""Where the microseconds of a small shared-memory allreduce go: the same call at six depths.
 
 Run as 2 (or more) ranks on one host, e.g.::
 
     OMP_NUM_THREADS=1 torchrun --nproc-per-node 2 benchmarks/peers/small_message.py --bytes 4096
 
-Every rank makes the same back-to-back float32 SUM allreduces of ``--bytes``, entered at four
+Every rank makes the same back-to-back float32 SUM allreduces of ``--bytes``, entered at six
 depths, the depths interleaved round by round so that load from elsewhere hits them alike:
 
-- ``api``: ``scaledl.allreduce(x, algorithm="shm")``, the whole public path (argument checks,
-  the communicator's job, the cached plan, the stage, the protocol, AVG's finish);
+- ``api``: ``scaledl.allreduce(x, algorithm="shm")``, the public call, which after its first
+  call takes the direct path (:mod:`scaledl.collectives.shm_direct`);
+- ``whole``: the same call with ``topology=`` given, which keeps it on the whole path (argument
+  checks, the communicator's job, the cached plan, the stage, the protocol, AVG's finish): what
+  every small allreduce cost before the direct path;
+- ``direct``: the direct path's prepared call alone
+  (:meth:`scaledl.collectives.shm_direct.DirectAllreduce.run`);
 - ``stage``: the communicator's stage runner on the one shared-memory stage (the call word
   announced, the failure guard, the arena lookup, the protocol);
 - ``protocol``: :func:`scaledl.collectives.shm_ops.allreduce` alone;
@@ -43,6 +48,7 @@ from scaledl.collectives import shm_ops
 from scaledl.collectives.communicator import communicator_for
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.registry import plan
+from scaledl.collectives.shm_direct import DirectAllreduce
 from scaledl.collectives.schedule import Collective
 from scaledl.transport.shm import ARRIVED, RELEASED, SPINS, ShmGroup
 
@@ -101,8 +107,13 @@ def main() -> None:
     stage = schedule.rounds[0].stage
     assert stage is not None
     members = [group.local_index(member) for member in stage.members]
+    scaledl.allreduce(x, algorithm="shm")  # the first call prepares the direct path
+    direct = comm.direct.get(("shm", "sum", x.dtype, numel))
+    assert isinstance(direct, DirectAllreduce), "the direct path was not prepared"
     depths: dict[str, Callable[[], object]] = {
         "api": lambda: scaledl.allreduce(x, algorithm="shm"),
+        "whole": lambda: scaledl.allreduce(x, algorithm="shm", topology=topology),
+        "direct": lambda: direct.run(x),
         "stage": lambda: comm.stages.run(stage, x, ReduceOp.SUM),
         "protocol": lambda: shm_ops.allreduce(group, members, x, 0, numel, ReduceOp.SUM),
     }
@@ -151,7 +162,7 @@ def main() -> None:
             median, low = statistics.median(times) * 1e6, min(times) * 1e6
             line = f"  {name:9s} median {median:7.1f}   min {low:7.1f}"
             if previous is not None:
-                line += f"   the layer above it: {previous - median:+.1f} (median)"
+                line += f"   vs the row above: {previous - median:+.1f} (median)"
             print(line)
             previous = median
         for name, times in busy.items():

@@ -37,7 +37,7 @@ from scaledl.collectives.communicator import Communicator, existing_communicator
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Collective
 from scaledl.collectives.shm_calls import call_word, describe
-from scaledl.collectives.shm_ops import DIRECT_BYTES, NUMPY_DTYPES, allreduce_direct
+from scaledl.collectives.shm_ops import DIRECT_BYTES, NUMPY_DTYPES, fold_piece
 from scaledl.faults import at_collective
 from scaledl.transport.shm import ShmGroup
 
@@ -67,7 +67,7 @@ class DirectAllreduce:
         self._tensor: weakref.ref[torch.Tensor] | None = None
         self._pointer = 0
         self._array = np.empty(0, dtype)
-        group.small_piece(self.members, dtype, numel)  # prepared now, not at the first call
+        self.piece = group.small_piece(self.members, dtype, numel)
 
     def run(self, tensor: torch.Tensor) -> bool:
         """Allreduce ``tensor`` in place; False (having done nothing) when it must take the
@@ -85,7 +85,7 @@ class DirectAllreduce:
             at_collective()  # fault-injection hook point (SCALEDL_FAULT, see scaledl.faults)
             group = self.group
             try:
-                allreduce_direct(group, self.members, out, self.op, self.word, self.describe)
+                fold_piece(group, self.piece, out, self.op, self.word, self.describe)
             except BaseException as error:  # as Paths does: the peers must stop waiting
                 group.abort(f"{type(error).__name__}: {error}")
                 raise

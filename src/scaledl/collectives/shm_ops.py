@@ -28,11 +28,12 @@ import torch
 
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import split
-from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup
+from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup, SmallPiece
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
-    "collect", "copy", "combine", "allreduce_direct", "DIRECT_BYTES", "NUMPY_DTYPES",
+    "collect", "copy", "combine", "allreduce_direct", "fold_piece", "DIRECT_BYTES",
+    "NUMPY_DTYPES",
 ]
 
 DIRECT_BYTES = 64 << 10
@@ -127,24 +128,31 @@ def _combine_into(op: ReduceOp, into: torch.Tensor, a: torch.Tensor, b: torch.Te
 
 
 def allreduce_direct(
-    group: ShmGroup, members: Sequence[int], out: np.ndarray, op: ReduceOp,
-    word: int | None = None, describe: Callable[[int], str] | None = None,
+    group: ShmGroup, members: Sequence[int], out: np.ndarray, op: ReduceOp
 ) -> None:
     """Allreduce of one small piece, ``out`` (a NumPy view of the caller's buffer, at most a
     window), over ``members``, in place: copy it into a window, announce it, wait for every
     peer's, sum all windows in member order straight into ``out`` (identical bits on every
     rank), release.  Two waits (the window's previous readers, the peers' data), one copy and
-    ``L - 1`` adds, the first of which reads two windows and writes ``out``.  With ``word``
-    the call is announced first (:meth:`ShmGroup.announce`; the direct call path,
+    ``L - 1`` adds, the first of which reads two windows and writes ``out``."""
+    fold_piece(group, group.small_piece(members, out.dtype, out.size), out, op)
+
+
+def fold_piece(
+    group: ShmGroup, piece: SmallPiece, out: np.ndarray, op: ReduceOp,
+    word: int | None = None, describe: Callable[[int], str] | None = None,
+) -> None:
+    """:func:`allreduce_direct` of a prepared ``piece``; with ``word``, the call is announced
+    first (:meth:`ShmGroup.announce`: the direct call path,
     :mod:`scaledl.collectives.shm_direct`, has no stage to do it)."""
-    piece = group.small_piece(members, out.dtype, out.size)
     windows, counts = group.small_arrive(piece, out, word, describe)
     ufunc = _UFUNCS[op]
+    first_is_out = piece.members[0] == group.index
     if out.dtype.kind == "f":
         with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
-            _fold(ufunc, out, windows, members[0] == group.index)
+            _fold(ufunc, out, windows, first_is_out)
     else:
-        _fold(ufunc, out, windows, members[0] == group.index)
+        _fold(ufunc, out, windows, first_is_out)
     group.small_release(counts, piece)
 
 
