@@ -47,7 +47,7 @@ SWEEPS = (  # device, network, model, topology, extra Job fields
     ("k80", "ib-edr", "alexnet", "8", {"strategy": "sync-easgd", "algorithm": "tree",
                                        "input_shape": (3, 64, 64), "intra": "pcie3"}),
     ("p100", "10gbe", "resnet50", "4x4x2", {"oversubscription": 4.0, "uplink": "25gbe",
-                                            "algorithm": "ring", "ideal": True}),
+                                            "algorithm": "ring", "lossless": True}),
 )
 """Sweeps over the device, link and stack presets, the strategies and the losses."""
 

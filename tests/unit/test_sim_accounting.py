@@ -41,7 +41,7 @@ def test_reduce_broadcast_books_waiting_for_broadcasts_as_communication() -> Non
     """Forward waits for each layer's broadcast: that is communication, not interference (the
     ideal model has none, and interference is at most kappa times the compute)."""
     job = replace(BASE, strategy="reduce-broadcast", algorithm="tree", network="10gbe")
-    ideal = replace(job, ideal=True).run()
+    ideal = replace(job, lossless=True).run()
     assert ideal.interference_s == pytest.approx(0.0, abs=1e-12)
     full = job.run()
     assert full.interference_s <= 0.189 * full.compute_s + 1e-12

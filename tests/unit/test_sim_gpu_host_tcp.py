@@ -73,7 +73,7 @@ def test_gpu_jobs_pay_sockets_on_ethernet_and_nothing_on_rdma(device: str) -> No
         assert network not in TCP_LINKS
         net = Job(device=device, gpus=8, topology="4x2", network=network).network_value()
         assert net.cpu_beta == 0.0
-    ideal = Job(device=device, gpus=8, topology="4x2", network="25gbe", ideal=True)
+    ideal = Job(device=device, gpus=8, topology="4x2", network="25gbe", lossless=True)
     assert ideal.network_value().cpu_beta == 0.0
 
 

@@ -237,7 +237,7 @@ def test_time_sharing_stretches_compute_beyond_the_fair_share(
 
 def test_time_sharing_is_off_for_dedicated_cores_gpus_and_the_ideal_model() -> None:
     assert Job(device="cpu", gpus=4, topology="4").stretch(4) == 1.0
-    assert Job(device="cpu", gpus=4, topology="4", cores=2, ideal=True).stretch(4) == 1.0
+    assert Job(device="cpu", gpus=4, topology="4", cores=2, lossless=True).stretch(4) == 1.0
     assert Job(device="p100", gpus=4, topology="4", cores=2).stretch(4) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="time-sharing"):
         replace(DEVICES["cpu"], timeshare=-0.1)

@@ -54,7 +54,7 @@ def test_the_stack_scales_every_link_but_not_the_ideal_model_or_a_calibration(
     for before, after in ((plain.intra, nccl1.intra), (plain.inter, nccl1.inter)):
         assert after.beta == pytest.approx(before.beta / NCCL1_LINK_EFFICIENCY)
         assert after.alpha == before.alpha
-    ideal = _dgx1(8, stack="tf-replicated", ideal=True).network_value()
+    ideal = _dgx1(8, stack="tf-replicated", lossless=True).network_value()
     assert ideal.inter.beta == pytest.approx(1 / 10.1e9)
     calibration = tmp_path / "cal.json"
     calibration.write_text(CostModel().to_json())

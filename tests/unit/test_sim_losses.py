@@ -180,7 +180,7 @@ def test_a_fast_input_pipeline_or_the_ideal_model_changes_nothing() -> None:
     job = Job(model="resnet50", gpus=8, topology="4x2", batch=32)
     free = job.run()
     assert replace(job, input_rate=1e9).run() == free
-    with pytest.raises(ValueError, match="^input_rate 1.0 does not apply to ideal:"):
-        replace(job, ideal=True, input_rate=1.0).run()  # the ideal model has no pipeline
+    with pytest.raises(ValueError, match="^input_rate 1.0 does not apply to lossless:"):
+        replace(job, lossless=True, input_rate=1.0).run()  # the ideal model has no pipeline
     with pytest.raises(ValueError, match="^input_rate -3.0 "):
         replace(job, input_rate=-3.0).run()

@@ -57,7 +57,7 @@ def test_no_stream_or_a_cuda_profile_keeps_the_preset(tmp_path: Path, tcp_beta: 
 def test_socket_bandwidth_and_gpu_hosts_are_not_the_profiles(tmp_path: Path) -> None:
     path = _profile(tmp_path, 1e-9)
     assert _job(path, socket_gbps=4.0).network_value().cpu_beta == pytest.approx(0.25e-9)
-    assert _job(path, ideal=True).network_value().cpu_beta == 0.0
+    assert _job(path, lossless=True).network_value().cpu_beta == 0.0
     gpu = _job(_profile(tmp_path, 1e-9, "cuda"), device="v100", gpus=16, topology="8x2",
                network="10gbe")
     assert gpu.network_value().cpu_beta == DEVICES["v100"].tcp_beta

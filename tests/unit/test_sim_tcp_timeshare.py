@@ -82,7 +82,7 @@ def test_a_native_stage_pays_the_multiplier_where_its_bytes_are_cpu_bound() -> N
 
 def test_only_the_cpu_device_has_it_and_the_ideal_model_does_not() -> None:
     assert Job(device="cpu", network="10gbit").network_value().cpu_timeshare == CPU_TCP_TIMESHARE
-    assert Job(device="cpu", network="10gbit", ideal=True).network_value().cpu_timeshare == ()
+    assert Job(device="cpu", network="10gbit", lossless=True).network_value().cpu_timeshare == ()
     assert Job(device="v100", network="ib-edr").network_value().cpu_timeshare == ()
 
 

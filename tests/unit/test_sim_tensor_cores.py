@@ -204,7 +204,7 @@ def test_the_ideal_reproduction_drops_precision_and_layout() -> None:
     from scaledl.sim.reproduce import idealised
     job = Job(device="a100", mixed_precision=True, channels_last=True)
     ideal = idealised(job, True)
-    assert ideal.ideal and not ideal.mixed_precision and not ideal.channels_last
+    assert ideal.lossless and not ideal.mixed_precision and not ideal.channels_last
     assert idealised(job, False) is job
     ideal.check()
 

@@ -121,7 +121,7 @@ def test_accumulation_in_a_job_amortizes_the_allreduce() -> None:
 
 def test_a_float16_allreduce_moves_half_the_bytes_and_keeps_compute() -> None:
     job = Job(model="bert_base", input_shape=(32,), gpus=8, topology="4x2", device="v100",
-              network="25gbe-roce", batch=8, bucket_mb=8192, ideal=True)
+              network="25gbe-roce", batch=8, bucket_mb=8192, lossless=True)
     full, half = job.run(), replace(job, allreduce_bytes=2).run()
     assert half.compute_s == full.compute_s and half.update_s == full.update_s
     # one bucket, bandwidth-bound ring: the collective's time roughly halves

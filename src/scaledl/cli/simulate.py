@@ -199,7 +199,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         update_time=args.update_time, inter_latency_us=args.inter_latency,
         inter_gbps=args.inter_bandwidth, intra_latency_us=args.intra_latency,
         intra_gbps=args.intra_bandwidth, socket_gbps=args.socket_bandwidth,
-        calibration=args.calibration, ideal=args.ideal,
+        calibration=args.calibration, lossless=args.ideal,
         stack=args.stack, profile_path=args.profile_file, cores=args.cores,
         input_rate=args.input_rate, cycle_ms=args.cycle_ms, fusion_mb=args.fusion_mb,
         accumulation=args.accumulation, channels_last=args.channels_last,
@@ -226,7 +226,7 @@ FLAGS = {
     "calibration": "--calibration", "channels_last": "--channels-last",
     "compute_time": "--compute-time", "cores": "--cores", "cycle_ms": "--cycle-ms",
     "device": "--device", "efficiency": "--device-efficiency", "fusion_mb": "--fusion-mb",
-    "gpus": "--gpus", "ideal": "--ideal", "input_rate": "--input-rate",
+    "gpus": "--gpus", "lossless": "--ideal", "input_rate": "--input-rate",
     "input_shape": "--input-shape", "inter_gbps": "--inter-bandwidth",
     "inter_latency_us": "--inter-latency", "intra": "--intra", "intra_gbps": "--intra-bandwidth",
     "intra_latency_us": "--intra-latency", "mixed_precision": "--mixed-precision",
@@ -280,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
     warnings.warn_on_unchecked_compute(job)
     job.update_seconds(profile)
     job.losses()
-    model = "ideal model" if job.ideal else f"stack {job.losses().stack.name}"
+    model = "ideal model" if job.lossless else f"stack {job.losses().stack.name}"
     source = f", profile {job.profile_path}" if job.profile_path else ""
     mixed, nhwc = (measured.mixed_precision, measured.channels_last) if measured else (False, False)
     sockets = (f" (TCP sockets {1e-9 / network.cpu_beta:.2f} GB/s per thread)"

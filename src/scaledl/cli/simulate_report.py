@@ -65,7 +65,7 @@ def published_check(job: Job, efficiency: float, like: str = "this one"
                     ) -> tuple[str, dict[str, object] | None]:
     """What a prediction of ``efficiency`` for ``job`` prints of its published check, and what
     its JSON holds (nothing with the ideal model: the errors are the full model's)."""
-    if job.ideal:
+    if job.lossless:
         return "", None
     if job.topology_value().world_size == 1:
         return (f"published check      none: on one {units_of(job)[:-1]}, scaling efficiency "

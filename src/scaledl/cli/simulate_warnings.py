@@ -72,7 +72,7 @@ def warn_on_unmeasured_batch(job: Job, profile: MeasuredProfile) -> None:
     batches, a CPU's caches at large ones).  Not with ``--ideal`` or ``--compute-time``, which
     do not take the profile's times."""
     low, high = min(profile.batches), max(profile.batches)
-    if job.ideal or job.compute_time is not None or low <= job.batch <= high:
+    if job.lossless or job.compute_time is not None or low <= job.batch <= high:
         return
     wanted = ",".join(map(str, sorted({*profile.batches, job.batch})))
     print(f"scaledl: warning: batch {job.batch} is outside the batches the profile "
@@ -87,7 +87,7 @@ def warn_on_threaded_profile(job: Job, profile: MeasuredProfile) -> None:
     if each rank ran one thread (as torchrun's ``OMP_NUM_THREADS=1`` runs them), so a profile
     that several threads sped up is priced too fast there."""
     threads = profile.device.get("threads", 1)
-    if (job.cores is None or job.ideal or job.compute_time is not None or not profile.on_cpu
+    if (job.cores is None or job.lossless or job.compute_time is not None or not profile.on_cpu
             or not isinstance(threads, int) or threads <= 1 or job.gpus * threads <= job.cores):
         return
     print(f"scaledl: warning: the profile {job.profile_path} was measured with {threads} "

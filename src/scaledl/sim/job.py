@@ -108,8 +108,8 @@ def check_job(job: Job) -> None:
                        f"strategies; {job.strategy} steps locally already (use <tau>)")
     if job.mixed_precision:
         _check_mixed_precision(job)
-    if job.channels_last and job.ideal:
-        raise JobError("<channels_last> does not apply to <ideal>: the ideal model prices "
+    if job.channels_last and job.lossless:
+        raise JobError("<channels_last> does not apply to <lossless>: the ideal model prices "
                        "FLOPs only, in no layout (drop one of them)")
     if job.channels_last and job.profile_path is not None:
         raise JobError("<channels_last> does not apply to <profile_path>: a measured profile has "
@@ -130,7 +130,7 @@ def check_job(job: Job) -> None:
                           ("<intra_latency_us>", job.intra_latency_us)):
         if value is not None and not 0 <= value < math.inf:
             raise JobError(f"{option} {value} must be a finite number of microseconds >= 0")
-    if job.ideal:
+    if job.lossless:
         _check_ideal(job)
     if not job.overlap and timing.no_overlap_why is not None:
         raise JobError(f"<overlap> does not apply to {job.strategy}: "
@@ -207,7 +207,8 @@ def _check_buckets(job: Job, bucketed: bool) -> None:
         option, value = given[0]
         raise JobError(f"{option} {value} shapes allreduce's gradient reductions, and "
                        f"{job.strategy} has none of them; drop it")
-    if job.bucket_mb != BUCKET_MB and not job.ideal and stack(job.stack_name()).cycle is not None:
+    if (job.bucket_mb != BUCKET_MB and not job.lossless
+            and stack(job.stack_name()).cycle is not None):
         raise JobError(f"<bucket_mb> {job.bucket_mb}: stack {job.stack_name()!r} fuses "
                        "gradients in its fusion buffer instead of buckets; drop it (or set "
                        "the buffer with <fusion_mb>)")
@@ -217,10 +218,10 @@ def _check_profile_device(job: Job) -> None:
     """A measured profile's times are its device's: a CPU profile predicts cpu ranks (not
     knl's, whose preset is another CPU), a CUDA one the GPU presets that name its GPU (any GPU
     preset when none does), never silently another device's (``scaledl simulate`` defaults
-    ``device`` to the profile's).  ``ideal`` prices FLOPs, not a profile's times: refused
+    ``device`` to the profile's).  ``lossless`` prices FLOPs, not a profile's times: refused
     beside one."""
-    if job.ideal:
-        raise JobError(f"<ideal> prices FLOPs at a constant rate and would not read the "
+    if job.lossless:
+        raise JobError(f"<lossless> prices FLOPs at a constant rate and would not read the "
                        f"profile {job.profile_path}; drop one of them")
     measured = job.measured()
     assert measured is not None
@@ -248,7 +249,7 @@ def _check_ideal(job: Job) -> None:
                                  ("<cores>", job.cores, "shared cores"),
                                  ("<socket_gbps>", job.socket_gbps, "host TCP cost")):
         if value is not None:
-            raise JobError(f"{option} {value} does not apply to <ideal>: the ideal model has "
+            raise JobError(f"{option} {value} does not apply to <lossless>: the ideal model has "
                              f"no {lacks} (drop one of them)")
 
 
@@ -260,8 +261,8 @@ def _check_mixed_precision(job: Job) -> None:
         raise JobError(f"<mixed_precision> needs a device with tensor cores; {job.device} has "
                        f"none (choose one of {choices}, or drop it and give the measured "
                        "<compute_time>)")
-    if job.ideal:
-        raise JobError("<mixed_precision> does not apply to <ideal>: the ideal model has one "
+    if job.lossless:
+        raise JobError("<mixed_precision> does not apply to <lossless>: the ideal model has one "
                        "rate per device (drop one of them)")
     if job.profile_path is not None:
         raise JobError("<mixed_precision> does not apply to <profile_path>: a measured profile has "
@@ -310,7 +311,7 @@ def job_network(job: Job) -> Network:
     burst = 0.0 if job.inter_gbps else net.burst_bytes  # an overridden rate is not tbf's
     net = replace(net, inter=inter, intra=intra, uplink=uplink, burst_bytes=burst,
                   native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(dev.backend))
-    if not job.ideal:
+    if not job.lossless:
         if job.calibration is None:  # a calibration measured the library's rates already
             share = stack(job.stack_name()).link_efficiency
             net = replace(net, intra=_share(net.intra, share), inter=_share(net.inter, share),
@@ -430,8 +431,9 @@ class Job:
     socket_gbps: float | None = None
     """GB/s one host thread moves through a TCP socket at each end (``Network.cpu_beta``);
     None: the device preset's (2.06 on GPU hosts, NVIDIA/nccl#209)."""
-    ideal: bool = False
-    """The optimistic model of earlier releases: constant device efficiency, no losses."""
+    lossless: bool = False
+    """Nothing lost (``--ideal``): FLOPs at a constant device efficiency, and none of the losses
+    of :mod:`scaledl.sim.losses` (stack costs, input pipeline, negotiation cycle, host CPU)."""
     stack: str | None = None
     """Software stack preset (default: ``scaledl`` on the cpu device, ``nccl`` on GPUs)."""
     profile_path: Path | None = None
@@ -490,7 +492,7 @@ class Job:
 
     def contention(self, world_size: int) -> float:
         """Ranks per core when ``cores`` is given and the ranks outnumber them, else 1."""
-        if self.cores is None or self.ideal:
+        if self.cores is None or self.lossless:
             return 1.0
         return ranks_per_core(world_size, self.cores)
 
@@ -498,7 +500,7 @@ class Job:
         """How much longer a rank's compute and update take when ``cores`` is given and the
         ranks outnumber them: the fair share ``c = ranks / cores`` times ``1 + timeshare *
         (1 - 1 / c)``, the device's time-sharing loss for the share of time the rank waits for a
-        core (1 with ``ideal`` or dedicated cores).  Collectives' CPU work uses
+        core (1 with ``lossless`` or dedicated cores).  Collectives' CPU work uses
         :meth:`contention` and TCP's own measured factor (``Network.cpu_timeshare``) instead."""
         share = self.contention(world_size)
         if share == 1.0:
@@ -540,13 +542,13 @@ class Job:
 
     def losses(self) -> Losses:
         """The loss terms: the device's (or the profile's measured) interference and jitter, and
-        the stack's per-call overhead and cycle; none with ``ideal``.
+        the stack's per-call overhead and cycle; none with ``lossless``.
 
         A profile measured on CUDA keeps the device's interference: its own comes from a
         reduction kernel over the whole GPU beside the model, where NCCL's kernels take a few
         of its multiprocessors (0.41-0.43 on an H100 against 0.189 measured with real
         collectives; docs/simulation.md, "Measured profiles"), so it is an upper bound."""
-        if self.ideal:
+        if self.lossless:
             return IDEAL
         dev, measured = device(self.device), self.measured()
         software = replace(stack(self.stack_name()), cycle=self.cycle())
@@ -557,8 +559,8 @@ class Job:
         return Losses(dev.interference, dev.jitter_cv, software)
 
     def compute_model(self, profile: ModelProfile) -> ComputeModel:
-        """FLOPs at a constant rate (``ideal``), the measured profile, or the roofline."""
-        if self.ideal:
+        """FLOPs at a constant rate (``lossless``), the measured profile, or the roofline."""
+        if self.lossless:
             dev = device(self.device)
             return FlopsCompute(dev.peak_tflops * 1e12 * (self.efficiency or dev.efficiency))
         measured = self.measured()
@@ -595,7 +597,7 @@ class Job:
                 raise JobError(f"<update_time> {self.update_time} must be >= 0")
             return self.update_time
         measured = self.measured()
-        if measured is not None and not self.ideal:
+        if measured is not None and not self.lossless:
             return measured.update_seconds
         dev = device(self.device)
         return UPDATE_PASSES * profile.parameter_bytes / (dev.memory_gbps * 1e9)
@@ -609,7 +611,7 @@ class Job:
         topo = topology if topology is not None else self.topology_value()
         prof = profile if profile is not None else self.profile()
         net = network if network is not None else self.network_value()
-        net = on_cores(net, topo.world_size, None if self.ideal else self.cores)
+        net = on_cores(net, topo.world_size, None if self.lossless else self.cores)
         wire = prof.reduced_as(self.allreduce_bytes)  # compute and update stay float32's
         sim = CollectiveSimulator(topo, net, wire.itemsize)
         update = self.update_seconds(prof) * self.stretch(topo.world_size)
@@ -620,7 +622,7 @@ class Job:
         )
         shared = against_one_rank(accumulated(result, self.accumulation),
                                   self.stretch(topo.world_size))
-        if self.input_rate is None or self.ideal:
+        if self.input_rate is None or self.lossless:
             return shared
         return fed_by_pipeline(shared, topo.ranks_per_node, self.input_rate)
 
@@ -635,7 +637,8 @@ def job_record(job: Job, topology: Topology, network: Network) -> dict[str, Any]
     simulator: the topology's spec, the stack's name, the input shape, the link names, the
     negotiation cycle's period and fusion buffer, the TCP sockets' per-thread rate, and the
     profile's model, precision and layout (paths as text)."""
-    data = asdict(job)
+    # the record names the field as the option does (``--ideal``), as it always has
+    data = {"ideal" if key == "lossless" else key: value for key, value in asdict(job).items()}
     for key in ("calibration", "profile_path"):
         data[key] = str(data[key]) if data[key] else None
     measured = job.measured()

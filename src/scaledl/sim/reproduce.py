@@ -149,7 +149,7 @@ def weak_scaling(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
 def idealised(job: Job, ideal: bool) -> Job:
     """``job`` under the ideal model when ``ideal`` (which has no precision, layout, input
     pipeline or negotiation cycle to price: those options are dropped), else ``job``."""
-    return replace(job, ideal=True, mixed_precision=False, channels_last=False, input_rate=None,
+    return replace(job, lossless=True, mixed_precision=False, channels_last=False, input_rate=None,
                    cycle_ms=None) if ideal else job
 
 
