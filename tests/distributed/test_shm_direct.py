@@ -1,8 +1,9 @@
-"""The direct call path of small allreduces (:mod:`scaledl.collectives.shm_direct`): taken from a
-combination's second call on, exact against torch.distributed for every op and dtype, mixed
-freely with the whole path (another rank's tensor may take either), never taken where it must
-not be (debug mode, shared arenas, tensors that need grad, queued jobs), and failing named on
-every rank when the ranks' calls differ."""
+"""The direct call path of allreduces on shared memory (:mod:`scaledl.collectives.shm_direct`):
+taken from a combination's second call on (one-piece and windowed protocols alike), exact
+against torch.distributed for every op and dtype, mixed freely with the whole path (another
+rank's tensor may take either), never taken where it must not be (debug mode, shared arenas,
+tensors that need grad, queued jobs), and failing named on every rank when the ranks' calls
+differ."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ pytestmark = pytest.mark.distributed
 DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64, torch.float16, torch.bfloat16)
 OPS = ("sum", "avg", "min", "max")
 NUMELS = (1, 1000)
-LIMITS = (16_384, 16_385)
-"""Exactly 64 KiB of float32 (the direct limit) and just over it."""
+LIMITS = (16_384, 16_385, 100_003)
+"""Exactly 64 KiB of float32 (the one-piece limit), just over it (the windowed protocol, split
+into parts), and a prime that streams through several 128 KiB windows."""
 
 
 def _data(rank: int, numel: int, dtype: torch.dtype, salt: int) -> torch.Tensor:
@@ -55,10 +57,8 @@ def _direct_cases(rank: int, p: int) -> dict[str, object]:
     wrong_path: list[str] = []
     salt = 0
     for dtype in DTYPES:
-        itemsize = torch.empty(0, dtype=dtype).element_size()
         for op in OPS:
-            for numel in NUMELS + (LIMITS if dtype is torch.float32 else ()):
-                direct = dtype not in (torch.float16, torch.bfloat16) and numel * itemsize <= 65536
+            for numel in NUMELS + (LIMITS if dtype in (torch.float32, torch.bfloat16) else ()):
                 before = whole[0]
                 for _ in range(2):
                     salt += 1
@@ -67,7 +67,7 @@ def _direct_cases(rank: int, p: int) -> dict[str, object]:
                     scaledl.allreduce(got, op=op)
                     if not torch.equal(got, _want(x, op, p)):
                         failures.append(f"{dtype} {op} {numel}")
-                if whole[0] - before != (1 if direct else 2):
+                if whole[0] - before != 1:
                     wrong_path.append(f"{dtype} {op} {numel}: {whole[0] - before} whole calls")
     comm = communicator_for(None)
     prepared = comm.direct.get(("auto", "sum", torch.float32, 1000))
@@ -129,7 +129,8 @@ def _direct_cases(rank: int, p: int) -> dict[str, object]:
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_direct_path_is_taken_exact_and_mixes_with_the_whole_path(world_size: int) -> None:
-    results = run_ranks(world_size, _direct_cases, timeout=120)
+    results = run_ranks(world_size, _direct_cases, timeout=120,
+                        env={"SCALEDL_SHM_WINDOW_MB": "0.125"})
     for rank, result in enumerate(results):
         assert result["failures"] == [] and result["wrong_path"] == [], (rank, result)
         assert result["prepared"]

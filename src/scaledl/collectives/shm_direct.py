@@ -1,27 +1,30 @@
-"""The direct call path of a small allreduce on shared memory: the public call straight to the
+"""The direct call path of an allreduce on shared memory: the public call straight to the
 protocol, with everything that does not change between calls found once.
 
 ``scaledl.allreduce(t)`` normally validates its arguments, makes a job of the group's
 communicator, flattens the tensor, resolves ``auto``, plans, announces the stage's call word,
 looks the tensor up among the shared arenas and only then runs the shared-memory protocol.  For
 a 4 KiB tensor that took about 60 of the 65 microseconds of a call on this project's machine
-(``benchmarks/peers/small_message.py``; docs/benchmarks.md).  None of it changes between two
-calls with the same arguments, so the first call of a combination takes the whole path, and
-if its answer was the direct shared-memory protocol (:func:`~scaledl.collectives.shm_ops.
-allreduce_direct`) a :class:`DirectAllreduce` remembers what it found: the members, the call
-word, the windows as NumPy arrays, the pair lines.  Later calls with the same combination
-(algorithm, op, dtype, element count, group) then check only what may differ per call (the
-tensor is a contiguous CPU tensor outside every shared arena, nothing is queued on the
-communicator) and run: the fault hook, the protocol, AVG's division, on the caller's thread.
+(``benchmarks/peers/small_message.py``), and it is a fixed cost that still weighs at 1 MiB.
+None of it changes between two calls with the same arguments, so the first call of a
+combination takes the whole path, and if it ran on the shared-memory path a
+:class:`DirectAllreduce` remembers what it found: the members and the call word, and for a
+tensor of at most :data:`~scaledl.collectives.shm_ops.DIRECT_BYTES` in a dtype NumPy sums
+(float32/64, int32/64) the one-piece exchange prepared (the windows as NumPy arrays, the pair
+lines).  Later calls with the same combination (algorithm, op, dtype, element count, group) then
+check only what may differ per call (a contiguous CPU tensor that needs no grad and lies in no
+shared arena, nothing queued on the communicator) and run on the caller's thread: the fault
+hook, the protocol (the one-piece :func:`~scaledl.collectives.shm_ops.fold_piece`, else the
+windowed :func:`~scaledl.collectives.shm_ops.allreduce`, announced as the stage runner does),
+AVG's division.
 
-A combination takes this path when: the call is synchronous and gives no ``topology``; the
+A combination takes this path when the call is synchronous and gives no ``topology``; the
 group has more than one rank, all on this host with its shared memory open; debug mode
-(``SCALEDL_DEBUG``, whose every-call agreement check is the whole point of that mode) is off;
-the dtype is one NumPy reduces natively (float32/64, int32/64) and the tensor is at most
-:data:`~scaledl.collectives.shm_ops.DIRECT_BYTES` and a window; and the algorithm, as asked or
-as ``auto`` resolves it, is ``shm``.  Every other call takes the whole path, which stays the
-reference: the direct path runs the same protocol, word for word
-(:meth:`~scaledl.transport.shm.ShmGroup.small_arrive`), so ranks may mix the two.
+(``SCALEDL_DEBUG``, whose every-call agreement check is the point of that mode) is off; and the
+algorithm, as asked or as ``auto`` resolves it, is ``shm``.  Every other call takes the whole
+path, which stays the reference: the direct path runs the same protocol, word for word
+(:meth:`~scaledl.transport.shm.ShmGroup.small_arrive` is the one-piece exchange of both), so
+ranks may mix the two.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from scaledl.collectives.communicator import Communicator, existing_communicator
 from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Collective
 from scaledl.collectives.shm_calls import call_word, describe
-from scaledl.collectives.shm_ops import DIRECT_BYTES, NUMPY_DTYPES, fold_piece
+from scaledl.collectives import shm_ops
+from scaledl.collectives.shm_ops import DIRECT_BYTES, NUMPY_DTYPES, UFUNCS, fold_piece
 from scaledl.faults import at_collective
-from scaledl.transport.shm import ShmGroup
+from scaledl.transport.shm import ShmGroup, SmallPiece
 
 __all__ = ["DirectAllreduce", "allreduce", "learn"]
 
@@ -51,23 +55,29 @@ class DirectAllreduce:
     """A small allreduce of one (algorithm, op, dtype, element count) on one communicator,
     prepared: :meth:`run` is the whole call."""
 
-    def __init__(self, comm: Communicator, group: ShmGroup, op: ReduceOp, dtype: np.dtype,
+    def __init__(self, comm: Communicator, group: ShmGroup, op: ReduceOp, dtype: torch.dtype,
                  numel: int) -> None:
         self.comm = comm
         self.group = group
         self.op = op
         self.members = [group.local_index(rank) for rank in range(comm.world_size)]
-        self.word = call_word(Collective.ALLREDUCE, numel, _TORCH_DTYPES[dtype], op, -1)
+        self.word = call_word(Collective.ALLREDUCE, numel, dtype, op, -1)
         self.describe = lambda other: describe(other, group)
-        self.nbytes = numel * dtype.itemsize
-        self.dtype = dtype
-        self.finish = _finisher(op, dtype, comm.world_size)
+        array_dtype = NUMPY_DTYPES.get(dtype)
+        self.nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+        self.piece: SmallPiece | None = None
+        """The one-piece protocol's prepared exchange, for a tensor NumPy sums and at most
+        :data:`DIRECT_BYTES`; None: the windowed protocol, piece by piece."""
+        self.ufunc = UFUNCS[op]
+        self.array_dtype = array_dtype or np.dtype(np.uint8)
+        if array_dtype is not None and 0 < self.nbytes <= min(DIRECT_BYTES, group.window):
+            self.piece = group.small_piece(self.members, array_dtype, numel)
+        self.finish = _finisher(op, array_dtype, comm.world_size)
         # The caller's last tensor and a NumPy view of its memory that does not keep it alive
         # (``Tensor.numpy()`` costs a microsecond, the size of the whole protocol at 4 KiB).
         self._tensor: weakref.ref[torch.Tensor] | None = None
         self._pointer = 0
-        self._array = np.empty(0, dtype)
-        self.piece = group.small_piece(self.members, dtype, numel)
+        self._array = np.empty(0, self.array_dtype)
 
     def run(self, tensor: torch.Tensor) -> bool:
         """Allreduce ``tensor`` in place; False (having done nothing) when it must take the
@@ -78,6 +88,9 @@ class DirectAllreduce:
         comm = self.comm
         if not comm.idle:
             return False
+        piece = self.piece
+        if piece is None:
+            return self._windowed(tensor)
         out = self._view(tensor)
         if out is None:
             return False
@@ -85,12 +98,31 @@ class DirectAllreduce:
             at_collective()  # fault-injection hook point (SCALEDL_FAULT, see scaledl.faults)
             group = self.group
             try:
-                fold_piece(group, self.piece, out, self.op, self.word, self.describe)
+                fold_piece(group, piece, out, self.ufunc, self.word, self.describe)
             except BaseException as error:  # as Paths does: the peers must stop waiting
                 group.abort(f"{type(error).__name__}: {error}")
                 raise
             if self.finish is not None:
                 self.finish(out, comm.world_size, out=out)
+        return True
+
+    def _windowed(self, tensor: torch.Tensor) -> bool:
+        """The windowed protocol (:func:`~scaledl.collectives.shm_ops.allreduce`) on the whole
+        tensor, as the stage runner runs it, without the job, plan and stage around it."""
+        group = self.group
+        if group.arenas and group.locate(tensor) is not None:
+            return False  # the in-place path reduces it (the whole path takes it there)
+        flat = tensor.view(-1)
+        comm = self.comm
+        with comm.run_lock:
+            at_collective()
+            try:
+                group.announce(self.members, self.word, self.describe)
+                shm_ops.allreduce(group, self.members, flat, 0, flat.numel(), self.op)
+            except BaseException as error:
+                group.abort(f"{type(error).__name__}: {error}")
+                raise
+            self.op.finish(flat, comm.world_size)
         return True
 
     def _view(self, tensor: torch.Tensor) -> np.ndarray | None:
@@ -107,18 +139,16 @@ class DirectAllreduce:
             return None
         pointer = tensor.data_ptr()
         memory = (ctypes.c_char * self.nbytes).from_address(pointer)
-        self._array = np.frombuffer(memoryview(memory).cast("B"), self.dtype)
+        self._array = np.frombuffer(memoryview(memory).cast("B"), self.array_dtype)
         self._tensor, self._pointer = weakref.ref(tensor), pointer
         return self._array
 
 
-_TORCH_DTYPES = {dtype: torch_dtype for torch_dtype, dtype in NUMPY_DTYPES.items()}
-
-
-def _finisher(op: ReduceOp, dtype: np.dtype, world_size: int) -> np.ufunc | None:
-    """AVG's final division as :meth:`ReduceOp.finish` does it (true division for floats, bit
-    for bit the same as torch's; floor division for integers), or None."""
-    if op is not ReduceOp.AVG:
+def _finisher(op: ReduceOp, dtype: np.dtype | None, world_size: int) -> np.ufunc | None:
+    """AVG's final division on the one-piece protocol's NumPy view, as :meth:`ReduceOp.finish`
+    does it (true division for floats, bit for bit the same as torch's; floor division for
+    integers), or None."""
+    if op is not ReduceOp.AVG or dtype is None:
         return None
     return np.divide if dtype.kind == "f" else np.floor_divide
 
@@ -150,13 +180,9 @@ def learn(call: Call, tensor: torch.Tensor, op: object) -> None:
 
 def _prepare(call: Call, tensor: torch.Tensor) -> DirectAllreduce | None:
     comm, group = call.comm, call.comm.shm
-    dtype = NUMPY_DTYPES.get(tensor.dtype)
     if group is None or comm.world_size < 2 or len(group.peers) != comm.world_size \
-            or comm.check or dtype is None:
+            or comm.check:
         return None
-    nbytes = tensor.numel() * dtype.itemsize
-    if not 0 < nbytes <= min(DIRECT_BYTES, group.window):
+    if call.resolve(tensor.numel(), tensor.element_size()) != "shm":
         return None
-    if call.resolve(tensor.numel(), dtype.itemsize) != "shm":
-        return None
-    return DirectAllreduce(comm, group, call.op, dtype, tensor.numel())
+    return DirectAllreduce(comm, group, call.op, tensor.dtype, tensor.numel())

@@ -33,7 +33,7 @@ from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup, SmallPie
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
     "collect", "copy", "combine", "allreduce_direct", "fold_piece", "DIRECT_BYTES",
-    "NUMPY_DTYPES",
+    "NUMPY_DTYPES", "UFUNCS",
 ]
 
 DIRECT_BYTES = 64 << 10
@@ -70,7 +70,7 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype[Any]] = {
     torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64),
 }
 """Dtypes the direct path sums with NumPy (half precision goes through torch, in ``combine``)."""
-_UFUNCS = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.MIN: np.minimum,
+UFUNCS = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.MIN: np.minimum,
            ReduceOp.MAX: np.maximum}
 
 
@@ -118,7 +118,7 @@ def allreduce(
 
 def _combine_into(op: ReduceOp, into: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """``into = a op b`` in one pass where NumPy has the type, on this thread."""
-    ufunc = _UFUNCS[op]
+    ufunc = UFUNCS[op]
     if a.dtype in NUMPY_DTYPES:
         with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
             ufunc(a.numpy(), b.numpy(), out=into.numpy())
@@ -135,18 +135,18 @@ def allreduce_direct(
     peer's, sum all windows in member order straight into ``out`` (identical bits on every
     rank), release.  Two waits (the window's previous readers, the peers' data), one copy and
     ``L - 1`` adds, the first of which reads two windows and writes ``out``."""
-    fold_piece(group, group.small_piece(members, out.dtype, out.size), out, op)
+    fold_piece(group, group.small_piece(members, out.dtype, out.size), out, UFUNCS[op])
 
 
 def fold_piece(
-    group: ShmGroup, piece: SmallPiece, out: np.ndarray, op: ReduceOp,
+    group: ShmGroup, piece: SmallPiece, out: np.ndarray, ufunc: np.ufunc,
     word: int | None = None, describe: Callable[[int], str] | None = None,
 ) -> None:
-    """:func:`allreduce_direct` of a prepared ``piece``; with ``word``, the call is announced
+    """:func:`allreduce_direct` of a prepared ``piece``, folding with ``ufunc`` (the op's, from
+    :data:`UFUNCS`); with ``word``, the call is announced
     first (:meth:`ShmGroup.announce`: the direct call path,
     :mod:`scaledl.collectives.shm_direct`, has no stage to do it)."""
     windows, counts = group.small_arrive(piece, out, word, describe)
-    ufunc = _UFUNCS[op]
     first_is_out = piece.members[0] == group.index
     if out.dtype.kind == "f":
         with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
