@@ -78,8 +78,3 @@ class CheckpointSchedule:
         steps = max(1, step - self._since_step)
         remaining_steps = (self.every_seconds - elapsed) * steps / max(elapsed, 1e-9)
         return [0, step + max(1, min(steps, math.floor(remaining_steps / 2)))]
-
-    @property
-    def last_saved(self) -> int:
-        """The step of the last checkpoint (or of the start)."""
-        return self._since_step

@@ -101,10 +101,6 @@ class MetricsWriter:
         """One evaluation's record (test_loss, test_accuracy, ...)."""
         self.write({"kind": "eval", "step": step, "epoch": epoch, "time": time.time(), **fields})
 
-    def log_summary(self, summary: RunSummary) -> None:
-        """The run summary record."""
-        self.write({"kind": "summary", "time": time.time(), **summary.to_dict()})
-
     def flush(self) -> None:
         """Write buffered records to the file now."""
         with self._lock:
