@@ -42,7 +42,7 @@ cli() {  # what a user of one GPU host gets from the CLI as it is
     -o "$work/profile-resnet50-cli.json"
 }
 train() {  # scaledl train --device cuda: precisions, options, strategies, torchrun, refusals
-  step train-cuda 240 env OUT="$work" bash benchmarks/device/train_cuda.sh
+  step train-cuda 360 env OUT="$work" bash benchmarks/device/train_cuda.sh
 }
 rates() { step rates 240 python3 benchmarks/device/rates.py "$work/rates"; }
 ops() { step ops 180 python3 benchmarks/device/op_times.py "$work/ops"; }  # per aten operation
