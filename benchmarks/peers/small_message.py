@@ -9,7 +9,8 @@ depths, the depths interleaved round by round so that load from elsewhere hits t
 
 - ``api``: ``scaledl.allreduce(x, algorithm="shm")``, the public call, which after its first
   call takes the direct path (:mod:`scaledl.collectives.shm_direct`);
-- ``whole``: the same call with ``topology=`` given, which keeps it on the whole path (argument
+- ``whole``: the same call with ``topology=`` given (not the argument the direct path was
+  prepared with, None), which keeps it on the whole path (argument
   checks, the communicator's job, the cached plan, the stage, the protocol, AVG's finish): what
   every small allreduce cost before the direct path;
 - ``direct``: the direct path's prepared call alone

@@ -44,7 +44,7 @@ def _want(x: torch.Tensor, op: str, p: int) -> torch.Tensor:
 
 
 def _direct_cases(rank: int, p: int) -> dict[str, object]:
-    scaledl.init(backend="gloo")
+    topology = scaledl.init(backend="gloo")
     whole = [0]
     original = Call.job
 
@@ -104,6 +104,12 @@ def _direct_cases(rank: int, p: int) -> dict[str, object]:
     failures += [] if torch.all(arena[0] == sum(range(1, p + 1)) * p) else ["arena"]
     guarded_whole = whole[0] - before
 
+    # another topology argument than the preparing call's (None) takes the whole path
+    before = whole[0]
+    for _ in range(2):
+        scaledl.allreduce(torch.ones(1000), topology=topology)
+    guarded_whole += whole[0] - before
+
     # an asynchronous job queued first runs first; the synchronous call then follows in order
     queued, after = torch.ones(1000), torch.full((1000,), 2.0)
     handle = scaledl.allreduce(queued, async_op=True)
@@ -135,7 +141,7 @@ def test_direct_path_is_taken_exact_and_mixes_with_the_whole_path(world_size: in
         assert result["failures"] == [] and result["wrong_path"] == [], (rank, result)
         assert result["prepared"]
         assert result["mixed"] == (1 if rank == 0 else 0)
-        assert result["guarded"] == 3  # requires_grad once, the arena twice
+        assert result["guarded"] == 5  # requires_grad once, the arena and a topology twice
         assert result["debug"] == 2 and result["debug_entry"] is None
 
 

@@ -18,7 +18,8 @@ hook, the protocol (the one-piece :func:`~scaledl.collectives.shm_ops.fold_piece
 windowed :func:`~scaledl.collectives.shm_ops.allreduce`, announced as the stage runner does),
 AVG's division.
 
-A combination takes this path when the call is synchronous and gives no ``topology``; the
+A combination takes this path when the call is synchronous and gives the same ``topology``
+object as the call that prepared it (or None again: the bench passes one object throughout); the
 group has more than one rank, all on this host with its shared memory open; debug mode
 (``SCALEDL_DEBUG``, whose every-call agreement check is the point of that mode) is off; and the
 algorithm, as asked or as ``auto`` resolves it, is ``shm``.  Every other call takes the whole
@@ -43,6 +44,7 @@ from scaledl.collectives.shm_calls import call_word, describe
 from scaledl.collectives import shm_ops
 from scaledl.collectives.shm_ops import DIRECT_BYTES, NUMPY_DTYPES, UFUNCS, fold_piece
 from scaledl.faults import at_collective
+from scaledl.topology import Topology
 from scaledl.transport.shm import ShmGroup, SmallPiece
 
 __all__ = ["DirectAllreduce", "allreduce", "learn"]
@@ -56,8 +58,11 @@ class DirectAllreduce:
     prepared: :meth:`run` is the whole call."""
 
     def __init__(self, comm: Communicator, group: ShmGroup, op: ReduceOp, dtype: torch.dtype,
-                 numel: int) -> None:
+                 numel: int, topology: Topology | None) -> None:
         self.comm = comm
+        self.topology = topology
+        """The ``topology`` argument of the call that prepared it: later calls must pass the
+        very same object (or None again) to take this path."""
         self.group = group
         self.op = op
         self.members = [group.local_index(rank) for rank in range(comm.world_size)]
@@ -153,8 +158,9 @@ def _finisher(op: ReduceOp, dtype: np.dtype | None, world_size: int) -> np.ufunc
     return np.divide if dtype.kind == "f" else np.floor_divide
 
 
-def allreduce(tensor: torch.Tensor, op: object, algorithm: str, group: object) -> bool:
-    """Run ``scaledl.allreduce(tensor, op, algorithm, group=group)`` on the direct path if an
+def allreduce(tensor: torch.Tensor, op: object, algorithm: str, topology: Topology | None,
+              group: object) -> bool:
+    """Run ``scaledl.allreduce(tensor, op, algorithm, topology, group)`` on the direct path if an
     earlier call prepared this combination; False (having done nothing) otherwise."""
     comm = existing_communicator(group)  # type: ignore[arg-type]
     if comm is None:
@@ -163,10 +169,11 @@ def allreduce(tensor: torch.Tensor, op: object, algorithm: str, group: object) -
         direct = comm.direct.get((algorithm, op, tensor.dtype, tensor.numel()))
     except (AttributeError, TypeError):  # not a tensor, or an op that is no dictionary key
         return False
-    return isinstance(direct, DirectAllreduce) and direct.run(tensor)
+    return (isinstance(direct, DirectAllreduce) and direct.topology is topology
+            and direct.run(tensor))
 
 
-def learn(call: Call, tensor: torch.Tensor, op: object) -> None:
+def learn(call: Call, tensor: torch.Tensor, op: object, topology: Topology | None) -> None:
     """After ``call`` ran ``tensor`` on the whole path: remember whether its combination can take
     the direct path next time (and prepare it if so)."""
     comm = call.comm
@@ -175,14 +182,15 @@ def learn(call: Call, tensor: torch.Tensor, op: object) -> None:
         return
     if len(comm.direct) >= _LIMIT:
         comm.direct.clear()
-    comm.direct[key] = _prepare(call, tensor)
+    comm.direct[key] = _prepare(call, tensor, topology)
 
 
-def _prepare(call: Call, tensor: torch.Tensor) -> DirectAllreduce | None:
+def _prepare(call: Call, tensor: torch.Tensor, topology: Topology | None
+             ) -> DirectAllreduce | None:
     comm, group = call.comm, call.comm.shm
     if group is None or comm.world_size < 2 or len(group.peers) != comm.world_size \
             or comm.check:
         return None
     if call.resolve(tensor.numel(), tensor.element_size()) != "shm":
         return None
-    return DirectAllreduce(comm, group, call.op, tensor.dtype, tensor.numel())
+    return DirectAllreduce(comm, group, call.op, tensor.dtype, tensor.numel(), topology)
