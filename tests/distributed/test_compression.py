@@ -12,6 +12,8 @@ scaledl (``PowerSGD.initial_q``), since only its column span matters.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -167,13 +169,19 @@ def _powersgd(rank: int, world: int, bucket_mb: float) -> list[float]:
     shapes = {name: tuple(p.shape) for name, p in model.module.named_parameters()}
     expected = _powersgd_reference(world, _initial_qs(model.buckets, shapes))
     return [float((got - want).abs().max()) for got, want in
-            zip(model.module.parameters(), expected)]
+            zip(model.module.parameters(), expected)] + [model.stats.bytes / STEPS]
 
 
 @pytest.mark.parametrize("bucket_mb", [25.0, 0.002])  # one bucket; one per parameter or two
 def test_powersgd_equals_the_algorithm_run_in_one_process(bucket_mb: float) -> None:
-    for differences in run_ranks(2, _powersgd, bucket_mb, timeout=60, env=ENV):
+    # stats count what went on the wire: P and Q of the compressed matrices, the rest as it
+    # is, and a used-flag per parameter (they counted the uncompressed bucket, 2,884 bytes)
+    shapes = [tuple(p.shape) for p in _net().parameters()]
+    floats = sum((s[0] + s[1]) * min(RANK, *s) if _compressed(s, RANK) else math.prod(s)
+                 for s in shapes) + len(shapes)
+    for *differences, sent in run_ranks(2, _powersgd, bucket_mb, timeout=60, env=ENV):
         assert max(differences) < 1e-6, differences
+        assert sent == 4 * floats == 980
 
 
 # -- training with each compression, DataParallel and DDP -----------------------------------

@@ -60,6 +60,7 @@ from torch.utils.hooks import RemovableHandle
 from scaledl.collectives import CollectiveHandle
 from scaledl.sync.bucketing import Bucket
 from scaledl.sync.stats import SpanRecorder, SyncStats, charge_run, charge_wait
+from scaledl.sync.wire import FinishingHandle
 
 __all__ = ["GradientReducer", "Launch", "buffer_numels"]
 
@@ -214,11 +215,14 @@ class GradientReducer:
             self._launch_next()
         blocked = time.perf_counter()
         for bucket, handle in zip(self.buckets, self._handles):
+            nbytes = bucket.nbytes
             if handle is not None:
                 handle.wait()
+                if isinstance(handle, FinishingHandle):  # compressed: what went on the wire
+                    nbytes = handle.nbytes
                 charge_run(self.stats, self.timeline, f"{self.label} bucket {bucket.index}",
-                           handle, span_bytes=bucket.nbytes)
-            self.stats.bytes += bucket.nbytes
+                           handle, span_bytes=nbytes)
+            self.stats.bytes += nbytes
         charge_wait(self.stats, self.timeline, "wait for gradients", blocked, time.perf_counter())
         self.stats.syncs += 1
         unused = self._unused_everywhere()

@@ -57,7 +57,8 @@ class SyncStats:
     wait_s: float = 0.0
     """Seconds the training thread was blocked waiting for collectives."""
     bytes: int = 0
-    """Bytes of gradient reduced (or, for parameter-server strategies, bytes sent and received)."""
+    """Bytes of gradient this rank put into its allreduces: with a compression, the compressed
+    bytes on the wire (or, for parameter-server strategies, bytes sent and received)."""
     pushes: int = 0
     """Updates this worker sent to a parameter server (asynchronous strategies)."""
     staleness_sum: int = 0

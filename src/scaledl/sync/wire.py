@@ -76,6 +76,8 @@ class Wire:
         self.topology = resolve_topology(algorithm, "allreduce", topology, group)
         self.comm = communicator_for(group)
         self.world_size = self.comm.world_size
+        self.sent = 0
+        """Bytes this rank has put into the wire's collectives (what compression saves)."""
 
     def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
         """Reduce ``tensor`` in place over the group, on the calling thread: call it only from
@@ -83,6 +85,7 @@ class Wire:
         call = Call(self.comm, Collective.ALLREDUCE, self.algorithm, self.topology,
                     ReduceOp.parse(op), 0)
         call.job(tensor)()
+        self.sent += tensor.numel() * tensor.element_size()
 
     def submit(self, job: Callable[[], None]) -> CollectiveHandle:
         """Run ``job`` on the communicator after every job submitted before it."""
@@ -99,11 +102,13 @@ class FinishingHandle(CollectiveHandle):
     """A bucket's communicator job in flight, plus the arithmetic it left: run once, by the
     first :meth:`wait` (on the waiting thread) or before the first done-callback."""
 
-    def __init__(self, job: CollectiveHandle, finish: Callable[[], None]) -> None:
+    def __init__(self, job: CollectiveHandle, finish: Callable[[], None],
+                 sent: Callable[[], int] = lambda: 0) -> None:
         # not CollectiveHandle.__init__: the job's handle keeps the future and the times
         self._future = job._future
         self._job = job
         self._finish = finish
+        self._sent = sent
         self._lock = threading.Lock()
         self._finished = False
 
@@ -124,6 +129,11 @@ class FinishingHandle(CollectiveHandle):
     @finished_at.setter
     def finished_at(self, value: float | None) -> None:
         self._job.finished_at = value
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the job put on the wire (final once it is done)."""
+        return self._sent()
 
     def _run_finish(self) -> None:
         with self._lock:
@@ -201,8 +211,16 @@ class GradientCompression(ABC):
         first wait (or done-callback) also runs what the job left."""
         job = self.prepare(key, buffer, layout)
         left: list[Callable[[], None] | None] = []
-        handle = wire.submit(lambda: left.append(job(wire)))
-        return FinishingHandle(handle, lambda: left[0]() if left and left[0] else None)
+        sent = [0]
+
+        def run() -> None:
+            # jobs run one at a time on the communicator, so the difference is this bucket's
+            before = wire.sent
+            left.append(job(wire))
+            sent[0] = wire.sent - before
+        handle = wire.submit(run)
+        return FinishingHandle(handle, lambda: left[0]() if left and left[0] else None,
+                               lambda: sent[0])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()!r})"
