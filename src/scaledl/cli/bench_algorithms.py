@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "run", "build_spec", "render_table"]
 
 DEFAULT_OUT = Path("runs/bench-algorithms")
-QUICK_METHODS = ("allreduce", "local-sgd", "diloco", "streaming-diloco")
-"""``--quick``'s methods when ``--methods`` is not given."""
+QUICK_METHODS = ("allreduce", "diloco")
+"""``--quick``'s methods when ``--methods`` is not given: the baseline and one periodic method,
+6 runs (a run is ~20 s on the shared 2 cores, almost all of it start-up)."""
 QUICK_GRID = "0.05,0.2"
 """``--quick``'s grid when ``--tune-lr`` is not given."""
 
