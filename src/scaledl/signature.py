@@ -28,6 +28,7 @@ instead of one raising and the others waiting.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -93,8 +94,12 @@ _NUMEL_SHIFT = _ROOT_BITS + _DTYPE_BITS + _OP_BITS + _KIND_BITS
 _NUMEL_MAX = (1 << (63 - _NUMEL_SHIFT)) - 1
 
 
+@functools.lru_cache(maxsize=1024)
 def digest(text: str | None) -> int:
-    """63 bits of BLAKE2b of ``text`` (0 for None): stable across processes, unlike ``hash``."""
+    """63 bits of BLAKE2b of ``text`` (0 for None): stable across processes, unlike ``hash``.
+
+    Cached: the same text (a DistributedOptimizer's bucket plan, negotiated every step) is
+    hashed once, not once per call."""
     if text is None:
         return 0
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1

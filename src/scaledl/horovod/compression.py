@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor", "Compression"]
+__all__ = ["BF16Compressor", "CastCompressor", "Compression", "Compressor", "FP16Compressor",
+           "NoneCompressor"]
 
 
 class Compressor:
@@ -39,36 +40,34 @@ class NoneCompressor(Compressor):
     """Send tensors as they are (Horovod's ``Compression.none``)."""
 
 
-class FP16Compressor(Compressor):
+class CastCompressor(Compressor):
+    """Send floating tensors cast to ``wire`` (a subclass names it); others pass unchanged."""
+
+    wire: torch.dtype = torch.float32
+
+    @classmethod
+    def compress(cls, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """Floating tensors cast to the wire dtype; the context is the original dtype."""
+        if tensor.is_floating_point():
+            return tensor.to(cls.wire), tensor.dtype
+        return tensor, tensor.dtype
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, context: Any) -> torch.Tensor:
+        """Cast back to the dtype recorded by ``compress``."""
+        return tensor.to(context) if context is not None and tensor.dtype != context else tensor
+
+
+class FP16Compressor(CastCompressor):
     """Send floating tensors as float16."""
 
-    @staticmethod
-    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """Floating tensors cast to float16; the context is the original dtype."""
-        if tensor.is_floating_point():
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, tensor.dtype
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, context: Any) -> torch.Tensor:
-        """Cast back to the dtype recorded by ``compress``."""
-        return tensor.to(context) if context is not None and tensor.dtype != context else tensor
+    wire = torch.float16
 
 
-class BF16Compressor(Compressor):
+class BF16Compressor(CastCompressor):
     """Send floating tensors as bfloat16."""
 
-    @staticmethod
-    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """Floating tensors cast to bfloat16; the context is the original dtype."""
-        if tensor.is_floating_point():
-            return tensor.to(torch.bfloat16), tensor.dtype
-        return tensor, tensor.dtype
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, context: Any) -> torch.Tensor:
-        """Cast back to the dtype recorded by ``compress``."""
-        return tensor.to(context) if context is not None and tensor.dtype != context else tensor
+    wire = torch.bfloat16
 
 
 class Compression:

@@ -218,17 +218,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         total = sum(b.numel for b in self.buckets)
         negotiate(context, Request(Kind.OPTIMIZER_SETUP, None, None, (total,), op=int(self.op),
                                    detail=self._plan))
+        self._step_request = Request(Kind.OPTIMIZER_STEP, None, None, (total,), op=int(self.op),
+                                     detail=self._plan)
+        """What every step negotiates (built once: the plan is fixed at set-up)."""
         # registered before the reducer's hooks, so they run first on every parameter
         self._hooks = [p.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
             self._on_gradient) for _, p in named]
         self._named = named
         self._reducer = GradientReducer(self.buckets, dict(named), self._launch)
         context.servers[plan_key(self._plan)] = self
-
-    def _request(self) -> Request:
-        total = sum(b.numel for b in self.buckets)
-        return Request(Kind.OPTIMIZER_STEP, None, None, (total,), op=int(self.op),
-                       detail=self._plan)
 
     # -- during backward ------------------------------------------------------------------------
     def _on_gradient(self, param: torch.Tensor) -> None:
@@ -247,7 +245,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "optimizer.step(); call step() after every "
                 f"{k} backward passes, or raise backward_passes_per_step")
         if self._passes + 1 == k and self._negotiate:  # this pass reduces: tell the others
-            self._pending = Pending(self._context, self._request())
+            self._pending = Pending(self._context, self._step_request)
         self._passes += 1
         self._pass_open = True
         torch.autograd.Variable._execution_engine.queue_callback(self._close_pass)
@@ -334,7 +332,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if (self._reducer is not None and self._context is not None and not self._reduced
                 and self._passes < k):
             if self._negotiate:
-                negotiate(self._context, self._request())
+                negotiate(self._context, self._step_request)
             self._reducer.enabled = True
             self._reducer.finish()
             self._restore_sparse()
