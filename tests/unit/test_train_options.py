@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from scaledl.cli.main import main
+from scaledl.strategies.base import Strategy
 from scaledl.train.config import OptimConfig, RunConfig, TrainConfig, build_config, load_toml
 from scaledl.train.optim import LearningRate, build_optimizer, check_optim_for_strategy
 from scaledl.train.precision import MixedPrecision, check_precision
@@ -161,23 +162,27 @@ def test_fp16_is_refused_on_the_cpu_and_where_ranks_would_skip_apart() -> None:
     check_precision("bf16", "cpu", "async-sgd")
 
 
+class _OneProcess(Strategy):
+    """A strategy of one process: the optimizer's step, counted."""
+
+    steps = 0
+
+    @property
+    def model(self) -> nn.Module:
+        return self.module
+
+    def step(self) -> None:
+        self.steps += 1
+        self.optimizer.step()
+
+    @property
+    def stats(self) -> object:  # type: ignore[override]
+        raise NotImplementedError
+
+
 def test_bf16_autocast_keeps_parameters_and_gradients_float32() -> None:
-    from scaledl.strategies.base import Strategy
-
-    class Plain(Strategy):  # a strategy of one process: the optimizer's step
-        @property
-        def model(self) -> nn.Module:
-            return self.module
-
-        def step(self) -> None:
-            self.optimizer.step()
-
-        @property
-        def stats(self) -> object:  # type: ignore[override]
-            raise NotImplementedError
-
     model = nn.Linear(4, 3)
-    strategy = Plain(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    strategy = _OneProcess(model, torch.optim.SGD(model.parameters(), lr=0.1))
     precision = MixedPrecision("bf16", torch.device("cpu"), strategy)
     with precision.autocast():
         output = model(torch.randn(5, 4))
@@ -398,36 +403,19 @@ def test_under_a_launcher_every_rank_refuses_before_joining(
 def test_fp16_scaler_skips_the_strategy_update_whose_gradients_overflowed() -> None:
     """The gradient scaler drives the strategy's whole update (``strategy.step()``), not only
     the optimizer's; torch's CPU scaler stands in for CUDA's here."""
-    from scaledl.strategies.base import Strategy
-
-    class Counting(Strategy):
-        steps = 0
-
-        @property
-        def model(self) -> nn.Module:
-            return self.module
-
-        def step(self) -> None:
-            Counting.steps += 1
-            self.optimizer.step()
-
-        @property
-        def stats(self) -> object:  # type: ignore[override]
-            raise NotImplementedError
-
     model = nn.Linear(2, 1)
-    strategy = Counting(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    strategy = _OneProcess(model, torch.optim.SGD(model.parameters(), lr=0.1))
     precision = MixedPrecision("fp16", torch.device("cpu"), strategy)
     assert precision.scaler is not None
     scale = precision.scaler.get_scale()
     strategy.zero_grad()
     precision.backward(model(torch.ones(1, 2)).sum() * float("inf"))
     precision.unscale()
-    assert not precision.step() and Counting.steps == 0
+    assert not precision.step() and strategy.steps == 0
     assert precision.scaler.get_scale() == scale / 2
     strategy.zero_grad()
     precision.backward(model(torch.ones(1, 2)).sum())
     precision.unscale()
     assert model.weight.grad is not None and torch.equal(model.weight.grad, torch.ones(1, 2))
-    assert precision.step() and Counting.steps == 1
+    assert precision.step() and strategy.steps == 1
     assert precision.state_dict()["scale"] == scale / 2
