@@ -5,7 +5,9 @@ critical path is a linear function of the link parameters (latencies paid and by
 link class, :func:`scaledl.sim.fastreplay.critical_path`).  A non-negative least-squares fit of
 ``alpha`` and ``beta`` per class to the measured medians, weighted by ``1 / measured`` so that
 small and large messages count alike (relative error), gives new parameters; the replay is
-repeated until the critical paths stop changing.  One host alone measures one class: the
+repeated until the critical paths stop changing, then refined on the replayed times (the fit
+itself is :mod:`scaledl.calibration.link_fit`'s; this module gives it the replay and says what
+the parameters are: ``alpha`` then ``beta`` of each class).  One host alone measures one class: the
 inter-host and rack classes are fitted only from files whose topology spans hosts (e.g. the
 emulated cluster's ``2x2``), and classes nothing measured keep their prior values.
 
@@ -30,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares, nnls  # type: ignore[import-untyped]
 
 from scaledl.calibration.bench_file import RERUN, BenchRow, read_rows, row_topologies
+from scaledl.calibration.link_fit import fit_links
 from scaledl.collectives.registry import ALGORITHMS, parse_algorithm, plan_numel
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import compile_collective
@@ -170,39 +172,32 @@ class FitResult:
                 "docs/simulation.md, 'Calibration'")
 
 
-def _rows(points: Sequence[Point], network: Network, cores: int | None
-          ) -> tuple[np.ndarray, np.ndarray]:
-    rows, known = [], []
-    for point in points:
-        costs = cost(point.compiled, point.topology, on_host(network, point, cores),
-                     merge_equal=False)
-        path = critical_path(point.compiled, costs)
-        rows.append([*path.alpha_counts, *path.byte_counts])
-        known.append(path.known)
-    return np.array(rows, dtype=np.float64), np.array(known, dtype=np.float64)
+@dataclass(frozen=True)
+class _Replay:
+    """``points`` replayed on ``base`` with each parameter vector's links (alpha then beta of
+    each class: :func:`_params`), for :mod:`scaledl.calibration.link_fit`."""
 
+    points: Sequence[Point]
+    base: Network
+    cores: int | None
 
-def _path_fit(points: Sequence[Point], network: Network, max_iterations: int,
-              cores: int | None = None) -> tuple[Network, np.ndarray, int]:
-    """Fixpoint of: replay, take each critical path, non-negative least squares on them."""
-    measured = np.array([p.measured_s for p in points])
-    fitted = np.zeros(6, dtype=bool)
-    iterations = 0
-    for iterations in range(1, max_iterations + 1):  # noqa: B007 (the count is returned)
-        rows, known = _rows(points, network, cores)
-        used = rows.any(axis=0)
-        if not used.any():  # every critical path is known work: no link class to fit
-            break
-        fitted |= used
-        weights = 1.0 / measured
-        solution, _ = nnls(rows[:, used] * weights[:, None], (measured - known) * weights)
-        old = _params(network)
-        params = old.copy()
-        params[used] = solution
-        network = network.with_classes(tuple(params[:3]), tuple(params[3:]))
-        if np.all(np.abs(params - old) <= 1e-9 * np.maximum(np.abs(old), 1e-30)):
-            break
-    return network, fitted, iterations
+    def network(self, params: np.ndarray) -> Network:
+        return self.base.with_classes(tuple(params[:3]), tuple(params[3:]))
+
+    def paths(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        network = self.network(params)
+        rows, known = [], []
+        for point in self.points:
+            costs = cost(point.compiled, point.topology, on_host(network, point, self.cores),
+                         merge_equal=False)
+            path = critical_path(point.compiled, costs)
+            rows.append([*path.alpha_counts, *path.byte_counts])
+            known.append(path.known)
+        return np.array(rows, dtype=np.float64), np.array(known, dtype=np.float64)
+
+    def times(self, params: np.ndarray) -> np.ndarray:
+        network = self.network(params)
+        return np.array([predict(point, network, False, self.cores) for point in self.points])
 
 
 def _params(network: Network) -> np.ndarray:
@@ -210,27 +205,8 @@ def _params(network: Network) -> np.ndarray:
                      *(link.beta for link in network.classes)])
 
 
-def _relative_errors(points: Sequence[Point], network: Network, cores: int | None = None
-                     ) -> np.ndarray:
-    return np.array([predict(p, network, False, cores) / p.measured_s - 1 for p in points])
-
-
-def _refine(points: Sequence[Point], network: Network, fitted: np.ndarray,
-            cores: int | None = None) -> Network:
-    """Least squares on the replayed (max-plus) times themselves, in log parameters."""
-    start = _params(network)
-    floor = np.array([1e-9] * 3 + [1e-15] * 3)
-
-    def build(x: np.ndarray) -> Network:
-        params = start.copy()
-        params[fitted] = np.exp(x)
-        return network.with_classes(tuple(params[:3]), tuple(params[3:]))
-
-    x0 = np.log(np.maximum(start[fitted], floor[fitted]))
-    result = least_squares(lambda x: _relative_errors(points, build(x), cores), x0,
-                           diff_step=1e-4,
-                           xtol=1e-12, ftol=1e-12, max_nfev=400)
-    return build(result.x)
+_FLOOR = np.array([1e-9] * 3 + [1e-15] * 3)
+"""The smallest alpha and beta the log-parameter refinement starts from."""
 
 
 def fit_network(points: Sequence[Point], prior: Network, max_iterations: int = 12,
@@ -239,34 +215,26 @@ def fit_network(points: Sequence[Point], prior: Network, max_iterations: int = 1
     if len(points) < 2:
         raise ValueError(f"calibration needs at least two measurements, got {len(points)}")
     base = replace(prior, overhead=0.0)
-    best: tuple[float, Network] | None = None
-    fitted = np.zeros(6, dtype=bool)
-    iterations = 0
+    starts = []
     for slow in (1.0, 10.0, 100.0):  # starts: the prior, and outer links slower than inner
         alphas = tuple(link.alpha * (slow if c else 1.0) for c, link in enumerate(base.classes))
         betas = tuple(link.beta * (slow if c else 1.0) for c, link in enumerate(base.classes))
-        network, used, steps = _path_fit(points, base.with_classes(alphas, betas),
-                                         max_iterations, cores)
-        iterations = max(iterations, steps)
-        if not used.any():
-            continue
-        fitted |= used
-        network = _refine(points, network, used, cores)
-        rms = float(np.sqrt(np.mean(_relative_errors(points, network, cores) ** 2)))
-        if best is None or rms < best[0]:
-            best = (rms, network)
-    if best is None:
+        starts.append(_params(base.with_classes(alphas, betas)))
+    replay = _Replay(points, base, cores)
+    fit = fit_links([p.measured_s for p in points], replay, starts, _FLOOR, max_iterations)
+    if fit is None:
         raise ValueError(
             f"the measurements constrain no link of network {prior.name!r}: on it every "
             "replayed critical path is host CPU work, not link time; give the --network (and "
             "--cores) they were measured on, e.g. --network 1gbit --cores 2 for the emulated "
             "cluster")
-    params = _derive_uplink(prior, np.where(fitted, _params(best[1]), _unfitted(prior)), fitted)
-    network = best[1].with_classes(tuple(params[:3]), tuple(params[3:]))
+    fitted = fit.fitted
+    params = _derive_uplink(prior, np.where(fitted, fit.params, _unfitted(prior)), fitted)
+    network = replay.network(fit.params).with_classes(tuple(params[:3]), tuple(params[3:]))
     classes = tuple(bool(fitted[c] or fitted[c + 3]) for c in range(3))
     derived = prior.uplink is None and classes[1] and not classes[2]
-    return FitResult(replace(network, name="calibrated"), classes, best[0],  # type: ignore[arg-type]
-                     len(points), iterations, derived)
+    return FitResult(replace(network, name="calibrated"), classes,  # type: ignore[arg-type]
+                     fit.rms_relative_error, len(points), fit.iterations, derived)
 
 
 def _unfitted(prior: Network) -> np.ndarray:
