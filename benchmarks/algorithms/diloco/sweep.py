@@ -1,0 +1,94 @@
+"""DiLoCo's own settings against synchronous SGD on the tuned MLP job (docs/benchmarks.md,
+"DiLoCo and streaming DiLoCo"): every configuration of CONFIGS as a real ``scaledl train`` run,
+two at a time, on the held-out validation split (``--split validation``) or the test split with
+several seeds (``--split test``).  Prints one line per run and writes ``sweep-<split>.json``.
+
+    nice -n 10 python benchmarks/algorithms/diloco/sweep.py --split validation --out /tmp/sweep
+
+The job is the one of the tuned comparison: digits, MLP, 4 workers, batch 8, 6 epochs, an
+evaluation every 5 steps, target 0.95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from scaledl.bench.methods import METHODS, BenchSpec, Method
+from scaledl.bench.methods_data import write_validation_split
+from scaledl.bench.methods_run import run_method
+from scaledl.strategies.comparison import MethodRow
+
+SPEC = BenchSpec(workers=4, epochs=6, dataset="digits", batch_size=8, eval_every=5, target=0.95)
+
+# name: (method, lr, extra train options)
+CONFIGS: dict[str, tuple[str, float, tuple[tuple[str, str], ...]]] = {
+    "allreduce lr 0.4": ("allreduce", 0.4, ()),
+    "diloco lr 0.05 outer 0.7/0.9 (bench)": ("diloco", 0.05, ()),
+}
+
+
+def add(name: str, method: str, lr: float, **options: object) -> None:
+    """One configuration; ``options`` are ``scaledl train`` flags (``outer_lr=1.0``)."""
+    CONFIGS[name] = (method, lr, tuple((k, str(v)) for k, v in options.items()))
+
+
+for inner in (0.05, 0.1, 0.2):
+    for outer_lr, outer_mu in ((0.7, 0.9), (1.0, 0.0), (1.0, 0.5), (0.7, 0.5), (0.5, 0.9)):
+        for inner_mu in (0.9, 0.0):
+            add(f"diloco lr {inner} mu {inner_mu} outer {outer_lr}/{outer_mu}", "diloco", inner,
+                outer_lr=outer_lr, outer_momentum=outer_mu, momentum=inner_mu)
+add("diloco lr 0.05 mu 0.9 outer 1.0/0.9", "diloco", 0.05, outer_lr=1.0, outer_momentum=0.9)
+add("diloco lr 0.1 mu 0.9 outer 1.0/0.9", "diloco", 0.1, outer_lr=1.0, outer_momentum=0.9)
+for h in (10, 15):  # the anchor moves every H steps: what H does to epochs to target
+    add(f"diloco lr 0.05 outer 0.7/0.9 H {h}", "diloco", 0.05, tau=h)
+    add(f"diloco adamw 0.003 outer 0.7/0.9 H {h}", "diloco", 0.003, optimizer="adamw", tau=h)
+for inner in (0.001, 0.003, 0.01):
+    for outer_lr, outer_mu in ((0.7, 0.9), (1.0, 0.5)):
+        add(f"diloco adamw {inner} outer {outer_lr}/{outer_mu}", "diloco", inner,
+            optimizer="adamw", outer_lr=outer_lr, outer_momentum=outer_mu)
+
+
+def method_of(name: str, options: tuple[tuple[str, str], ...]) -> Method:
+    base = METHODS[name]
+    return Method(name, replace(base.row, options=base.row.options + options))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--split", choices=("validation", "test"), default="validation")
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--only", default=None, help="comma list of substrings of names")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    spec = SPEC
+    if args.split == "validation":
+        spec = write_validation_split(spec, args.out / "validation")
+    names = [n for n in CONFIGS if args.only is None
+             or any(part in n for part in args.only.split(","))]
+    jobs = [(n, s) for s in range(args.seeds) for n in names]
+
+    def one(job: tuple[str, int]) -> dict[str, object]:
+        name, seed = job
+        method, lr, options = CONFIGS[name]
+        folder = args.out / args.split / name.replace(" ", "_").replace("/", "-") / f"seed-{seed}"
+        result = run_method(method_of(method, options), replace(spec, lr=lr, seed=seed), folder)
+        curve = [(round(p["epoch"], 2), round(p["accuracy"], 3)) for p in result.curve]
+        line = {"name": name, "seed": seed, "status": result.status, "reason": result.reason,
+                "epochs_to_target": result.epochs_to_target,
+                "best": result.best_accuracy, "final": result.final_accuracy, "curve": curve}
+        print(f"{name:48s} seed {seed}: {result.status} epochs "
+              f"{result.epochs_to_target} best {result.best_accuracy} "
+              f"final {result.final_accuracy}", flush=True)
+        return line
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        lines = list(pool.map(one, jobs))
+    (args.out / f"sweep-{args.split}.json").write_text(json.dumps(lines, indent=1))
+
+
+if __name__ == "__main__":
+    main()
