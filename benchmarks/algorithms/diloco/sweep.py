@@ -20,7 +20,6 @@ from pathlib import Path
 from scaledl.bench.methods import METHODS, BenchSpec, Method
 from scaledl.bench.methods_data import write_validation_split
 from scaledl.bench.methods_run import run_method
-from scaledl.strategies.comparison import MethodRow
 
 SPEC = BenchSpec(workers=4, epochs=6, dataset="digits", batch_size=8, eval_every=5, target=0.95)
 
