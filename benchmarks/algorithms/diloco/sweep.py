@@ -51,6 +51,17 @@ for inner in (0.001, 0.003, 0.01):
             optimizer="adamw", outer_lr=outer_lr, outer_momentum=outer_mu)
 
 
+TABLE = (
+    "allreduce lr 0.4", "diloco lr 0.05 outer 0.7/0.9 (bench)",
+    "diloco lr 0.1 mu 0.9 outer 1.0/0.0", "diloco lr 0.1 mu 0.9 outer 0.7/0.5",
+    "diloco lr 0.1 mu 0.9 outer 0.5/0.9", "diloco lr 0.05 mu 0.9 outer 1.0/0.9",
+    "diloco adamw 0.003 outer 0.7/0.9", "diloco lr 0.05 outer 0.7/0.9 H 10",
+    "diloco adamw 0.003 outer 0.7/0.9 H 10", "diloco lr 0.05 outer 0.7/0.9 H 15",
+    "diloco adamw 0.003 outer 0.7/0.9 H 15",
+)
+"""The configurations of docs/benchmarks.md's table (``--only table``)."""
+
+
 def method_of(name: str, options: tuple[tuple[str, str], ...]) -> Method:
     base = METHODS[name]
     return Method(name, replace(base.row, options=base.row.options + options))
@@ -60,14 +71,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--split", choices=("validation", "test"), default="validation")
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--only", default=None, help="comma list of substrings of names")
+    parser.add_argument("--only", default=None, help="comma list of substrings of names, or "
+                        "'table': the configurations of docs/benchmarks.md")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     spec = SPEC
     if args.split == "validation":
         spec = write_validation_split(spec, args.out / "validation")
-    names = [n for n in CONFIGS if args.only is None
-             or any(part in n for part in args.only.split(","))]
+    if args.only == "table":
+        names = list(TABLE)
+    else:
+        names = [n for n in CONFIGS if args.only is None
+                 or any(part in n for part in args.only.split(","))]
     jobs = [(n, s) for s in range(args.seeds) for n in names]
 
     def one(job: tuple[str, int]) -> dict[str, object]:
