@@ -131,7 +131,7 @@ def check_job(job: Job) -> None:
         if value is not None and not 0 <= value < math.inf:
             raise JobError(f"{option} {value} must be a finite number of microseconds >= 0")
     if job.lossless:
-        _check_ideal(job)
+        _check_lossless(job)
     if not job.overlap and timing.no_overlap_why is not None:
         raise JobError(f"<overlap> does not apply to {job.strategy}: "
                        f"{timing.no_overlap_why} (drop it)")
@@ -241,7 +241,7 @@ def _check_profile_device(job: Job) -> None:
                        f"{job.device} hardware (`scaledl simulate profile {measure}`)")
 
 
-def _check_ideal(job: Job) -> None:
+def _check_lossless(job: Job) -> None:
     """The ideal model has no input pipeline and no negotiation cycle: options that set them
     would be ignored, so they are refused."""
     for option, value, lacks in (("<input_rate>", job.input_rate, "input pipeline"),
