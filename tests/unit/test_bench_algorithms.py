@@ -327,3 +327,18 @@ def test_cnn_workload_is_cifar_shaped_learnable_digits(tmp_path: Path) -> None:
     flat = test_x.reshape(len(test_x), -1).astype(np.float64)
     guess = ((flat[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)
     assert (guess == test_y).mean() > 0.5
+
+
+def test_quick_is_two_methods_tuned_two_runs_at_a_time(tmp_path: Path) -> None:
+    """--quick (CI, under 2 minutes: 6 runs, 86 s at load 7) fills only what is left open."""
+    from scaledl.cli import bench_algorithms as cli
+
+    args = cli_args(tmp_path, ["--quick"])
+    cli._apply_quick(args)
+    assert args.methods == "allreduce,diloco" and args.tune_lr == cli.QUICK_GRID
+    assert (args.workers, args.epochs, args.seeds, args.tune_jobs) == (2, 3, 1, 2)
+    given = cli_args(tmp_path, ["--quick", "--tune-jobs", "1", "--methods", "allreduce"])
+    cli._apply_quick(given)
+    assert given.tune_jobs == 1 and given.methods == "allreduce"
+    with pytest.raises(ValueError, match="--tune-jobs 0 must be at least 1"):
+        cli.build_spec(cli_args(tmp_path, ["--tune-jobs", "0"]))
