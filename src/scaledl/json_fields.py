@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeGuard
 
 __all__ = ["SHOWN_CHARS", "shown", "is_number", "is_whole", "is_duration", "is_object",
-           "number", "integer", "json_list", "string", "json_object"]
+           "number", "integer", "json_list", "string", "json_object", "refuse_unknown"]
 
 SHOWN_CHARS = 40
 """The most characters :func:`shown` gives."""
@@ -102,3 +102,12 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
     if not is_object(value):
         raise ValueError(f"{what} {shown(value)} must be an object")
     return dict(value)
+
+
+def refuse_unknown(record: dict[str, Any], known: set[str], where: str) -> None:
+    """Refuse a field of a record (JSON object or TOML table) that its schema does not have: a
+    misspelt one would be silently ignored.  ``where`` starts the message."""
+    unknown = sorted(set(record) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r}; use one of "
+                         f"{', '.join(sorted(known))}")

@@ -17,6 +17,7 @@ from dataclasses import fields
 from importlib import resources
 from typing import Any
 
+from scaledl.json_fields import refuse_unknown
 from scaledl.sim.device_model import Device
 from scaledl.sim.network import LinkClass, Network
 
@@ -45,7 +46,7 @@ def load_presets(text: str, name: str = PRESETS_FILE) -> tuple[dict[str, Device]
     data = tomllib.loads(text)
     devices = {}
     for index, record in enumerate(data.get("device", []), 1):
-        _known(record, _DEVICE_FIELDS, f"{name}, device {index}")
+        refuse_unknown(record, _DEVICE_FIELDS, f"{name}, device {index}")
         values: dict[str, Any] = {
             key: tuple(map(tuple, value)) if key == "tcp_timeshare" else
             tuple(value) if isinstance(value, list) else value for key, value in record.items()}
@@ -56,19 +57,12 @@ def load_presets(text: str, name: str = PRESETS_FILE) -> tuple[dict[str, Device]
     links = {}
     for index, record in enumerate(data.get("link", []), 1):
         where = f"{name}, link {index}"
-        _known(record, _LINK_FIELDS, where)
+        refuse_unknown(record, _LINK_FIELDS, where)
         if "name" not in record or "latency_s" not in record or (
                 ("gbits" in record) == ("gbps" in record)):
             raise ValueError(f"{where}: needs name, latency_s and one of gbits or gbps")
         links[record["name"]] = record
     return devices, links
-
-
-def _known(record: dict[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(set(record) - known)
-    if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r}; use one of "
-                         f"{', '.join(sorted(known))}")
 
 
 def _link(record: dict[str, Any]) -> LinkClass:

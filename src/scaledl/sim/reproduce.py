@@ -32,6 +32,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
 
+from scaledl.json_fields import refuse_unknown
 from scaledl.sim.job import Job
 
 __all__ = ["Case", "Prediction", "Row", "error", "within_target", "evaluate", "idealised",
@@ -236,7 +237,7 @@ def load_cases(directory: Traversable) -> tuple[tuple[str, tuple[Case, ...]], ..
             data = tomllib.loads(entry.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"{where} is not valid TOML: {exc}") from None
-        _known(data, {"family", "job", "case"}, where)
+        refuse_unknown(data, {"family", "job", "case"}, where)
         family = _typed(data, "family", str, where)
         defaults = data.get("job", {})
         records = data.get("case", [])
@@ -260,7 +261,7 @@ def _case(record: Any, defaults: dict[str, Any], where: str) -> Case:
         raise ValueError(f"{where}: a case is a table")
     name = _typed(record, "name", str, where)
     where = f"{where} ({name!r})"
-    _known(record, _CASE_FIELDS, where)
+    refuse_unknown(record, _CASE_FIELDS, where)
     metric, setup, source = (_typed(record, key, str, where)
                              for key in ("metric", "setup", "source"))
     compare = record.get("compare", COMPARISONS[0])
@@ -376,12 +377,4 @@ def _typed(record: dict[str, Any], key: str, kind: type, where: str) -> Any:
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise ValueError(f"{where}: field {key!r} is {value!r}, not {kind.__name__}")
     return value
-
-
-def _known(record: dict[str, Any], known: set[str], where: str) -> None:
-    """Refuse a field the schema does not have (a misspelt one would be silently ignored)."""
-    unknown = sorted(set(record) - known)
-    if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r}; use one of "
-                         f"{', '.join(sorted(known))}")
 
