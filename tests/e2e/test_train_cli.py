@@ -142,6 +142,9 @@ def test_new_options_from_toml_and_flags_under_torchrun_and_load_model(tmp_path:
     assert summary["config"]["optim"]["grad_accum"] == 2
     assert summary["config"]["parallel"]["compression"] == "bf16"
     assert summary["result"]["steps"] == 30 and summary["result"]["test_accuracy"] >= 0.85
+    # the summary counts what went on the wire: half the float32 gradients, once per step
+    sent = summary["result"]["bytes_sent"] / 30 / sum(summary["result"]["gradient_buckets"])
+    assert 0.5 <= sent < 0.501, sent
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     rates = [r["lr"] for r in steps if r.get("kind") == "step"]
     # global batch 32 x 2 ranks x 2 = 128: the rate rises from 0.003 to 0.003 x 128 / 64

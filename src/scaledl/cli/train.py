@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rich import filesize
 from rich.console import Console
 from rich.table import Table
 
@@ -398,6 +399,8 @@ def _report(result: dict[str, Any], config: TrainConfig) -> None:
         ("steps", str(result["steps"])),
         ("samples/s", f"{result['samples_per_s']:,.0f}"),
         ("time in communication", f"{100 * result['comm_share']:.1f} %"),
+        ("sent per step by rank 0",
+         filesize.decimal(round(result.get("bytes_sent", 0) / max(1, result["steps"])))),
         ("communication hidden behind compute",
          "n/a" if hidden is None else f"{100 * hidden:.1f} %"),
     ]

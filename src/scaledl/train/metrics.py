@@ -267,6 +267,9 @@ class RunSummary:
     """Mean staleness of those updates (server updates applied in between); ``None`` if none."""
     max_staleness: int | None = None
     """Largest staleness of one of those updates; ``None`` if none."""
+    bytes_sent: int = 0
+    """Bytes this rank's strategy put into its exchanges (``SyncStats.bytes``: with a gradient
+    compression, the compressed bytes on the wire)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -286,12 +289,17 @@ class RunStats:
         self.pushes = 0
         self.staleness_sum = 0
         self.staleness_max = 0
+        self.bytes_sent = 0
 
     def add_staleness(self, pushes: int, staleness_sum: int, staleness_max: int) -> None:
         """Count ``pushes`` updates sent to a parameter server with their staleness."""
         self.pushes += pushes
         self.staleness_sum += staleness_sum
         self.staleness_max = max(self.staleness_max, staleness_max)
+
+    def add_bytes(self, nbytes: int) -> None:
+        """Count ``nbytes`` this rank's strategy sent."""
+        self.bytes_sent += nbytes
 
     def add(self, times: StepTimes, samples: int) -> None:
         """Count one step of ``samples`` samples (pass the global batch for global throughput)."""
@@ -316,6 +324,7 @@ class RunStats:
             hidden_fraction=hidden, pushes=self.pushes,
             mean_staleness=self.staleness_sum / self.pushes if self.pushes else None,
             max_staleness=self.staleness_max if self.pushes else None,
+            bytes_sent=self.bytes_sent,
         )
 
 

@@ -343,6 +343,7 @@ class Trainer:
         elapsed = time.perf_counter() - update.start
         sync = strategy.stats.reset()
         self.stats.add_staleness(sync.pushes, sync.staleness_sum, sync.staleness_max)
+        self.stats.add_bytes(sync.bytes)
         self._staleness = sync.mean_staleness
         return StepTimes(elapsed, sync.comm_s, sync.wait_s)
 
