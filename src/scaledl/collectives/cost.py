@@ -24,7 +24,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from scaledl.collectives.shm_ops import DIRECT_BYTES
+from scaledl.collectives.shm_ops import direct_limit
 from scaledl.collectives.schedule import Action, Collective, Path as StagePath, Schedule, Stage
 from scaledl.topology import Topology
 
@@ -161,7 +161,7 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> tuple[float, flo
     twice (in, out) and add ``(L-1)/L`` of it; reduce_scatter waits once, copies its share in and
     adds it (a piece holds a window's worth of every member's part); allgather and broadcast
     wait once and copy once (in on one side, out on the others).  An allreduce of at most
-    ``DIRECT_BYTES`` (:mod:`scaledl.collectives.shm_ops`) waits twice and every rank adds the
+    :func:`~scaledl.collectives.shm_ops.direct_limit` waits twice and every rank adds the
     whole of every peer's piece; in 4- and 8-byte types (the direct path) it copies once, the
     sum reading the windows straight into the buffer.
     """
@@ -173,7 +173,7 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> tuple[float, flo
         window = max(1, window // members) * members
     pieces = math.ceil(nbytes / window)
     adds = (members - 1) / members * nbytes * model.gamma
-    if collective is Collective.ALLREDUCE and nbytes <= min(DIRECT_BYTES, model.shm_window):
+    if collective is Collective.ALLREDUCE and nbytes <= direct_limit(model.shm_window):
         return 2, nbytes if itemsize >= 4 else 2 * nbytes, (members - 1) * nbytes * model.gamma
     if collective in (Collective.ALLREDUCE, Collective.REDUCE):
         return 3 * pieces, 2 * nbytes, adds

@@ -7,10 +7,10 @@ default, ``SCALEDL_SHM_WINDOW_MB``), for allreduce on ``L`` ranks:
 
 1. every rank copies its piece into its own window and announces it (a large piece but for
    the rank's own part, which no peer reads);
-2. small pieces (<= 64 KiB, the direct path): every rank sums all windows in rank order straight
-   into its buffer, so every rank holds identical bits; larger pieces: rank ``k`` sums part
-   ``k`` of its buffer and of every peer's window into its own window and announces it, then
-   every rank copies the ``L`` reduced parts out;
+2. pieces of at most 1 MiB and a quarter window (the direct path): every rank sums all
+   windows in rank order straight into its buffer, so every rank holds identical bits; larger
+   pieces: rank ``k`` sums part ``k`` of its buffer and of every peer's window into its own
+   window and announces it, then every rank copies the ``L`` reduced parts out;
 3. every rank announces that it has finished reading, which frees the windows for the piece
    after next (two windows per rank: copying in piece ``t+1`` overlaps reading piece ``t``).
 

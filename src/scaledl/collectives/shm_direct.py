@@ -9,7 +9,7 @@ a 4 KiB tensor that took about 60 of the 65 microseconds of a call on this proje
 None of it changes between two calls with the same arguments, so the first call of a
 combination takes the whole path, and if it ran on the shared-memory path a
 :class:`DirectAllreduce` remembers what it found: the members and the call word, and for a
-tensor of at most :data:`~scaledl.collectives.shm_ops.DIRECT_BYTES` in a dtype NumPy sums
+tensor of at most :func:`~scaledl.collectives.shm_ops.direct_limit` in a dtype NumPy sums
 (float32/64, int32/64) the one-piece exchange prepared (the windows as NumPy arrays, the pair
 lines).  Later calls with the same combination (algorithm, op, dtype, element count, group) then
 check only what may differ per call (a contiguous CPU tensor that needs no grad and lies in no
@@ -42,7 +42,7 @@ from scaledl.collectives.ops import ReduceOp
 from scaledl.collectives.schedule import Collective
 from scaledl.collectives.shm_calls import call_word, describe
 from scaledl.collectives import shm_ops
-from scaledl.collectives.shm_ops import DIRECT_BYTES, NUMPY_DTYPES, UFUNCS, fold_piece
+from scaledl.collectives.shm_ops import NUMPY_DTYPES, UFUNCS, direct_limit, fold_piece
 from scaledl.faults import at_collective
 from scaledl.topology import Topology
 from scaledl.transport.shm import ShmGroup, SmallPiece
@@ -72,10 +72,11 @@ class DirectAllreduce:
         self.nbytes = numel * torch.empty(0, dtype=dtype).element_size()
         self.piece: SmallPiece | None = None
         """The one-piece protocol's prepared exchange, for a tensor NumPy sums and at most
-        :data:`DIRECT_BYTES`; None: the windowed protocol, piece by piece."""
+        :func:`~scaledl.collectives.shm_ops.direct_limit`; None: the windowed protocol, piece by
+        piece."""
         self.ufunc = UFUNCS[op]
         self.array_dtype = array_dtype or np.dtype(np.uint8)
-        if array_dtype is not None and 0 < self.nbytes <= min(DIRECT_BYTES, group.window):
+        if array_dtype is not None and 0 < self.nbytes <= direct_limit(group.window):
             self.piece = group.small_piece(self.members, array_dtype, numel)
         self.finish = _finisher(op, array_dtype, comm.world_size)
         # The caller's last tensor and a NumPy view of its memory that does not keep it alive

@@ -11,7 +11,7 @@ thread only: with torch's default intra-op threads a copy or a sum of a large te
 over every core, and two ranks sharing a host then fight each other for them (measured:
 docs/benchmarks.md).  Sums go through :meth:`ReduceOp.combine`, which runs on one thread too.
 
-A small allreduce (one piece of at most :data:`DIRECT_BYTES`, in a dtype NumPy adds natively)
+A small allreduce (one piece of at most :func:`direct_limit`, in a dtype NumPy adds natively)
 takes the direct path, :func:`allreduce_direct`: NumPy views of the buffer and the windows
 throughout, one copy in, one sum in member order into the buffer, no tensor made on the way.
 At 4 KiB the tensor views, the per-peer ``combine`` and its error-state context cost more than
@@ -21,6 +21,7 @@ the data (benchmarks/peers/small_message.py; docs/benchmarks.md, "Against the pe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -32,12 +33,24 @@ from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup, SmallPie
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
-    "collect", "copy", "combine", "allreduce_direct", "fold_piece", "DIRECT_BYTES",
+    "collect", "copy", "combine", "allreduce_direct", "fold_piece", "DIRECT_BYTES", "direct_limit",
     "NUMPY_DTYPES", "UFUNCS",
 ]
 
-DIRECT_BYTES = 64 << 10
-"""Pieces up to this size are summed whole by every rank (one wait instead of two)."""
+DIRECT_BYTES = 1 << 20
+"""Pieces up to this size (and a quarter of a window, :func:`direct_limit`) are summed whole by
+every rank: two waits instead of three.  Measured with ``benchmarks/paths/mid_size.py`` (2 and
+4 ranks on this project's 2-core machine, shared): summing whole took 0.65-0.94x the split
+protocol's time from 64 KiB to 2 MiB on 2 ranks and 0.26-0.59x at 64 KiB-1 MiB on 4; the split
+protocol reads ``(L - 1) n`` fewer bytes per rank, which wins once a piece no longer fits the
+caches (docs/benchmarks.md, "Mid-size allreduce")."""
+
+
+def direct_limit(window: int) -> int:
+    """The largest piece summed whole, for windows of ``window`` bytes: :data:`DIRECT_BYTES`,
+    or a quarter window when windows are small (as tests make them, so that pieces of both
+    kinds run)."""
+    return min(DIRECT_BYTES, window // 4)
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
@@ -89,14 +102,14 @@ def allreduce(
     if len(members) < 2:
         return  # nothing to combine: the buffer holds the result
     dtype = NUMPY_DTYPES.get(buffer.dtype)
-    if dtype is not None and (hi - lo) * dtype.itemsize <= min(DIRECT_BYTES, group.window):
-        allreduce_direct(group, members, buffer.numpy()[lo:hi], op)
+    if dtype is not None:
+        _allreduce_array(group, members, buffer.numpy()[lo:hi], UFUNCS[op])
         return
     me = group.index
     position = members.index(me)
     for a, b in _pieces(lo, hi, _elements(group, buffer)):
         piece = buffer[a:b]
-        if (b - a) * buffer.element_size() <= DIRECT_BYTES:
+        if (b - a) * buffer.element_size() <= direct_limit(group.window):
             counts, windows = arrive(group, members, piece)
             copy(piece, windows[members[0]])
             for peer in members[1:]:
@@ -114,6 +127,55 @@ def allreduce(
         group.publish(REDUCED, counts)
         collect(group, members, windows, counts, parts, piece)
         group.publish(RELEASED, counts)
+
+
+def _allreduce_array(
+    group: ShmGroup, members: Sequence[int], data: np.ndarray, ufunc: np.ufunc
+) -> None:
+    """:func:`allreduce` of a NumPy view: NumPy views of the windows throughout, prepared once
+    per piece size (:meth:`ShmGroup.small_piece`), no tensor made; the same protocol and the
+    same order of the sums as the tensor version, which half precision takes."""
+    limit = direct_limit(group.window)
+    if data.nbytes <= limit:
+        fold_piece(group, group.small_piece(members, data.dtype, data.size), data, ufunc)
+        return
+    step = max(1, group.window // data.itemsize)
+    for start in range(0, data.size, step):
+        piece = data[start:start + step]
+        prepared = group.small_piece(members, piece.dtype, piece.size)
+        if piece.nbytes <= limit:
+            fold_piece(group, prepared, piece, ufunc)
+        else:
+            _split_piece(group, prepared, piece, ufunc)
+
+
+def _split_piece(group: ShmGroup, prepared: SmallPiece, data: np.ndarray, ufunc: np.ufunc) -> None:
+    """One large piece: copy in all but one's own part, reduce one's own part from ``data`` and
+    the peers' windows (in member order) straight into one's window, announce it, copy every
+    member's reduced part out of its window into ``data``."""
+    members = prepared.members
+    parts = _parts(data.size, len(members))
+    position = members.index(group.index)
+    own_lo, own_hi = parts[position]
+    windows, counts = group.small_arrive(prepared, data, skip=(own_lo, own_hi))
+    into = windows[position][own_lo:own_hi]
+    source = data[own_lo:own_hi]
+    with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
+        for index, window in enumerate(windows):
+            if index != position:
+                ufunc(source, window[own_lo:own_hi], out=into)
+                source = into
+    group.small_publish(REDUCED, counts, prepared)
+    for peer, count in counts:
+        group.reached(peer, REDUCED, count, "reduce its part")
+    for window, (part_lo, part_hi) in zip(windows, parts):
+        np.copyto(data[part_lo:part_hi], window[part_lo:part_hi])
+    group.small_publish(RELEASED, counts, prepared)
+
+
+@lru_cache(maxsize=256)
+def _parts(numel: int, count: int) -> tuple[tuple[int, int], ...]:
+    return tuple(split(0, numel, count))
 
 
 def _combine_into(op: ReduceOp, into: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -153,7 +215,7 @@ def fold_piece(
             _fold(ufunc, out, windows, first_is_out)
     else:
         _fold(ufunc, out, windows, first_is_out)
-    group.small_release(counts, piece)
+    group.small_publish(RELEASED, counts, piece)
 
 
 def _fold(ufunc: np.ufunc, out: np.ndarray, windows: list[np.ndarray], first_is_out: bool) -> None:

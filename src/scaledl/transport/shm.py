@@ -451,12 +451,13 @@ class ShmGroup:
 
     def small_arrive(
         self, piece: SmallPiece, data: np.ndarray, word: int | None = None,
-        describe: Callable[[int], str] | None = None,
+        describe: Callable[[int], str] | None = None, skip: tuple[int, int] = (0, 0),
     ) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
         """One piece of ``piece``'s shape: with ``word``, first announce the call it belongs to
-        (:meth:`announce`); claim a window, copy ``data`` in, announce it, wait for every
-        peer's (checking its call); return every member's window holding the piece, in member
-        order, and the pair counts for :meth:`small_release`.
+        (:meth:`announce`); claim a window, copy ``data`` in (but for the stretch ``skip``,
+        which no peer reads), announce it, wait for every peer's (checking its call); return
+        every member's window holding the piece, in member order, and the pair counts for
+        :meth:`small_publish`.
 
         The same protocol, word for word, as :meth:`announce`, :meth:`begin`,
         :meth:`publish` and :meth:`arrived` one after the other (so a peer may take either
@@ -495,7 +496,13 @@ class ShmGroup:
             else:
                 self.reached(peer, RELEASED, count, "finish reading this rank's window")
         self._readers[slot] = counts
-        np.copyto(piece.mine[slot], data)
+        skip_lo, skip_hi = skip
+        if skip_hi > skip_lo:
+            mine = piece.mine[slot]
+            np.copyto(mine[:skip_lo], data[:skip_lo])
+            np.copyto(mine[skip_hi:], data[skip_hi:])
+        else:
+            np.copyto(piece.mine[slot], data)
         line = ARRIVED + slot
         for (_, count), lines in zip(counts, piece.out_lines):
             if jitter is not None:
@@ -530,15 +537,15 @@ class ShmGroup:
                    for member, window in zip(piece.members, piece.windows)]
         return windows, counts
 
-    def small_release(self, counts: list[tuple[int, int]], piece: SmallPiece) -> None:
-        """Tell the peers of a :meth:`small_arrive` piece that this rank has read their
-        windows (:meth:`publish` of ``RELEASED``)."""
+    def small_publish(self, kind: int, counts: list[tuple[int, int]], piece: SmallPiece) -> None:
+        """Tell the peers of a :meth:`small_arrive` piece that this rank reached ``kind``
+        (``REDUCED`` or ``RELEASED``; :meth:`publish` without its dictionary)."""
         own = self._cells[self.index]
         jitter = self.jitter
         for (_, count), lines in zip(counts, piece.out_lines):
             if jitter is not None:
                 jitter.pause("write")
-            own[lines[RELEASED]] = count
+            own[lines[kind]] = count
         if jitter is not None:
             jitter.pause("published")
 
