@@ -21,10 +21,10 @@ from pathlib import Path
 from torch import nn
 
 from scaledl.models.registry import build_model
-from scaledl.sim.compute import RooflineCompute
+from scaledl.profiling.profile_file import load_profile
+from scaledl.sim.compute import RooflineCompute, measured_compute
 from scaledl.sim.presets import device
 from scaledl.sim.profile import ModelProfile, profile_model
-from scaledl.sim.profile_file import load_profile
 
 
 def kind(module: nn.Module) -> str:
@@ -56,7 +56,7 @@ def main() -> None:
     nhwc = measured.device.get("memory_format") == "channels_last"
     profile = profile_model(measured.model, input_shape=measured.input_shape,
                             num_classes=measured.num_classes)
-    times = measured.compute_for(profile).layer_times(profile, args.batch)
+    times = measured_compute(measured, profile).layer_times(profile, args.batch)
     roofline = RooflineCompute(device(args.device), channels_last=nhwc, mixed_precision=mixed)
     credited = roofline.layer_times(profile, args.batch)
     plain = roofline.layer_times(without_winograd(profile), args.batch)

@@ -1,5 +1,5 @@
-"""Measure single-GPU training steps of scaledl's models with ``scaledl.sim.measure`` under the
-settings NVIDIA's recipes use (cuDNN autotuning, TF32 matrix products), one profile file each.
+"""Measure single-GPU training steps of scaledl's models with ``scaledl.profiling.measure`` under
+the settings NVIDIA's recipes use (cuDNN autotuning, TF32 matrix products), one profile file each.
 
     python benchmarks/device/rates.py OUTDIR [TAG ...]
 
@@ -21,9 +21,9 @@ import os
 
 import torch
 
-from scaledl.sim.measure import measure_profile
+from scaledl.profiling.measure import measure_profile
 from scaledl.sim.profile import default_input
-from scaledl.sim.profile_file import save_profile
+from scaledl.profiling.profile_file import save_profile
 
 DEVICE = os.environ.get("RATES_DEVICE", "cuda")  # cpu: a dry run
 CONFIGS = {  # tag: model, batches, precision

@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from host import RATES, Host, load_host
+from scaledl.profiling.profile_file import load_profile
 from scaledl.sim.calibrate import Point, load_points, on_host, predict
+from scaledl.sim.compute import measured_compute
 from scaledl.sim.job import Job
 from scaledl.sim.losses import STACKS
 from scaledl.sim.network import Network
 from scaledl.sim.overlap import call_software
-from scaledl.sim.profile_file import load_profile
 
 MIN_BYTES, TOLERANCE = 1 << 20, 0.15
 VM = Host()
@@ -134,7 +135,7 @@ def _beyond_compute(single: Path, model: str, batch: int, profile: Path) -> floa
         return None
     step = statistics.median(_step_times(single))
     measured = load_profile(profile)
-    fwd_bwd = measured.compute_for(Job(model=model, profile_path=profile).profile())
+    fwd_bwd = measured_compute(measured, Job(model=model, profile_path=profile).profile())
     times = fwd_bwd.layer_times(Job(model=model, profile_path=profile).profile(), batch)
     return max(step - sum(times[0]) - sum(times[1]), 0.0)
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from scaledl.sim.measure_host import drain
+from scaledl.profiling.measure_host import drain
 
 NBYTES, CHUNK, PORT = 256 << 20, 1 << 20, 29517
 

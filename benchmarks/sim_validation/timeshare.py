@@ -31,7 +31,7 @@ def _steps(model_name: str, steps: int, start: Barrier, out: mp.Queue,  # type: 
     import torch
 
     from scaledl.models.registry import build_model
-    from scaledl.sim.measure import _Step
+    from scaledl.profiling.measure import _Step
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

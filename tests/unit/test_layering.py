@@ -3,7 +3,8 @@
 topology -> transport -> collectives -> sync -> strategies -> train -> cli, with data and models
 beside train's inputs, and bench / sim / cluster beside the stack (they may use any layer below
 cli); calibration (the benchmark file and the fits) sits after collectives, below bench and sim,
-which both use it.  ``scaledl/__init__.py`` is the public facade and may import anything.
+which both use it; profiling (measuring a model's compute and the profile file) sits after
+models, below sim.  ``scaledl/__init__.py`` is the public facade and may import anything.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ LAYERS: dict[str, float] = {
     "sync": 4,
     "strategies": 5, "horovod": 5,
     "data": 6, "models": 6,
+    "profiling": 6.5,
     "train": 7, "integrations": 7,
     "bench": 8, "sim": 8, "cluster": 8, "launch": 8,
     "cli": 9,

@@ -1,11 +1,11 @@
 """What a lent H100 and a lent H200 measured (benchmarks/device/h100-2026-11-26,
 h200-2026-11-26) against the simulator.
 
-The profiles there were taken on CUDA by ``scaledl.sim.measure`` (``benchmarks/device/rates.py``):
-a profile predicts a batch it did not measure, the rates in ``device_checks`` are the ones in
-those files, and the H100 and H200 presets (whose ``e`` is the A100's, carried over) predict the
-convolutional networks' measured rates within 15% (H100 -10% to +1%, H200 -6% to +15%;
-EfficientNet's depthwise layers excepted, docs/simulation.md).
+The profiles there were taken on CUDA by ``scaledl.profiling.measure``
+(``benchmarks/device/rates.py``): a profile predicts a batch it did not measure, the rates in
+``device_checks`` are the ones in those files, and the H100 and H200 presets (whose ``e`` is the
+A100's, carried over) predict the convolutional networks' measured rates within 15% (H100 -10%
+to +1%, H200 -6% to +15%; EfficientNet's depthwise layers excepted, docs/simulation.md).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from scaledl.cli.simulate_report import format_profile
 from scaledl.sim.device_checks import RATE_CHECKS, RateCheck, predicted_rate
 from scaledl.sim.job import Job
 from scaledl.sim.presets import device
-from scaledl.sim.profile_file import load_profile
+from scaledl.profiling.profile_file import load_profile
 
 DEVICE_RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "device"
 RUN = DEVICE_RUNS / "h100-2026-11-26"

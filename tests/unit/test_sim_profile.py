@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from scaledl.cli.main import main
-from scaledl.sim.compute import MeasuredCompute
+from scaledl.profiling.measure import measure_profile, robust_cv
+from scaledl.profiling.profile_file import MeasuredProfile, ModuleTimes, load_profile, save_profile
+from scaledl.sim.compute import MeasuredCompute, measured_compute
 from scaledl.sim.job import Job
-from scaledl.sim.measure import measure_profile, robust_cv
 from scaledl.sim.profile import Layer, ModelProfile
-from scaledl.sim.profile_file import MeasuredProfile, ModuleTimes, load_profile, save_profile
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_modules_without_parameters_join_the_layer_before_them() -> None:
                           ((10, (1,)), (10, (0,))))
     measured = _profile((4,), [("conv", 40, [1.0]), ("relu", 0, [0.5]), ("fc", 40, [2.0])],
                         [3 * 3.5 * 1.2])  # the hooks saw 1/1.2 of the iteration
-    compute = measured.compute_for(layers)
+    compute = measured_compute(measured, layers)
     assert compute.forward == ((1.5 * 1.2,), (2.0 * 1.2,))
     assert compute.backward == ((3.0 * 1.2,), (4.0 * 1.2,))
 

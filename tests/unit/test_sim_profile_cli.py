@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from scaledl.cli.main import main
-from scaledl.sim.measure import measure_profile
-from scaledl.sim.profile_file import MeasuredProfile, save_profile
+from scaledl.profiling.measure import measure_profile
+from scaledl.profiling.profile_file import MeasuredProfile, save_profile
 from tests.helpers_cli import one_error
 
 QUIET_CPU = ["--device", "cpu", "--network", "1gbit", "--gpus", "2", "--batch", "4"]
@@ -49,7 +49,7 @@ def profiled(monkeypatch: pytest.MonkeyPatch, measured: MeasuredProfile
             pytest.fail("measured before the mistake was reported")
         return returned[0]
 
-    monkeypatch.setattr("scaledl.sim.measure.measure_profile", fake)
+    monkeypatch.setattr("scaledl.profiling.measure.measure_profile", fake)
     yield returned
 
 

@@ -17,7 +17,7 @@ from scaledl.sim.compute import RooflineCompute
 from scaledl.sim.job import Job
 from scaledl.sim.presets import DEVICES
 from scaledl.sim.profile import Layer, ModelProfile, profile_model
-from scaledl.sim.profile_file import load_profile
+from scaledl.profiling.profile_file import load_profile
 
 CONV = OpCost("aten.convolution.default", 1e8, 4e5, 2e4, 5e4, convolution=True)
 """FLOPs, activation bytes per sample, filter bytes, outputs per sample."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from scaledl.cli.paths import check_output_file
 from scaledl.sim.job import Job
-from scaledl.sim.presets import DEVICES
+from scaledl.sim.presets import DEVICES, measured_presets
 
 __all__ = ["ACTION_OPTIONS", "LINK_OPTIONS", "check_outputs", "check_sweep_outputs",
            "refuse_unused_options", "check_profile_matches", "input_shape",
@@ -100,7 +100,7 @@ def profile_device(profile_file: Path | None) -> str | None:
     measured = None if profile_file is None else Job(profile_path=profile_file).measured()
     if measured is None:
         return None
-    named = measured.device_presets()
+    named = measured_presets(measured)
     if not named:
         gpus = ", ".join(name for name, dev in DEVICES.items() if dev.is_gpu)
         raise ValueError(f"the profile {profile_file} was measured on "

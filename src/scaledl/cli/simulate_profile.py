@@ -48,9 +48,9 @@ def run_profile(args: argparse.Namespace, parse_shape: Callable[[str], tuple[int
     import torch
 
     from scaledl.cli.simulate_report import format_profile
-    from scaledl.sim.measure import measurable_device, measure_profile
+    from scaledl.profiling.measure import measurable_device, measure_profile
     from scaledl.sim.profile import default_input
-    from scaledl.sim.profile_file import save_profile
+    from scaledl.profiling.profile_file import save_profile
     from scaledl.cli.simulate_warnings import warn_on_busy_profile
 
     _refuse_twice(args)

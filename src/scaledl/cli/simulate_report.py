@@ -17,7 +17,7 @@ from scaledl.sim.iteration import IterationResult
 from scaledl.sim.job import Job
 from scaledl.sim.network import Network
 from scaledl.sim.presets import device
-from scaledl.sim.profile_file import MeasuredProfile
+from scaledl.profiling.profile_file import MeasuredProfile
 from scaledl.sim.reproduce import TARGET_POINTS, Case, Row, mean_absolute_error
 from scaledl.sim.trust import TRAITS, Band, band, count_within
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from scaledl.sim.job import Job
-from scaledl.sim.profile_file import MeasuredProfile
+from scaledl.profiling.profile_file import MeasuredProfile
 from scaledl.topology import Topology
 
 __all__ = ["warn_on_one_host_oversubscription", "warn_on_busy_profile",
@@ -30,9 +30,9 @@ def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
 
 def warn_on_busy_profile(profile: MeasuredProfile, path: Path) -> None:
     """One ``scaledl: warning:`` line naming ``path`` when the profile's own numbers say it was
-    measured on a busy machine (:func:`scaledl.sim.profile_trust.untrustworthy`); it is still
+    measured on a busy machine (:func:`scaledl.profiling.profile_trust.untrustworthy`); it is still
     used."""
-    from scaledl.sim.profile_trust import untrustworthy
+    from scaledl.profiling.profile_trust import untrustworthy
 
     problems = untrustworthy(profile)
     if problems:

@@ -10,12 +10,10 @@
   cores shared by processor sharing, stages as CPU work;
 - :mod:`~scaledl.sim.collective`: one collective's predicted time, plans cached;
 - :mod:`~scaledl.sim.profile`, :mod:`~scaledl.sim.compute`: per-layer bytes and FLOPs, and how
-  long each layer takes (ideal rule, device roofline, measured profile);
+  long each layer takes (ideal rule, device roofline, a measured profile: the measuring and
+  its file are :mod:`scaledl.profiling`'s);
 - :mod:`~scaledl.sim.losses`, :mod:`~scaledl.sim.overlap`, :mod:`~scaledl.sim.iteration`: what
   real clusters lose, the overlapped timelines, one training iteration;
-- :mod:`~scaledl.sim.measure`, :mod:`~scaledl.sim.measure_host`,
-  :mod:`~scaledl.sim.profile_file`: ``scaledl simulate profile``, its host measurements and
-  its file;
 - :mod:`~scaledl.sim.calibrate`: fit links to ``scaledl bench collectives --json`` on the replay
   and validate (the file and ``native``'s fit are :mod:`scaledl.calibration`'s);
 - :mod:`~scaledl.sim.reproduce`: published results (TOML files under ``published/``, one per

@@ -27,7 +27,12 @@ a measured profile (docs/simulation.md, "Device efficiency").
   ``batch x total FLOPs / (peak x time)`` never falls as the batch grows and never exceeds
   ``e <= 1`` (a unit test checks both).
 - :class:`MeasuredCompute` (``--profile FILE``): per-layer times measured by ``scaledl simulate
-  profile``, each layer's time an affine function of the batch through the measured points.
+  profile``, each layer's time an affine function of the batch through the measured points;
+  :func:`measured_compute` maps the file's leaf modules onto the layers: a module without
+  parameters (ReLU, pooling) is charged to the closest parameter-owning module before it in
+  forward order (its backward then runs just before that module's, as in autograd), and the
+  time the hooks did not see (the loss, autograd's own work) is spread over the layers in
+  proportion to their time, so that per-layer times add up to the measured iteration.
 - :func:`scaled`: any of these rescaled to a measured whole compute time (``--compute-time``),
   keeping the split between layers.
 """
@@ -39,11 +44,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from scaledl.models.trace import OpCost
+from scaledl.profiling.profile_file import MeasuredProfile
 from scaledl.sim.presets import Device
 from scaledl.sim.profile import BACKWARD_FACTOR, Layer, ModelProfile
 
-__all__ = ["ComputeModel", "FlopsCompute", "RooflineCompute", "MeasuredCompute", "scaled",
-           "efficiency"]
+__all__ = ["ComputeModel", "FlopsCompute", "RooflineCompute", "MeasuredCompute",
+           "measured_compute", "scaled", "efficiency"]
 
 Times = tuple[list[float], list[float]]
 
@@ -161,6 +167,33 @@ class MeasuredCompute:
                              f"{len(profile.layers)}; profile the same model and input shape")
         return ([_at(self.batches, times, batch) for times in self.forward],
                 [_at(self.batches, times, batch) for times in self.backward])
+
+
+def measured_compute(measured: MeasuredProfile, profile: ModelProfile) -> MeasuredCompute:
+    """Per-layer times of ``measured`` on ``profile``'s layers (see the module docstring);
+    ``ValueError`` when a layer has no module's times."""
+    missing = measured.untimed(layer.name for layer in profile.layers)
+    if missing is not None:
+        raise ValueError(f"the profile of {measured.model} has no module {missing!r}; "
+                         "profile the same model (and input shape) again")
+    index = {layer.name: i for i, layer in enumerate(profile.layers)}
+    k_count = len(measured.batches)
+    forward = [[0.0] * k_count for _ in profile.layers]
+    backward = [[0.0] * k_count for _ in profile.layers]
+    owner = 0
+    for module in measured.modules:
+        owner = index.get(module.name, owner)
+        for k in range(k_count):
+            forward[owner][k] += module.forward_s[k]
+            backward[owner][k] += module.backward_s[k]
+    for k in range(k_count):  # spread what the hooks did not see
+        seen = sum(f[k] + b[k] for f, b in zip(forward, backward))
+        factor = measured.forward_backward_s[k] / seen if seen > 0 else 1.0
+        for f, b in zip(forward, backward):
+            f[k] *= factor
+            b[k] *= factor
+    return MeasuredCompute(measured.batches, tuple(tuple(f) for f in forward),
+                           tuple(tuple(b) for b in backward))
 
 
 def _at(batches: Sequence[int], times: Sequence[float], batch: int) -> float:

@@ -17,8 +17,10 @@ from scaledl.collectives.auto import CostModel, Fabric, check_paths
 from scaledl.collectives.cost import reduce_scatter_is_allreduce
 from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
 from scaledl.collectives.schedule import Collective
+from scaledl.profiling.profile_file import MeasuredProfile, load_profile
 from scaledl.sim.collective import CollectiveSimulator
-from scaledl.sim.compute import ComputeModel, FlopsCompute, RooflineCompute, Times, scaled
+from scaledl.sim.compute import (
+    ComputeModel, FlopsCompute, RooflineCompute, Times, measured_compute, scaled)
 from scaledl.sim.device_model import Device
 from scaledl.sim.iteration import (
     IterationResult,
@@ -30,9 +32,9 @@ from scaledl.sim.iteration import (
 )
 from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
 from scaledl.sim.network import LinkClass, Network, on_cores, ranks_per_core
-from scaledl.sim.presets import DEVICES, TCP_LINKS, build_network, burst_bytes, device, link
+from scaledl.sim.presets import (
+    DEVICES, TCP_LINKS, build_network, burst_bytes, device, link, measured_presets)
 from scaledl.sim.profile import ModelProfile, default_input, profile_model
-from scaledl.sim.profile_file import MeasuredProfile, load_profile
 from scaledl.sim.timings import timing_model
 from scaledl.topology import Topology
 
@@ -225,7 +227,7 @@ def _check_profile_device(job: Job) -> None:
                        f"profile {job.profile_path}; drop one of them")
     measured = job.measured()
     assert measured is not None
-    dev, named = device(job.device), measured.device_presets()
+    dev, named = device(job.device), measured_presets(measured)
     if measured.on_cpu:
         fits, where = dev.name in named, "a CPU"
     else:
@@ -565,7 +567,7 @@ class Job:
             return FlopsCompute(dev.peak_tflops * 1e12 * (self.efficiency or dev.efficiency))
         measured = self.measured()
         if measured is not None:
-            return measured.compute_for(profile)
+            return measured_compute(measured, profile)
         return RooflineCompute(self.device_value(), self.channels_last, self.mixed_precision)
 
     def layer_times(self, profile: ModelProfile, world_size: int = 1) -> Times:

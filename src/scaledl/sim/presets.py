@@ -18,11 +18,13 @@ from importlib import resources
 from typing import Any
 
 from scaledl.json_fields import refuse_unknown
+from scaledl.profiling.profile_file import MeasuredProfile
 from scaledl.sim.device_model import Device
 from scaledl.sim.network import LinkClass, Network
 
-__all__ = ["Device", "DEVICES", "devices_named", "LINKS", "TCP_LINKS", "device", "link",
-           "build_network", "burst_bytes", "DEFAULT_INTRA", "INSIDE_HOST_LINKS", "load_presets"]
+__all__ = ["Device", "DEVICES", "devices_named", "measured_presets", "LINKS", "TCP_LINKS",
+           "device", "link", "build_network", "burst_bytes", "DEFAULT_INTRA", "INSIDE_HOST_LINKS",
+           "load_presets"]
 
 PRESETS_FILE = "presets.toml"
 """The presets, package data of :mod:`scaledl.sim`."""
@@ -127,6 +129,14 @@ def devices_named(gpu_name: str) -> tuple[str, ...]:
     (``"NVIDIA A100-SXM4-80GB"``: ``a100-80gb``, then ``a100``); empty when none is."""
     found = [d for d in DEVICES.values() if d.names(gpu_name)]
     return tuple(d.name for d in sorted(found, key=lambda d: -len(d.cuda_names)))
+
+
+def measured_presets(measured: MeasuredProfile) -> tuple[str, ...]:
+    """The device presets of the device ``measured`` was measured on: ``cpu`` for a CPU, the GPU
+    presets whose GPU CUDA named (most specific first), none for a GPU no preset is."""
+    if measured.on_cpu:
+        return ("cpu",)
+    return devices_named(str(measured.device.get("name", "")))
 
 
 def link(name: str) -> LinkClass:

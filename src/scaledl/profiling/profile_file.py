@@ -1,5 +1,5 @@
 """The measured profile file of ``scaledl simulate profile`` (JSON, schema
-``scaledl.simulate.profile/1``) and how the simulator uses it.
+``scaledl.simulate.profile/1``).
 
 The file holds, for each batch size measured: every leaf module's forward and backward seconds
 in forward order (median over the repeats), the whole iteration's forward+backward and update
@@ -9,32 +9,32 @@ bytes, the compute slowdown measured while communication-like work ran beside it
 raw loopback TCP stream (``tcp_beta``; 0 on CUDA, where none is measured), which prices a CPU
 host's sockets in place of the cpu preset's (:func:`scaledl.sim.job.job_network`).
 :func:`load_profile` checks the schema, every field and that the model builds for the input shape
-with times for each of its layers, and raises ``ValueError`` naming the file and the problem;
-:func:`save_profile` writes the whole file or nothing.  A profile whose own numbers show a busy
-machine is still used, after a warning (:mod:`scaledl.sim.profile_trust`).
+with times for each of its layers (the modules that own parameters), and raises ``ValueError``
+naming the file and the problem; :func:`save_profile` writes the whole file or nothing.  A
+profile whose own numbers show a busy machine is still used, after a warning
+(:mod:`scaledl.profiling.profile_trust`).
 
-:meth:`MeasuredProfile.compute_for` maps the leaf modules onto the simulator's layers (the
-modules that own parameters): a module without parameters (ReLU, pooling) is charged to the
-closest parameter-owning module before it in forward order (its backward then runs just before
-that module's, as in autograd), and the time the hooks did not see (the loss, autograd's own
-work) is spread over the layers in proportion to their time, so that per-layer times add up to
-the measured iteration.
+How the simulator turns the modules' times into per-layer times is
+:func:`scaledl.sim.compute.measured_compute`'s, and which device presets the measured device is
+:func:`scaledl.sim.presets.measured_presets`'s: this file knows the measurement, not the model
+that prices it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from scaledl.files import write_files
-from scaledl.sim.compute import MeasuredCompute
 from scaledl.json_fields import (
     integer, is_whole, json_list, json_object, number, shown, string)
-from scaledl.sim.presets import devices_named
-from scaledl.sim.profile import Layer, ModelProfile, profile_model
+from scaledl.models.profile import layer_profile
+from scaledl.models.registry import MODELS, build_model
 
 __all__ = ["SCHEMA", "ModuleTimes", "MeasuredProfile", "load_profile", "save_profile"]
 
@@ -111,43 +111,11 @@ class MeasuredProfile:
         """Measured on NHWC tensors (``simulate profile --channels-last``)."""
         return self.device.get("memory_format") == "channels_last"
 
-    def device_presets(self) -> tuple[str, ...]:
-        """The device presets of the device it was measured on: ``cpu`` for a CPU, the GPU
-        presets whose GPU CUDA named (most specific first), none for a GPU no preset is."""
-        if self.on_cpu:
-            return ("cpu",)
-        return devices_named(str(self.device.get("name", "")))
-
-    def untimed(self, layers: Sequence[Layer]) -> str | None:
-        """The first of ``layers`` (in order) that no module's times are for; None when every
-        layer has times."""
+    def untimed(self, layers: Iterable[str]) -> str | None:
+        """The first of the layer names ``layers`` (in order) that no module's times are for;
+        None when every layer has times."""
         timed = {m.name for m in self.modules}
-        return next((layer.name for layer in layers if layer.name not in timed), None)
-
-    def compute_for(self, profile: ModelProfile) -> MeasuredCompute:
-        """Per-layer times on ``profile``'s layers (see the module docstring)."""
-        missing = self.untimed(profile.layers)
-        if missing is not None:
-            raise ValueError(f"the profile of {self.model} has no module {missing!r}; "
-                             "profile the same model (and input shape) again")
-        index = {layer.name: i for i, layer in enumerate(profile.layers)}
-        k_count = len(self.batches)
-        forward = [[0.0] * k_count for _ in profile.layers]
-        backward = [[0.0] * k_count for _ in profile.layers]
-        owner = 0
-        for module in self.modules:
-            owner = index.get(module.name, owner)
-            for k in range(k_count):
-                forward[owner][k] += module.forward_s[k]
-                backward[owner][k] += module.backward_s[k]
-        for k in range(k_count):  # spread what the hooks did not see
-            seen = sum(f[k] + b[k] for f, b in zip(forward, backward))
-            factor = self.forward_backward_s[k] / seen if seen > 0 else 1.0
-            for f, b in zip(forward, backward):
-                f[k] *= factor
-                b[k] *= factor
-        return MeasuredCompute(self.batches, tuple(tuple(f) for f in forward),
-                               tuple(tuple(b) for b in backward))
+        return next((layer for layer in layers if layer not in timed), None)
 
     def to_json(self) -> str:
         """The file's text."""
@@ -218,11 +186,22 @@ def _parse(data: Any) -> MeasuredProfile:
         string(data.get("created", ""), "created"))
 
 
+def layer_names(model: str, input_shape: tuple[int, ...], num_classes: int) -> list[str]:
+    """The modules of registry model ``model`` that own parameters, in forward order (the
+    layers a profile must time), the model built on ``meta`` and run once on a sample of
+    ``input_shape`` (no memory, no arithmetic); ``ValueError`` for an unknown model or a shape
+    it cannot take."""
+    if model.lower() not in MODELS:
+        raise ValueError(f"unknown model {model!r}; available: {', '.join(MODELS)}")
+    with torch.device("meta"):
+        net = build_model(model, input_shape, num_classes)
+    return [layer.name for layer in layer_profile(net, input_shape)]
+
+
 def _check_model(profile: MeasuredProfile) -> None:
     """The model builds for the profile's input and every layer it owns has times."""
     try:
-        layers = profile_model(profile.model, input_shape=profile.input_shape,
-                               num_classes=profile.num_classes).layers
+        layers = layer_names(profile.model, profile.input_shape, profile.num_classes)
     except (ValueError, TypeError, RuntimeError) as error:
         raise ValueError(f"model {profile.model!r} at input_shape "
                          f"{'x'.join(map(str, profile.input_shape))}: {error}") from None
@@ -254,7 +233,7 @@ def _read(path: Path) -> str:
 
 def load_profile(path: Path) -> MeasuredProfile:
     """Read and check a profile file; ``ValueError`` naming the file and what is wrong (a
-    profile from a busy machine is returned: :mod:`scaledl.sim.profile_trust` says so)."""
+    profile from a busy machine is returned: :mod:`scaledl.profiling.profile_trust` says so)."""
     text = _read(Path(path))
     try:
         profile = _parse(json.loads(text))

@@ -37,8 +37,8 @@ from torch import nn
 
 from scaledl.models.profile import example_input
 from scaledl.models.registry import build_model
-from scaledl.sim.measure_host import busy_work, tcp_cost
-from scaledl.sim.profile_file import MeasuredProfile, ModuleTimes
+from scaledl.profiling.measure_host import busy_work, tcp_cost
+from scaledl.profiling.profile_file import MeasuredProfile, ModuleTimes
 
 __all__ = ["measure_profile", "measurable_device", "tcp_cost", "robust_cv"]
 

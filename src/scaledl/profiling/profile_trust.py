@@ -5,7 +5,7 @@ still use it."""
 
 from __future__ import annotations
 
-from scaledl.sim.profile_file import MeasuredProfile
+from scaledl.profiling.profile_file import MeasuredProfile
 
 __all__ = ["JITTER_LIMIT", "FASTER_SLACK", "untrustworthy"]
 
