@@ -97,10 +97,10 @@ class DirectAllreduce:
         piece = self.piece
         if piece is None:
             return self._windowed(tensor)
-        out = self._view(tensor)
-        if out is None:
-            return False
-        with comm.run_lock:
+        with comm.run_lock:  # also guards the cached view against another thread's call
+            out = self._view(tensor)
+            if out is None:
+                return False
             at_collective()  # fault-injection hook point (SCALEDL_FAULT, see scaledl.faults)
             group = self.group
             try:

@@ -33,7 +33,8 @@ from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup, SmallPie
 
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
-    "collect", "copy", "combine", "allreduce_direct", "fold_piece", "DIRECT_BYTES", "direct_limit",
+    "collect", "copy", "combine", "allreduce_direct", "fold_piece", "split_piece", "DIRECT_BYTES",
+    "direct_limit",
     "NUMPY_DTYPES", "UFUNCS",
 ]
 
@@ -43,7 +44,7 @@ every rank: two waits instead of three.  Measured with ``benchmarks/paths/mid_si
 4 ranks on this project's 2-core machine, shared): summing whole took 0.65-0.94x the split
 protocol's time from 64 KiB to 2 MiB on 2 ranks and 0.26-0.59x at 64 KiB-1 MiB on 4; the split
 protocol reads ``(L - 1) n`` fewer bytes per rank, which wins once a piece no longer fits the
-caches (docs/benchmarks.md, "Mid-size allreduce")."""
+caches (benchmarks/paths/raw/mid-size-2026-11-28.txt)."""
 
 
 def direct_limit(window: int) -> int:
@@ -146,10 +147,10 @@ def _allreduce_array(
         if piece.nbytes <= limit:
             fold_piece(group, prepared, piece, ufunc)
         else:
-            _split_piece(group, prepared, piece, ufunc)
+            split_piece(group, prepared, piece, ufunc)
 
 
-def _split_piece(group: ShmGroup, prepared: SmallPiece, data: np.ndarray, ufunc: np.ufunc) -> None:
+def split_piece(group: ShmGroup, prepared: SmallPiece, data: np.ndarray, ufunc: np.ufunc) -> None:
     """One large piece: copy in all but one's own part, reduce one's own part from ``data`` and
     the peers' windows (in member order) straight into one's window, announce it, copy every
     member's reduced part out of its window into ``data``."""
