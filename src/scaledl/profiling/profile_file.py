@@ -23,7 +23,7 @@ that prices it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,8 @@ from scaledl.json_fields import (
 from scaledl.models.profile import layer_profile
 from scaledl.models.registry import MODELS, build_model
 
-__all__ = ["SCHEMA", "ModuleTimes", "MeasuredProfile", "load_profile", "save_profile"]
+__all__ = ["SCHEMA", "ModuleTimes", "MeasuredProfile", "LayerNames", "layer_names", "load_profile",
+           "save_profile"]
 
 SCHEMA = "scaledl.simulate.profile/1"
 
@@ -186,6 +187,11 @@ def _parse(data: Any) -> MeasuredProfile:
         string(data.get("created", ""), "created"))
 
 
+LayerNames = Callable[[str, tuple[int, ...], int], Sequence[str]]
+"""``(model, input shape, classes)`` to the names of the model's parameter-owning modules in
+forward order; ``ValueError`` (or what torch raises) when it does not build or run."""
+
+
 def layer_names(model: str, input_shape: tuple[int, ...], num_classes: int) -> list[str]:
     """The modules of registry model ``model`` that own parameters, in forward order (the
     layers a profile must time), the model built on ``meta`` and run once on a sample of
@@ -198,10 +204,10 @@ def layer_names(model: str, input_shape: tuple[int, ...], num_classes: int) -> l
     return [layer.name for layer in layer_profile(net, input_shape)]
 
 
-def _check_model(profile: MeasuredProfile) -> None:
+def _check_model(profile: MeasuredProfile, layers_of: LayerNames) -> None:
     """The model builds for the profile's input and every layer it owns has times."""
     try:
-        layers = layer_names(profile.model, profile.input_shape, profile.num_classes)
+        layers = layers_of(profile.model, profile.input_shape, profile.num_classes)
     except (ValueError, TypeError, RuntimeError) as error:
         raise ValueError(f"model {profile.model!r} at input_shape "
                          f"{'x'.join(map(str, profile.input_shape))}: {error}") from None
@@ -231,13 +237,16 @@ def _read(path: Path) -> str:
                          "the file `scaledl simulate profile` wrote") from None
 
 
-def load_profile(path: Path) -> MeasuredProfile:
+def load_profile(path: Path, layers_of: LayerNames = layer_names) -> MeasuredProfile:
     """Read and check a profile file; ``ValueError`` naming the file and what is wrong (a
-    profile from a busy machine is returned: :mod:`scaledl.profiling.profile_trust` says so)."""
+    profile from a busy machine is returned: :mod:`scaledl.profiling.profile_trust` says so).
+    ``layers_of`` lists the model's layers for the check (the simulator passes its own cached
+    model profile's, :func:`scaledl.sim.profile.layer_names`, which it prices next: one trace
+    of the model instead of two)."""
     text = _read(Path(path))
     try:
         profile = _parse(json.loads(text))
-        _check_model(profile)
+        _check_model(profile, layers_of)
     except (ValueError, TypeError, KeyError, RecursionError, OverflowError) as error:
         what = f"missing field {error}" if isinstance(error, KeyError) else str(error)
         raise ValueError(f"profile {path} is malformed: {what}; write it again with "

@@ -34,7 +34,7 @@ from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
 from scaledl.sim.network import LinkClass, Network, on_cores, ranks_per_core
 from scaledl.sim.presets import (
     DEVICES, TCP_LINKS, build_network, burst_bytes, device, link, measured_presets)
-from scaledl.sim.profile import ModelProfile, default_input, profile_model
+from scaledl.sim.profile import ModelProfile, default_input, layer_names, profile_model
 from scaledl.sim.timings import timing_model
 from scaledl.topology import Topology
 
@@ -375,10 +375,10 @@ def _load_cached(path: Path) -> MeasuredProfile:
     try:
         stat = path.stat()
     except OSError:
-        return load_profile(path)  # raises the one-line error
+        return load_profile(path, layer_names)  # raises the one-line error
     key = (path.resolve(), stat.st_size, stat.st_mtime_ns)
     if key not in _PROFILES:
-        _PROFILES[key] = load_profile(path)
+        _PROFILES[key] = load_profile(path, layer_names)
     return _PROFILES[key]
 
 

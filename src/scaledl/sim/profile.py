@@ -25,8 +25,8 @@ from scaledl.models.trace import OpCost, TraceError, operation_costs
 from scaledl.models.registry import MODELS, build_model
 from scaledl.sync.bucketing import layer_of, plan_buckets
 
-__all__ = ["Layer", "ModelProfile", "profile_model", "default_input", "has_depthwise",
-           "IMAGENET_MODELS", "TOKEN_MODELS"]
+__all__ = ["Layer", "ModelProfile", "profile_model", "layer_names", "default_input",
+           "has_depthwise", "IMAGENET_MODELS", "TOKEN_MODELS"]
 
 TOKEN_MODELS = frozenset({"bert_base", "bert_large", *GPT_SIZES})
 """Registry models whose input is a sequence of token ids (``--input-shape`` is its length)."""
@@ -197,3 +197,10 @@ def profile_model(
         owners = tuple(sorted({index[layer_of(name)] for name in bucket.names}))
         buckets.append((bucket.numel, owners))
     return ModelProfile(model.lower(), layers, tuple(buckets))
+
+
+def layer_names(model: str, input_shape: tuple[int, ...], num_classes: int) -> list[str]:
+    """The names of :func:`profile_model`'s layers (traced once and cached): what a measured
+    profile must time (:func:`scaledl.profiling.profile_file.load_profile`'s check)."""
+    profile = profile_model(model, input_shape=input_shape, num_classes=num_classes)
+    return [layer.name for layer in profile.layers]
