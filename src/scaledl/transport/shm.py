@@ -503,13 +503,7 @@ class ShmGroup:
             np.copyto(mine[skip_hi:], data[skip_hi:])
         else:
             np.copyto(piece.mine[slot], data)
-        line = ARRIVED + slot
-        for (_, count), lines in zip(counts, piece.out_lines):
-            if jitter is not None:
-                jitter.pause("write")
-            own[lines[line]] = count
-        if jitter is not None:
-            jitter.pause("published")
+        self.small_publish(ARRIVED + slot, counts, piece)
         slot_of = [slot] * len(self.peers)  # the window each member's piece is in
         current = self._current
         for (peer, count), lines in zip(counts, piece.in_lines):
@@ -539,7 +533,8 @@ class ShmGroup:
 
     def small_publish(self, kind: int, counts: list[tuple[int, int]], piece: SmallPiece) -> None:
         """Tell the peers of a :meth:`small_arrive` piece that this rank reached ``kind``
-        (``REDUCED`` or ``RELEASED``; :meth:`publish` without its dictionary)."""
+        (``ARRIVED`` plus the window slot, ``REDUCED`` or ``RELEASED``; :meth:`publish` without
+        its dictionary)."""
         own = self._cells[self.index]
         jitter = self.jitter
         for (_, count), lines in zip(counts, piece.out_lines):
