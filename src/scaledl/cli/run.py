@@ -34,7 +34,7 @@ from typing import Any
 
 from scaledl.launch.exec_rank import PID_DIR_ENV
 from scaledl.cli.logs import label_logs
-from scaledl.launch.elastic import run_agent
+from scaledl.launch.shared_agent import run_agent
 from scaledl.launch.local import under_launcher
 from scaledl.launch.policy import SHUTDOWN_GRACE_S
 from scaledl.horovod.runtime import ALGORITHM_ENV, Algorithms

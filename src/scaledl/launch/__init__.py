@@ -3,7 +3,7 @@
 
 - :mod:`~scaledl.launch.policy`: what a failure does (:class:`FaultPolicy`), how a job ended
   (:class:`JobOutcome`), and the settings every launcher here shares;
-- :mod:`~scaledl.launch.elastic`: one torch elastic agent for all workers (stop all, restart);
+- :mod:`~scaledl.launch.shared_agent`: one torch elastic agent for all workers (stop all, restart);
 - :mod:`~scaledl.launch.agents`: one agent per worker (drop a dead worker, go on with fewer),
   each :mod:`~scaledl.launch.agent_main`;
 - :mod:`~scaledl.launch.local`: a command's workers here, or the command itself under a

@@ -1,12 +1,12 @@
 """One torch elastic agent per worker: local jobs that drop a dead worker or go on with fewer.
 
-torch's agent stops *all* its workers when one fails.  That is right for synchronous training
-(:func:`scaledl.launch.elastic.run_agent`, one agent for every worker), but an asynchronous job can
-do without a dead worker, and an elastic job wants to go on with the workers it still has.
-torch's answer for both is its multi-node design: one agent per node, each with its own workers,
-meeting in a c10d rendezvous whose rounds admit ``min..max`` nodes.  Here every worker gets an
-agent of its own (a *node* of one worker, :mod:`scaledl.launch.agent_main`), and this process hosts
-the rendezvous store, so it outlives any agent:
+torch's agent stops *all* its workers when one fails. That is right for synchronous training
+(:func:`scaledl.launch.shared_agent.run_agent`, one agent for every worker), but an asynchronous
+job can do without a dead worker, and an elastic job wants to go on with the workers it still
+has. torch's answer for both is its multi-node design: one agent per node, each with its own
+workers, meeting in a c10d rendezvous whose rounds admit ``min..max`` nodes. Here every worker
+gets an agent of its own (a *node* of one worker, :mod:`scaledl.launch.agent_main`), and this
+process hosts the rendezvous store, so it outlives any agent:
 
 - **elastic** (``min_workers``): the agents restart their workers (torch's ``max_restarts``)
   when one fails; an agent that is gone for good (a lost host: ``kind:lose``) stops sending

@@ -13,7 +13,7 @@ others; with ``max_restarts`` it then starts every worker again, up to that many
 which a restarted worker recognises the checkpoints of its own job.  The agent's logs go to a
 temporary directory removed at the end (torch would otherwise leave ``/tmp/torchelastic_*``
 behind), and a worker dies with its agent (``PR_SET_PDEATHSIG``), so no process outlives the
-launch (:mod:`scaledl.launch.elastic`).  :mod:`scaledl.launch.agents` runs one agent per
+launch (:mod:`scaledl.launch.shared_agent`).  :mod:`scaledl.launch.agents` runs one agent per
 worker instead, for jobs that drop a dead worker or go on with fewer.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from scaledl.bootstrap import detect_launcher
 from scaledl.launch.agents import launch_agents
-from scaledl.launch.elastic import run_agent
+from scaledl.launch.shared_agent import run_agent
 from scaledl.launch.policy import FaultPolicy, JobOutcome, check_nproc
 
 __all__ = ["under_launcher", "launch_local", "run_distributed", "worker_scratch"]
