@@ -33,6 +33,7 @@ from host import RATES, Host, load_host
 from scaledl.profiling.profile_file import load_profile
 from scaledl.sim.calibrate import Point, load_points, on_host, predict
 from scaledl.sim.compute import measured_compute
+from scaledl.sim.scenario import job_profile, resolve
 from scaledl.sim.job import Job
 from scaledl.sim.losses import STACKS
 from scaledl.sim.network import Network
@@ -109,7 +110,7 @@ def training(raw: Path) -> list[dict[str, Any]]:
                       gpus=per_host * hosts, topology=layout, algorithm=algorithm, batch=batch,
                       profile_path=profile, cores=CORES,
                       update_time=_beyond_compute(single, model, batch, profile))
-            result = job.run()
+            result = resolve(job).run()
             measured = statistics.median(times)
             rows.append({"run": tag, "repeat": int(repeat), "steps": len(times),
                          "measured_ms": measured * 1e3,
@@ -135,8 +136,8 @@ def _beyond_compute(single: Path, model: str, batch: int, profile: Path) -> floa
         return None
     step = statistics.median(_step_times(single))
     measured = load_profile(profile)
-    fwd_bwd = measured_compute(measured, Job(model=model, profile_path=profile).profile())
-    times = fwd_bwd.layer_times(Job(model=model, profile_path=profile).profile(), batch)
+    fwd_bwd = measured_compute(measured, job_profile(Job(model=model, profile_path=profile)))
+    times = fwd_bwd.layer_times(job_profile(Job(model=model, profile_path=profile)), batch)
     return max(step - sum(times[0]) - sum(times[1]), 0.0)
 
 
@@ -147,7 +148,7 @@ def profiles(raw: Path) -> list[dict[str, Any]]:
         measured = load_profile(held)
         job = Job(model=model, device="cpu", gpus=1, batch=batch,
                   profile_path=raw / f"profile-{model}.json")
-        predicted = job.run().iteration_s
+        predicted = resolve(job).run().iteration_s
         actual = measured.forward_backward_s[0] + measured.update_seconds
         rows.append({"model": model, "batch": batch, "measured_ms": actual * 1e3,
                      "predicted_ms": predicted * 1e3, "error": predicted / actual - 1})

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from scaledl.sim.scenario import job_network
 from scaledl.sim.job import Job
 from scaledl.sim.losses import STACKS
 from scaledl.sim.network import Network
@@ -46,7 +47,7 @@ class Host:
     def network(self, rate: str) -> Network:
         """The network `scaledl simulate --device cpu --network RATE --intra loopback` replays
         on, with this machine's constants in place of the presets'."""
-        net = Job(device="cpu", network=rate, intra="loopback").network_value()
+        net = job_network(Job(device="cpu", network=rate, intra="loopback"))
         return with_constants(net, self.constants)
 
     @property

@@ -93,16 +93,15 @@ def _plain(value: Any) -> Any:
 def sweeps() -> list[dict[str, Any]]:
     """Every sweep of :data:`SWEEPS`, each job's result as ``IterationResult.to_dict``."""
     from scaledl.sim.job import Job
+    from scaledl.sim.scenario import resolve
     from scaledl.sim.sweep import run_sweep
 
     records = []
     for device, network, model, topology, extra in SWEEPS:
         job = Job(model=model, device=device, network=network, topology=topology,
                   gpus=math.prod(int(axis) for axis in topology.split("x")), **extra)
-        profile, net = job.profile(), job.network_value()
-        results = run_sweep(job.topology_value(),
-                            lambda topo, job=job, profile=profile, net=net:
-                            job.run(topo, profile, net))
+        scenario = resolve(job)
+        results = run_sweep(scenario.topology, scenario.run)
         records.append({"job": repr(job), "results": _plain([r.to_dict() for r in results])})
     return records
 

@@ -13,6 +13,7 @@ from scaledl.sim.collective import CollectiveSimulator, compile_collective
 from scaledl.sim.losses import STACKS, Losses
 from scaledl.sim.network import on_cores
 from scaledl.sim.overlap import call_time
+from scaledl.sim.scenario import job_profile, resolve
 from scaledl.sim.job import Job
 from scaledl.sim.presets import build_network
 from scaledl.topology import Topology
@@ -87,9 +88,9 @@ def test_a_job_with_two_cores_per_rank_pays_no_scaledl_call() -> None:
     def busy(cores: int) -> float:
         job = Job(model="mlp", device="cpu", network="emulated-10gbit", intra="loopback",
                   gpus=4, topology="2x2", algorithm="ring", batch=32, cores=cores)
-        return job.run().communication_s
+        return resolve(job).run().communication_s
 
-    buckets = len(Job(model="mlp", device="cpu", gpus=4, topology="2x2").profile().buckets)
+    buckets = len(job_profile(Job(model="mlp", device="cpu", gpus=4, topology="2x2")).buckets)
     call = STACKS["scaledl"].call_overhead_s
     assert busy(4) - busy(8) == pytest.approx(buckets * call, rel=1e-6)
     assert busy(8) == busy(16)
@@ -113,7 +114,7 @@ def test_round_robin_easgd_masters_calls_follow_the_same_rule() -> None:
     def busy(cores: int) -> float:
         job = Job(model="mlp", device="cpu", network="emulated-10gbit", intra="loopback",
                   gpus=4, topology="4", strategy="easgd", batch=32, cores=cores)
-        return job.run().communication_s
+        return resolve(job).run().communication_s
 
     assert busy(4) - busy(8) == pytest.approx(2 * 3 * STACKS["scaledl"].call_overhead_s,
                                               rel=1e-6)

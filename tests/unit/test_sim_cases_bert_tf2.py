@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from scaledl.sim.scenario import job_cycle, resolve
 from scaledl.sim.reproduce import Case, published_cases, published_families
 
 FAMILY = dict(published_families())["NVIDIA's BERT-large in TensorFlow 2 (21.02)"]
@@ -64,7 +65,7 @@ def test_a_job_reduces_once_after_accumulating_in_horovods_fused_buffers(
     assert case.job is not None
     job = replace(case.job, batch=32, accumulation=4, compute_time=32 / 200.0)
     assert job.stack == "horovod-0.21" and not job.overlap
-    cycle = job.cycle()
+    cycle = job_cycle(job)
     assert cycle is not None and cycle.cycle_s == pytest.approx(1e-3)  # Horovod 0.21's defaults
     assert cycle.fusion_bytes == 128 << 20
     assert job.allreduce_bytes == wire and job.mixed_precision == (precision == "mixed precision")
@@ -76,7 +77,7 @@ def test_a_job_reduces_once_after_accumulating_in_horovods_fused_buffers(
     assert [c.name for c in FAMILY if c.job is not None and c.job.overlap] == [
         f"{NAME}32 DGX A100, mixed precision, sequence 128"]
     assert all(c.job is not None and c.job.overlap == (c.job.accumulation == 1) for c in FAMILY)
-    result = job.run()
+    result = resolve(job).run()
     assert result.communication_s > 0
     assert result.exposed_s >= result.communication_s  # nothing hides the reduction
     assert result.compute_s == pytest.approx(4 * 32 / 200.0, rel=1e-6)

@@ -11,6 +11,7 @@ import torch
 
 from scaledl.models import build_model, layer_profile
 from scaledl.models.gpt import GPT_SIZES, MEGATRON_VOCAB
+from scaledl.sim.scenario import job_profile, resolve
 from scaledl.sim.job import Job
 from scaledl.sim.profile import TOKEN_MODELS, default_input
 from scaledl.sim.reproduce import idealised, published_cases, published_families
@@ -81,7 +82,7 @@ def test_every_gradient_is_reduced_once_in_float16_after_backward(gpus: int) -> 
     assert job.topology_value().spec == ("8" if gpus == 8 else f"8x{gpus // 8}")
     assert job.network == "ib-edr" and job.intra == "nvlink2" and job.device == "v100"
     assert job.allreduce_bytes == 2 and job.mixed_precision and job.accumulation == 1
-    profile = job.profile()
+    profile = job_profile(job)
     assert profile.parameter_bytes == 533_720_064 * 4  # the tied head reduces nothing of its own
     assert job.bucket_mb * (1 << 20) > profile.parameter_bytes and len(profile.buckets) == 1
     assert job.compute_time == pytest.approx(0.46412) and job.batch == BATCH
@@ -95,4 +96,5 @@ def test_one_server_adds_one_ring_allreduce_of_the_float16_gradients_to_the_step
     eight = idealised(megatron_job(8), True)
     one = replace(eight, gpus=1, topology="1")
     ring = 2 * 7 / 8 * 533_720_064 * 2 / 50e9
-    assert eight.run().iteration_s - one.run().iteration_s == pytest.approx(ring, rel=0.02)
+    assert resolve(eight).run().iteration_s - resolve(one).run().iteration_s \
+        == pytest.approx(ring, rel=0.02)

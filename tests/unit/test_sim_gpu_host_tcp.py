@@ -15,6 +15,7 @@ from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.hostcpu import stage_seconds
+from scaledl.sim.scenario import job_network, resolve
 from scaledl.sim.job import Job
 from scaledl.sim.network import LinkClass, Network
 from scaledl.sim.presets import DEVICES, GPU_HOST_TCP_BETA, TCP_LINKS
@@ -42,7 +43,7 @@ def test_a_gpu_hosts_socket_caps_a_stream_below_a_faster_link() -> None:
     thread both sends and receives it (n x beta), slower than the link (n/2 x link beta)."""
     n = 64 << 20
     job = Job(model="mlp", device="v100", gpus=2, topology="1x2", network="100gbe")
-    network = replace(job.network_value(), overhead=0.0, gamma=0.0)
+    network = replace(job_network(job), overhead=0.0, gamma=0.0)
     topology = job.topology_value()
     compiled = compile_collective("ring", Collective.ALLREDUCE, topology, n // 4)
     link = network.inter
@@ -66,20 +67,20 @@ def test_gpu_jobs_pay_sockets_on_ethernet_and_nothing_on_rdma(device: str) -> No
     assert DEVICES[device].tcp_beta == GPU_HOST_TCP_BETA
     for network in ("10gbe", "25gbe", "40gbe", "50gbe", "100gbe"):
         assert network in TCP_LINKS
-        net = Job(device=device, gpus=8, topology="4x2", network=network).network_value()
+        net = job_network(Job(device=device, gpus=8, topology="4x2", network=network))
         assert (net.cpu_beta, net.tcp_inside) == (GPU_HOST_TCP_BETA, False)
     for network in ("25gbe-roce", "100gbe-roce", "400gbe-roce", "ib-fdr", "ib-edr", "ib-hdr",
                     "ib-hdr-x8", "ib-ndr", "ib-ndr-x8"):
         assert network not in TCP_LINKS
-        net = Job(device=device, gpus=8, topology="4x2", network=network).network_value()
+        net = job_network(Job(device=device, gpus=8, topology="4x2", network=network))
         assert net.cpu_beta == 0.0
     ideal = Job(device=device, gpus=8, topology="4x2", network="25gbe", lossless=True)
-    assert ideal.network_value().cpu_beta == 0.0
+    assert job_network(ideal).cpu_beta == 0.0
 
 
 def test_the_cpu_device_keeps_every_link_a_socket() -> None:
     for network in ("1gbit", "ib-edr"):
-        net = Job(device="cpu", gpus=4, topology="2x2", network=network).network_value()
+        net = job_network(Job(device="cpu", gpus=4, topology="2x2", network=network))
         assert net.cpu_beta == DEVICES["cpu"].tcp_beta and net.tcp_inside
 
 
@@ -91,9 +92,10 @@ def test_horovods_tcp_runs_are_slower_than_its_rdma_runs_by_the_socket_cost() ->
               network="25gbe", intra="pcie3", batch=64, stack="horovod",
               compute_time=64 / 130.9)
     rdma = replace(tcp, network="25gbe-roce")
-    no_cpu = tcp.run(network=replace(tcp.network_value(), cpu_beta=0.0))
-    assert tcp.run().iteration_s > 1.15 * rdma.run().iteration_s
-    assert tcp.run().iteration_s > 1.15 * no_cpu.iteration_s
+    scenario = resolve(tcp)
+    no_cpu = replace(scenario, network=replace(scenario.network, cpu_beta=0.0)).run()
+    assert resolve(tcp).run().iteration_s > 1.15 * resolve(rdma).run().iteration_s
+    assert resolve(tcp).run().iteration_s > 1.15 * no_cpu.iteration_s
 
 
 def test_a_measured_socket_rate_replaces_the_preset() -> None:
@@ -101,13 +103,13 @@ def test_a_measured_socket_rate_replaces_the_preset() -> None:
     user gives the measured rate and only socket bytes change price."""
     job = Job(model="vgg16", gpus=16, topology="4x4", device="v100", network="100gbe", batch=64)
     tuned = replace(job, socket_gbps=4 * 2.06)
-    assert tuned.network_value().cpu_beta == pytest.approx(GPU_HOST_TCP_BETA / 4, rel=1e-12)
-    assert tuned.run().iteration_s < job.run().iteration_s
+    assert job_network(tuned).cpu_beta == pytest.approx(GPU_HOST_TCP_BETA / 4, rel=1e-12)
+    assert resolve(tuned).run().iteration_s < resolve(job).run().iteration_s
     rdma = replace(job, network="ib-edr", socket_gbps=4 * 2.06)
-    assert rdma.network_value().cpu_beta == 0.0
+    assert job_network(rdma).cpu_beta == 0.0
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="^socket_gbps "):  # the field; the CLI says the flag
-            replace(job, socket_gbps=bad).run()
+            resolve(replace(job, socket_gbps=bad)).run()
 
 
 def test_the_report_says_when_sockets_carry_the_bytes(capsys: pytest.CaptureFixture[str]) -> None:

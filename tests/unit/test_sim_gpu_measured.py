@@ -17,6 +17,7 @@ import pytest
 
 from scaledl.cli.simulate_report import format_profile
 from scaledl.sim.device_checks import RATE_CHECKS, RateCheck, predicted_rate
+from scaledl.sim.scenario import job_losses, resolve
 from scaledl.sim.job import Job
 from scaledl.sim.presets import device
 from scaledl.profiling.profile_file import load_profile
@@ -50,7 +51,7 @@ def test_a_cuda_profile_predicts_a_batch_it_did_not_measure() -> None:
     job = Job(model="resnet50", gpus=1, topology="1", device="h100", batch=192,
               profile_path=str(RUN / "rate-resnet50-tf32.json"))
     assert load_profile(RUN / "rate-resnet50-tf32.json").batches == (64, 128, 256)
-    assert job.run().iteration_s == pytest.approx(measured, rel=0.15)
+    assert resolve(job).run().iteration_s == pytest.approx(measured, rel=0.15)
 
 
 @pytest.mark.parametrize("gpu", sorted(GPUS))
@@ -75,9 +76,9 @@ def test_a_cuda_profile_keeps_the_devices_interference() -> None:
     cuda_path = RUN / "rate-resnet50-tf32.json"
     assert load_profile(cuda_path).interference > 0.3  # a whole-GPU kernel beside the model
     on_gpu = Job(model="resnet50", gpus=8, device="h100", batch=64, profile_path=str(cuda_path))
-    assert on_gpu.losses().interference == device("h100").interference
+    assert job_losses(on_gpu).interference == device("h100").interference
     cpu_path = RUN.parents[1] / "sim_validation" / "raw" / "profile-resnet20.json"
     on_cpu = Job(model="resnet20", gpus=4, device="cpu", batch=32, profile_path=str(cpu_path))
-    assert on_cpu.losses().interference == load_profile(cpu_path).interference
+    assert job_losses(on_cpu).interference == load_profile(cpu_path).interference
     assert "an upper bound" in format_profile(load_profile(cuda_path), cuda_path)
     assert "an upper bound" not in format_profile(load_profile(cpu_path), cpu_path)

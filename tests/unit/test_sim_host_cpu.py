@@ -21,6 +21,7 @@ from scaledl.sim.collective import compile_collective
 from scaledl.sim.fastreplay import cost, critical_path, makespan
 from scaledl.sim.hostcpu import shared_cores, stage_seconds
 from scaledl.sim.network import LinkClass, Network
+from scaledl.sim.scenario import contention, job_network, job_profile, layer_times, stretch
 from scaledl.sim.job import Job
 from scaledl.sim.presets import DEVICES, TCP_PAYLOAD, build_network
 from scaledl.topology import Topology
@@ -114,8 +115,8 @@ def test_the_simulator_prices_native_stages_by_the_devices_backend() -> None:
     assert all(d.backend != "gloo" for name, d in DEVICES.items() if name != "cpu")
     cpu = Job(model="mlp", device="cpu", gpus=4, topology="2x2", network="1gbit")
     gpu = Job(model="mlp", device="v100", gpus=4, topology="2x2", network="1gbit")
-    assert cpu.network_value().native_reduce_scatter_allreduce
-    assert not gpu.network_value().native_reduce_scatter_allreduce
+    assert job_network(cpu).native_reduce_scatter_allreduce
+    assert not job_network(gpu).native_reduce_scatter_allreduce
 
 
 def test_a_native_stage_across_hosts_is_cpu_work_where_bytes_pass_through_tcp() -> None:
@@ -200,12 +201,12 @@ def test_a_burst_that_covers_a_rounds_bytes_still_pays_its_latency_on_the_critic
 def test_a_calibrated_emulated_network_keeps_its_burst_and_an_overridden_rate_has_none(
         tmp_path: pathlib.Path) -> None:
     job = Job(model="mlp", device="cpu", gpus=4, topology="2x2", network="1gbit")
-    burst = job.network_value().burst_bytes
+    burst = job_network(job).burst_bytes
     assert burst > 0
     calibration = tmp_path / "cal.json"
-    calibration.write_text(job.network_value().to_cost_model().to_json())
-    assert replace(job, calibration=calibration).network_value().burst_bytes == burst
-    assert replace(job, inter_gbps=0.5).network_value().burst_bytes == 0.0
+    calibration.write_text(job_network(job).to_cost_model().to_json())
+    assert job_network(replace(job, calibration=calibration)).burst_bytes == burst
+    assert job_network(replace(job, inter_gbps=0.5)).burst_bytes == 0.0
 
 
 @pytest.mark.parametrize("backend, whole", [("gloo", True), ("nccl", False), ("mpi", False)])
@@ -225,19 +226,19 @@ def test_time_sharing_stretches_compute_beyond_the_fair_share(
         ranks: int, cores: int, expected: float) -> None:
     job = Job(model="mlp", device="cpu", gpus=ranks, topology=str(ranks), cores=cores)
     assert DEVICES["cpu"].timeshare == pytest.approx(0.17)
-    assert job.stretch(ranks) == pytest.approx(expected)
-    assert job.contention(ranks) == pytest.approx(max(1.0, ranks / cores)), \
+    assert stretch(job, ranks) == pytest.approx(expected)
+    assert contention(job, ranks) == pytest.approx(max(1.0, ranks / cores)), \
         "collectives' CPU work keeps the fair share its constants were fitted with"
-    profile = job.profile()
-    alone = replace(job, cores=None).layer_times(profile, ranks)
-    shared = job.layer_times(profile, ranks)
+    profile = job_profile(job)
+    alone = layer_times(replace(job, cores=None), profile, ranks)
+    shared = layer_times(job, profile, ranks)
     assert sum(shared[0]) == pytest.approx(sum(alone[0]) * expected)
     assert sum(shared[1]) == pytest.approx(sum(alone[1]) * expected)
 
 
 def test_time_sharing_is_off_for_dedicated_cores_gpus_and_the_ideal_model() -> None:
-    assert Job(device="cpu", gpus=4, topology="4").stretch(4) == 1.0
-    assert Job(device="cpu", gpus=4, topology="4", cores=2, lossless=True).stretch(4) == 1.0
-    assert Job(device="p100", gpus=4, topology="4", cores=2).stretch(4) == pytest.approx(2.0)
+    assert stretch(Job(device="cpu", gpus=4, topology="4"), 4) == 1.0
+    assert stretch(Job(device="cpu", gpus=4, topology="4", cores=2, lossless=True), 4) == 1.0
+    assert stretch(Job(device="p100", gpus=4, topology="4", cores=2), 4) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="time-sharing"):
         replace(DEVICES["cpu"], timeshare=-0.1)

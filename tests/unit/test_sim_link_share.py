@@ -12,6 +12,7 @@ import pytest
 from scaledl.collectives.cost import CostModel
 from scaledl.collectives.schedule import Collective
 from scaledl.sim.collective import CollectiveSimulator
+from scaledl.sim.scenario import job_network
 from scaledl.sim.job import Job
 from scaledl.sim.losses import NCCL1_LINK_EFFICIENCY, Stack
 from scaledl.sim.network import LinkClass, Network
@@ -23,7 +24,7 @@ GIB = 1 << 30
 def _busbw(job: Job, nbytes: int = GIB) -> float:
     """nccl-tests' bus bandwidth of the job's ring allreduce of ``nbytes``, GB/s."""
     topology = job.topology_value()
-    seconds = CollectiveSimulator(topology, job.network_value()).time(
+    seconds = CollectiveSimulator(topology, job_network(job)).time(
         "ring", Collective.ALLREDUCE, nbytes // 4)
     n = topology.world_size
     return 2 * (n - 1) / n * nbytes / seconds / 1e9
@@ -49,17 +50,17 @@ def test_a_share_of_the_link_stretches_a_two_rank_ring_by_its_inverse() -> None:
 
 def test_the_stack_scales_every_link_but_not_the_ideal_model_or_a_calibration(
         tmp_path: Path) -> None:
-    plain = _dgx1(8, stack="nccl").network_value()
-    nccl1 = _dgx1(8, stack="tf-replicated").network_value()
+    plain = job_network(_dgx1(8, stack="nccl"))
+    nccl1 = job_network(_dgx1(8, stack="tf-replicated"))
     for before, after in ((plain.intra, nccl1.intra), (plain.inter, nccl1.inter)):
         assert after.beta == pytest.approx(before.beta / NCCL1_LINK_EFFICIENCY)
         assert after.alpha == before.alpha
-    ideal = _dgx1(8, stack="tf-replicated", lossless=True).network_value()
+    ideal = job_network(_dgx1(8, stack="tf-replicated", lossless=True))
     assert ideal.inter.beta == pytest.approx(1 / 10.1e9)
     calibration = tmp_path / "cal.json"
     calibration.write_text(CostModel().to_json())
-    measured = Job(gpus=8, topology="4x2", stack="tf-replicated",
-                   calibration=str(calibration)).network_value()
+    measured = job_network(Job(gpus=8, topology="4x2", stack="tf-replicated",
+                   calibration=str(calibration)))
     assert measured.intra.beta == pytest.approx(CostModel().links[0].beta)
 
 

@@ -15,6 +15,7 @@ from scaledl.sim.collective import CollectiveSimulator, compile_collective
 from scaledl.sim.compute import FlopsCompute, RooflineCompute, efficiency
 from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.iteration import simulate_iteration
+from scaledl.sim.scenario import resolve
 from scaledl.sim.job import Job
 from scaledl.sim.losses import Cycle, Losses, Stack, advance, expected_max_normal
 from scaledl.sim.network import LinkClass, Network
@@ -163,24 +164,25 @@ def test_device_presets_reproduce_their_published_single_gpu_rates(
 def test_an_input_pipeline_slower_than_the_gpus_sets_the_iteration() -> None:
     job = Job(model="resnet50", device="a100", intra="nvlink3", gpus=8, topology="8",
               batch=256, compute_time=0.1)
-    free = job.run()
+    free = resolve(job).run()
     rate = 8 * 256 / (2 * free.iteration_s)  # the host feeds 8 GPUs in twice an iteration
-    fed = replace(job, input_rate=rate).run()
+    fed = resolve(replace(job, input_rate=rate)).run()
     assert fed.iteration_s == pytest.approx(2 * free.iteration_s)
     assert fed.input_s == pytest.approx(free.iteration_s)
     assert fed.single_gpu_s == pytest.approx(free.single_gpu_s)  # one GPU needs 1/8 of it
     assert fed.efficiency == pytest.approx(free.efficiency / 2)
     waiting = free.communication_share * free.iteration_s
     assert fed.communication_share * fed.iteration_s == pytest.approx(waiting)
-    one = replace(job, gpus=1, topology="1", input_rate=256 / 0.2).run()
+    one = resolve(replace(job, gpus=1, topology="1", input_rate=256 / 0.2)).run()
     assert one.iteration_s == pytest.approx(0.2) and one.efficiency == pytest.approx(1.0)
 
 
 def test_a_fast_input_pipeline_or_the_ideal_model_changes_nothing() -> None:
     job = Job(model="resnet50", gpus=8, topology="4x2", batch=32)
-    free = job.run()
-    assert replace(job, input_rate=1e9).run() == free
+    free = resolve(job).run()
+    assert resolve(replace(job, input_rate=1e9)).run() == free
     with pytest.raises(ValueError, match="^input_rate 1.0 does not apply to lossless:"):
-        replace(job, lossless=True, input_rate=1.0).run()  # the ideal model has no pipeline
+        # the ideal model has no pipeline
+        resolve(replace(job, lossless=True, input_rate=1.0)).run()
     with pytest.raises(ValueError, match="^input_rate -3.0 "):
-        replace(job, input_rate=-3.0).run()
+        resolve(replace(job, input_rate=-3.0)).run()

@@ -17,6 +17,7 @@ from scaledl.cli.main import main
 from scaledl.profiling.measure import measure_profile, robust_cv
 from scaledl.profiling.profile_file import MeasuredProfile, ModuleTimes, load_profile, save_profile
 from scaledl.sim.compute import MeasuredCompute, measured_compute
+from scaledl.sim.scenario import resolve
 from scaledl.sim.job import Job
 from scaledl.sim.profile import Layer, ModelProfile
 
@@ -48,11 +49,11 @@ def test_prediction_from_a_profile_reproduces_its_measurement(lenet: Path) -> No
     measured = load_profile(lenet)
     for k, batch in enumerate(measured.batches):
         job = Job(model="lenet", device="cpu", gpus=1, batch=batch, profile_path=lenet)
-        result = job.run()
+        result = resolve(job).run()
         expected = measured.forward_backward_s[k] + measured.update_seconds
         assert result.iteration_s == pytest.approx(expected, rel=1e-9)
-    two = Job(model="lenet", device="cpu", gpus=2, topology="2", batch=4, profile_path=lenet,
-              network="1gbit").run()
+    two = resolve(Job(model="lenet", device="cpu", gpus=2, topology="2", batch=4,
+                      profile_path=lenet, network="1gbit")).run()
     assert two.iteration_s > two.single_gpu_s
 
 

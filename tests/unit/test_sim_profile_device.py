@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from scaledl.cli.main import main
+from scaledl.sim.scenario import resolve
 from scaledl.sim.job import Job
 from scaledl.sim.presets import DEVICES, devices_named
 
@@ -61,7 +62,7 @@ def test_another_device_is_one_line(profile: Path, wrong: str, told: str,
     assert captured.out == "" and captured.err.count("\n") == 1
     assert f"--device {wrong} but the profile {profile} was {told}" in captured.err
     with pytest.raises(ValueError, match=f"^device {wrong} but"):  # the field, not the flag
-        Job(model="mlp", device=wrong, gpus=4, profile_path=profile).run()
+        resolve(Job(model="mlp", device=wrong, gpus=4, profile_path=profile)).run()
 
 
 def test_a_gpu_no_preset_names_needs_a_device(tmp_path: Path,

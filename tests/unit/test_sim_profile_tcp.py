@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scaledl.sim.scenario import job_network, resolve
 from scaledl.sim.job import Job
 from scaledl.sim.presets import CPU_TCP_BETA, CPU_TCP_LINK_BETA, DEVICES
 
@@ -34,7 +35,7 @@ def _job(profile: Path, **options: object) -> Job:
 
 def test_a_cpu_profiles_stream_prices_gloos_sockets(tmp_path: Path) -> None:
     beta = 3 * CPU_TCP_BETA
-    network = _job(_profile(tmp_path, beta)).network_value()
+    network = job_network(_job(_profile(tmp_path, beta)))
     assert network.cpu_beta == beta
     assert network.cpu_beta_link == CPU_TCP_LINK_BETA  # a link beyond the host: the preset's
 
@@ -43,7 +44,7 @@ def test_a_costlier_stack_predicts_a_longer_step(tmp_path: Path) -> None:
     """Everything else equal, a host whose TCP costs more per byte waits longer for the
     allreduce, and one whose TCP costs less waits less; the compute is the profile's either
     way."""
-    cheap, dear = (_job(_profile(tmp_path, b)).run() for b in (0.05e-9, 2e-9))
+    cheap, dear = (resolve(_job(_profile(tmp_path, b))).run() for b in (0.05e-9, 2e-9))
     assert cheap.single_gpu_s == dear.single_gpu_s
     assert cheap.iteration_s < dear.iteration_s
 
@@ -51,13 +52,13 @@ def test_a_costlier_stack_predicts_a_longer_step(tmp_path: Path) -> None:
 @pytest.mark.parametrize("tcp_beta, kind", [(0.0, "cpu"), (1e-9, "cuda")])
 def test_no_stream_or_a_cuda_profile_keeps_the_preset(tmp_path: Path, tcp_beta: float,
                                                       kind: str) -> None:
-    assert _job(_profile(tmp_path, tcp_beta, kind)).network_value().cpu_beta == CPU_TCP_BETA
+    assert job_network(_job(_profile(tmp_path, tcp_beta, kind))).cpu_beta == CPU_TCP_BETA
 
 
 def test_socket_bandwidth_and_gpu_hosts_are_not_the_profiles(tmp_path: Path) -> None:
     path = _profile(tmp_path, 1e-9)
-    assert _job(path, socket_gbps=4.0).network_value().cpu_beta == pytest.approx(0.25e-9)
-    assert _job(path, lossless=True).network_value().cpu_beta == 0.0
+    assert job_network(_job(path, socket_gbps=4.0)).cpu_beta == pytest.approx(0.25e-9)
+    assert job_network(_job(path, lossless=True)).cpu_beta == 0.0
     gpu = _job(_profile(tmp_path, 1e-9, "cuda"), device="v100", gpus=16, topology="8x2",
                network="10gbe")
-    assert gpu.network_value().cpu_beta == DEVICES["v100"].tcp_beta
+    assert job_network(gpu).cpu_beta == DEVICES["v100"].tcp_beta

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from scaledl.cli.simulate_report import family_table, reproduction_table
+from scaledl.sim.scenario import bucket_bytes, job_losses, job_profile, resolve
 from scaledl.sim.job import Job
 from scaledl.sim.losses import stack
 from scaledl.sim.reproduce import (
@@ -193,7 +194,7 @@ def test_the_dgx1_ring_of_nccl_1_crosses_host_memory_only_on_8_gpus() -> None:
                                                             "nvlink1-dgx1")
     assert four.topology == "4"
     nvlink_only = replace(eight, topology="8")
-    assert eight.run().communication_s > nvlink_only.run().communication_s
+    assert resolve(eight).run().communication_s > resolve(nvlink_only).run().communication_s
 
 
 def test_ideal_horovod_jobs_bucket_at_the_stacks_fusion_size() -> None:
@@ -205,10 +206,10 @@ def test_ideal_horovod_jobs_bucket_at_the_stacks_fusion_size() -> None:
     for name in ("Horovod, VGG-16, 512 GPUs, RDMA",
                  "NVIDIA ResNet-50 v1.5 in TensorFlow, DGX-2, mixed precision"):
         job = idealised(jobs(name)[1], True)
-        assert job.bucket_bytes() == cycle.fusion_bytes
-        assert replace(job, fusion_mb=8.0).bucket_bytes() == 8 << 20
+        assert bucket_bytes(job) == cycle.fusion_bytes
+        assert bucket_bytes(replace(job, fusion_mb=8.0)) == 8 << 20
     ddp = idealised(jobs("NVIDIA ResNet-50 v1.5, DGX A100, TF32")[1], True)
-    assert ddp.bucket_bytes() == 25 << 20
+    assert bucket_bytes(ddp) == 25 << 20
 
 
 def test_the_mxnet_recipe_runs_horovod_with_its_own_cycle() -> None:
@@ -216,7 +217,7 @@ def test_the_mxnet_recipe_runs_horovod_with_its_own_cycle() -> None:
     Horovod's default, the stack preset's."""
     _, mxnet = jobs("NVIDIA ResNet-50 v1.5 in MXNet, DGX-1 V100 16 GB, mixed precision")
     _, tensorflow = jobs("NVIDIA ResNet-50 v1.5 in TensorFlow, DGX-1 V100 16 GB, mixed precision")
-    mx_cycle, tf_cycle = mxnet.losses().cycle, tensorflow.losses().cycle
+    mx_cycle, tf_cycle = job_losses(mxnet).cycle, job_losses(tensorflow).cycle
     assert mx_cycle is not None and tf_cycle is not None
     assert mx_cycle.cycle_s == pytest.approx(1e-4) and tf_cycle == stack("horovod").cycle
     names = [case.name for case in CASES if " in MXNet, " in case.name]
@@ -243,8 +244,8 @@ def test_the_pytorch_recipes_run_their_own_model_precision_and_layout() -> None:
         assert many.compute_time == pytest.approx(many.batch / case.rates[0])
         assert many.mixed_precision == many.channels_last == mixed
         assert many.topology_value().spec == (str(gpus) if gpus <= 8 else f"8x{gpus // 8}")
-    gradient_bytes = {model: Job(model=model, device="v100", intra="nvlink2", batch=64)
-                      .profile().parameter_bytes
+    gradient_bytes = {model: job_profile(Job(model=model, device="v100", intra="nvlink2",
+                                             batch=64)).parameter_bytes
                       for model in (*DLE_LABELS, "se_resnext101_32x4d")}
     assert gradient_bytes["efficientnet_b0"] < gradient_bytes["efficientnet_b4"] \
         < gradient_bytes["resnet50"] < gradient_bytes["resnext101_32x4d"] \
@@ -278,7 +279,7 @@ def test_dlperfs_rows_run_the_recipes_buckets_and_gradient_types() -> None:
         assert job.mixed_precision == mixed and not job.channels_last
         if job.model == "bert_base":
             assert job.allreduce_bytes == (2 if mixed else 4)
-            assert job.bucket_mb * (1 << 20) > job.profile().parameter_bytes  # one bucket
+            assert job.bucket_mb * (1 << 20) > job_profile(job).parameter_bytes  # one bucket
         else:
             assert job.allreduce_bytes == 4 and job.bucket_mb == pytest.approx(APEX_BUCKET_MB)
 

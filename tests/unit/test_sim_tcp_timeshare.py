@@ -12,6 +12,7 @@ from scaledl.collectives.schedule import Collective, Path, Stage
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.hostcpu import stage_seconds
+from scaledl.sim.scenario import job_network
 from scaledl.sim.job import Job
 from scaledl.sim.network import LinkClass, Network
 from scaledl.sim.presets import CPU_TCP_TIMESHARE
@@ -81,9 +82,9 @@ def test_a_native_stage_pays_the_multiplier_where_its_bytes_are_cpu_bound() -> N
 
 
 def test_only_the_cpu_device_has_it_and_the_ideal_model_does_not() -> None:
-    assert Job(device="cpu", network="10gbit").network_value().cpu_timeshare == CPU_TCP_TIMESHARE
-    assert Job(device="cpu", network="10gbit", lossless=True).network_value().cpu_timeshare == ()
-    assert Job(device="v100", network="ib-edr").network_value().cpu_timeshare == ()
+    assert job_network(Job(device="cpu", network="10gbit")).cpu_timeshare == CPU_TCP_TIMESHARE
+    assert job_network(Job(device="cpu", network="10gbit", lossless=True)).cpu_timeshare == ()
+    assert job_network(Job(device="v100", network="ib-edr")).cpu_timeshare == ()
 
 
 def test_the_measured_multipliers_never_fall_as_ranks_per_core_grow() -> None:

@@ -14,6 +14,7 @@ from torch import nn
 from scaledl.cli.main import main
 from scaledl.models.trace import OpCost, operation_costs
 from scaledl.sim.compute import RooflineCompute
+from scaledl.sim.scenario import job_device, job_profile, resolve, update_seconds
 from scaledl.sim.job import Job
 from scaledl.sim.presets import DEVICES
 from scaledl.sim.profile import Layer, ModelProfile, profile_model
@@ -109,7 +110,7 @@ def test_channels_last_speeds_up_convolutional_models_only() -> None:
              ) -> float:
         job = Job(model=model, gpus=1, topology="1", device=device, batch=64,
                   input_shape=shape, channels_last=channels_last)
-        return 1.0 / job.run().iteration_s
+        return 1.0 / resolve(job).run().iteration_s
     assert rate("resnet50", "a100-80gb", True) > 1.1 * rate("resnet50", "a100-80gb", False)
     assert rate("resnet50", "v100", True) == rate("resnet50", "v100", False)
     assert rate("bert_base", "a100-80gb", True, (128,)) == \
@@ -172,7 +173,7 @@ def test_a_device_needs_both_or_neither_mixed_precision_constant() -> None:
 def test_device_efficiency_overrides_the_tensor_core_efficiency_under_mixed_precision() -> None:
     job = Job(model="resnet20", gpus=1, topology="1", device="v100", efficiency=0.5,
               mixed_precision=True)
-    dev = job.device_value()
+    dev = job_device(job)
     assert dev.tensor_efficiency == 0.5
     assert dev.compute_efficiency == DEVICES["v100"].compute_efficiency
 
@@ -212,12 +213,12 @@ def test_the_ideal_reproduction_drops_precision_and_layout() -> None:
 def test_mixed_precision_leaves_the_update_and_the_wire_alone() -> None:
     plain = Job(model="resnet50", gpus=8, topology="8", device="v100", intra="nvlink2")
     mixed = replace_job(plain, mixed_precision=True)
-    profile = plain.profile()
-    assert mixed.update_seconds(profile) == plain.update_seconds(profile)
-    a, b = plain.run(), mixed.run()
+    profile = job_profile(plain)
+    assert update_seconds(mixed, profile) == update_seconds(plain, profile)
+    a, b = resolve(plain).run(), resolve(mixed).run()
     assert b.compute_s < a.compute_s
     assert b.communication_s == pytest.approx(a.communication_s, rel=1e-9)
-    half = replace_job(mixed, allreduce_bytes=2).run()
+    half = resolve(replace_job(mixed, allreduce_bytes=2)).run()
     assert half.communication_s < 0.6 * b.communication_s
 
 
@@ -250,7 +251,7 @@ def test_the_hopper_presets_differ_in_memory_only() -> None:
     assert (h100.memory_gbps, h200.memory_gbps) == (3350.0, 4800.0)
 
     def rate(device: str) -> float:
-        return 256 / Job(model="resnet50", gpus=1, topology="1", device=device,
-                         batch=256).run().iteration_s
+        return 256 / resolve(Job(model="resnet50", gpus=1, topology="1", device=device,
+                         batch=256)).run().iteration_s
 
     assert rate("h100") < rate("h200") < rate("h100") * 4800.0 / 3350.0

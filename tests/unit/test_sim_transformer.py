@@ -15,6 +15,7 @@ from scaledl.models.profile import example_input, input_dtype
 from scaledl.models.gpt import GPT2_VOCAB
 from scaledl.models.transformer import BERT_BASE, BERT_LARGE, VOCAB_SIZE, BertConfig
 from scaledl.sim.iteration import IterationResult, accumulated
+from scaledl.sim.scenario import resolve
 from scaledl.sim.job import Job
 from scaledl.sim.reproduce import evaluate, published_families
 
@@ -113,7 +114,7 @@ def test_accumulation_adds_local_micro_batches_and_a_sqrt_straggler() -> None:
 def test_accumulation_in_a_job_amortizes_the_allreduce() -> None:
     job = Job(model="bert_base", input_shape=(32,), gpus=8, topology="4x2", device="v100",
               network="25gbe-roce", batch=8, compute_time=0.05)
-    one, many = job.run(), replace(job, accumulation=8).run()
+    one, many = resolve(job).run(), resolve(replace(job, accumulation=8)).run()
     assert many.batch_per_gpu == 64
     assert many.communication_s == pytest.approx(one.communication_s)
     assert one.efficiency < many.efficiency <= 1.0
@@ -122,7 +123,7 @@ def test_accumulation_in_a_job_amortizes_the_allreduce() -> None:
 def test_a_float16_allreduce_moves_half_the_bytes_and_keeps_compute() -> None:
     job = Job(model="bert_base", input_shape=(32,), gpus=8, topology="4x2", device="v100",
               network="25gbe-roce", batch=8, bucket_mb=8192, lossless=True)
-    full, half = job.run(), replace(job, allreduce_bytes=2).run()
+    full, half = resolve(job).run(), resolve(replace(job, allreduce_bytes=2)).run()
     assert half.compute_s == full.compute_s and half.update_s == full.update_s
     # one bucket, bandwidth-bound ring: the collective's time roughly halves
     assert half.communication_s == pytest.approx(full.communication_s / 2, rel=0.1)

@@ -14,6 +14,7 @@ from types import ModuleType
 
 import pytest
 
+from scaledl.sim.scenario import job_network
 from scaledl.sim.job import Job
 
 HERE = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_validation"
@@ -50,7 +51,7 @@ def test_unknown_constant_is_refused(tmp_path: Path, scripts: dict[str, ModuleTy
 
 def test_constants_replace_only_what_they_name(scripts: dict[str, ModuleType]) -> None:
     host = scripts["host"]
-    net = Job(device="cpu", network="10gbit", intra="loopback").network_value()
+    net = job_network(Job(device="cpu", network="10gbit", intra="loopback"))
     changed = host.with_constants(net, {"inter_alpha": 1e-6, "cpu_beta": 2e-11})
     assert changed.inter.alpha == 1e-6 and changed.cpu_beta == 2e-11
     assert changed.intra == net.intra and changed.overhead == net.overhead

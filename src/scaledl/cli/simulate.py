@@ -32,7 +32,8 @@ from scaledl.collectives.registry import ALGORITHMS
 from scaledl.files import write_files
 from scaledl.models.registry import available_models
 from scaledl.sim.iteration import simulated_strategies
-from scaledl.sim.job import Job, JobError, job_record
+from scaledl.sim.job import Job, JobError
+from scaledl.sim.scenario import job_network, job_profile, resolve
 from scaledl.sim.losses import STACKS
 from scaledl.sim.presets import ALIASES, DEVICES, LINKS
 
@@ -274,13 +275,12 @@ def _run(args: argparse.Namespace) -> int:
         warnings.warn_on_busy_profile(measured, Path(job.profile_path))
         warnings.warn_on_unmeasured_batch(job, measured)
         warnings.warn_on_threaded_profile(job, measured)
-    topology, network = job.topology_value(), job.network_value()
+    topology, network = job.topology_value(), job_network(job)
     warnings.warn_on_one_host_oversubscription(job, topology)
-    profile = job.profile()  # a malformed model or shape is the one line before any warning
+    profile = job_profile(job)  # a malformed model or shape is the one line before any warning
     warnings.warn_on_unchecked_compute(job)
-    job.update_seconds(profile)
-    job.losses()
-    model = "ideal model" if job.lossless else f"stack {job.losses().stack.name}"
+    scenario = resolve(job, topology=topology, network=network, profile=profile)
+    model = "ideal model" if job.lossless else f"stack {scenario.losses.stack.name}"
     source = f", profile {job.profile_path}" if job.profile_path else ""
     mixed, nhwc = (measured.mixed_precision, measured.channels_last) if measured else (False, False)
     sockets = (f" (TCP sockets {1e-9 / network.cpu_beta:.2f} GB/s per thread)"
@@ -292,12 +292,12 @@ def _run(args: argparse.Namespace) -> int:
             f"{', channels last' if job.channels_last or nhwc else ''}"
             f"{', mixed precision' if job.mixed_precision or mixed else ''}, {model}{source}")
     if not args.sweep:
-        result = job.run(topology, profile, network)
+        result = scenario.run()
         lines, check = report.published_check(job, result.efficiency)
         if args.json:
             import json
 
-            data = {"job": job_record(job, topology, network), "result": result.to_dict(),
+            data = {"job": scenario.record(), "result": result.to_dict(),
                     "published_check": check}
             write_files([(args.json, lambda path: path.write_text(
                 json.dumps(data, indent=2) + "\n"))])
@@ -312,11 +312,11 @@ def _run(args: argparse.Namespace) -> int:
     json_path = args.json or Path(f"{stem}.json")
     plot_path = args.plot or json_path.with_suffix(".png")
     check_sweep_outputs(json_path, plot_path)
-    results = run_sweep(topology, lambda topo: job.run(topo, profile, network))
+    results = run_sweep(topology, scenario.run)
     units = _units(job)
     lines, check = report.published_check(job, results[-1].efficiency,
                                           f"the {job.gpus}-{units[:-1]} job")
-    record = job_record(job, topology, network)
+    record = scenario.record()
     write_files([(json_path, lambda path: write_sweep_json(results, record, path, check)),
                    (plot_path, lambda path: write_sweep_plot(results, head, path, units))])
     print(head)

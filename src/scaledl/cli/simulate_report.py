@@ -15,6 +15,7 @@ from scaledl.collectives.auto import CostModel
 from scaledl.files import write_files
 from scaledl.sim.iteration import IterationResult
 from scaledl.sim.job import Job
+from scaledl.sim.scenario import job_network
 from scaledl.sim.network import Network
 from scaledl.sim.presets import device
 from scaledl.profiling.profile_file import MeasuredProfile
@@ -136,7 +137,7 @@ def _warn_on_default_priors(args: argparse.Namespace) -> None:
 def calibration_prior(args: argparse.Namespace, job: Job) -> Network:
     """The network the fit starts from; ``gamma`` from ``--device`` when given, else from
     ``auto``'s calibration (measured on this machine), never from the p100 default."""
-    prior = job.network_value()
+    prior = job_network(job)
     if args.device is None:
         prior = replace(prior, gamma=CostModel.load().gamma)
     return prior
@@ -185,7 +186,7 @@ def run_validate(args: argparse.Namespace, job: Job, min_bytes: int) -> int:
     _check_tolerance(args.tolerance)
     _warn_on_default_priors(args)
     points = load_points(args.bench, args.bench_topology, args.placement)
-    rows = validate(points, job.network_value(), min_bytes, cores=job.cores)
+    rows = validate(points, job_network(job), min_bytes, cores=job.cores)
     print(validation_table(rows, args.markdown))
     if rows:
         worst = max(abs(float(str(r["error"]))) for r in rows)

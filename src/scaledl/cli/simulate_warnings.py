@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from scaledl.sim.job import Job
+from scaledl.sim.scenario import contention
 from scaledl.profiling.profile_file import MeasuredProfile
 from scaledl.topology import Topology
 
@@ -21,7 +22,7 @@ def warn_on_one_host_oversubscription(job: Job, topology: Topology) -> None:
     """Say so when every rank is on one host and they outnumber ``--cores``: there the
     shared-memory allreduce measured 2.4-17x the model's price (docs/simulation.md,
     "Validation here"), which is not modelled."""
-    if topology.num_nodes == 1 and job.contention(topology.world_size) > 1.0:
+    if topology.num_nodes == 1 and contention(job, topology.world_size) > 1.0:
         print(f"scaledl: warning: {topology.world_size} ranks share {job.cores} cores on one "
               "host, where this project measured the shared-memory allreduce at 2.4-17x the "
               "model's price (docs/simulation.md, \"Validation here\"); the communication "

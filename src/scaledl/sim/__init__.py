@@ -19,8 +19,10 @@
 - :mod:`~scaledl.sim.reproduce`: published results (TOML files under ``published/``, one per
   source) and the errors of their predictions; :mod:`~scaledl.sim.device_checks`: published
   single-GPU rates (``single_gpu_rates.toml``);
-- :mod:`~scaledl.sim.job`, :mod:`~scaledl.sim.sweep`: what ``scaledl simulate`` runs, refuses
-  and runs it on.
+- :mod:`~scaledl.sim.job`: what ``scaledl simulate`` takes (a job spec) and refuses (its checks,
+  errors naming the fields); :mod:`~scaledl.sim.scenario`: what a checked job resolves to (its
+  topology, network, device, losses, compute model and profile) and the prediction on it;
+  :mod:`~scaledl.sim.sweep`: the same scenario on smaller topologies.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from scaledl.sim.collective import CollectiveSimulator
 from scaledl.sim.iteration import IterationResult, simulate_iteration
 from scaledl.sim.job import Job
 from scaledl.sim.network import LinkClass, Network
+from scaledl.sim.scenario import Scenario, resolve
 
-__all__ = ["CollectiveSimulator", "IterationResult", "Job", "LinkClass", "Network",
-           "simulate_iteration"]
+__all__ = ["CollectiveSimulator", "IterationResult", "Job", "LinkClass", "Network", "Scenario",
+           "resolve", "simulate_iteration"]

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from scaledl.sim.job import Job
+from scaledl.sim.scenario import resolve
 
 __all__ = ["RateCheck", "RATE_CHECKS", "load_rate_checks", "predicted_rate", "rate_table"]
 
@@ -83,7 +84,7 @@ def predicted_rate(check: RateCheck) -> float:
     job = Job(model=check.model, input_shape=check.input_shape, gpus=1, topology="1",
               device=check.device, batch=check.batch, mixed_precision=check.mixed_precision,
               channels_last=check.channels_last)
-    return check.batch / job.run().iteration_s
+    return check.batch / resolve(job).run().iteration_s
 
 
 def rate_table(checks: tuple[RateCheck, ...] = RATE_CHECKS) -> str:

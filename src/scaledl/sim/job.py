@@ -1,45 +1,32 @@
 """A simulated job: what ``scaledl simulate`` takes (a frozen spec of model, cluster, network,
-strategy and software), what it refuses before predicting anything (one ValueError naming the
-option and the fix, for every impossible combination: :func:`check_job`), the network it runs on
-(the preset or calibrated links with the job's overrides, the stack's share of their rates and
-the host CPU's costs of TCP: :func:`job_network`) and its prediction (:meth:`Job.run`)."""
+strategy and software) and what it refuses before predicting anything (one :class:`JobError`
+naming the fields and the fix, for every impossible combination: :func:`check_job`).
+
+What the fields resolve to (the topology, the network, the device, the losses, the compute
+model and the profile) is a :class:`~scaledl.sim.scenario.Scenario`
+(:func:`scaledl.sim.scenario.resolve`), and the prediction runs on it."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
-from scaledl.collectives.auto import CostModel, Fabric, check_paths
-from scaledl.collectives.cost import reduce_scatter_is_allreduce
+from scaledl.collectives.auto import Fabric, check_paths
 from scaledl.collectives.registry import ALGORITHMS, parse_algorithm
 from scaledl.collectives.schedule import Collective
 from scaledl.profiling.profile_file import MeasuredProfile, load_profile
-from scaledl.sim.collective import CollectiveSimulator
-from scaledl.sim.compute import (
-    ComputeModel, FlopsCompute, RooflineCompute, Times, measured_compute, scaled)
-from scaledl.sim.device_model import Device
-from scaledl.sim.iteration import (
-    IterationResult,
-    accumulated,
-    against_one_rank,
-    fed_by_pipeline,
-    simulate_iteration,
-    timing_of,
-)
-from scaledl.sim.losses import IDEAL, Cycle, Losses, stack
-from scaledl.sim.network import LinkClass, Network, on_cores, ranks_per_core
-from scaledl.sim.presets import (
-    DEVICES, TCP_LINKS, build_network, burst_bytes, device, link, measured_presets)
-from scaledl.sim.profile import ModelProfile, default_input, layer_names, profile_model
+from scaledl.sim.iteration import timing_of
+from scaledl.sim.losses import stack
+from scaledl.sim.presets import DEVICES, TCP_LINKS, device, link, measured_presets
+from scaledl.sim.profile import layer_names
 from scaledl.sim.timings import timing_model
 from scaledl.topology import Topology
 
 __all__ = ["Job", "JobError", "default_topology", "simulated_algorithms", "check_job",
-           "job_network", "job_record", "UPDATE_PASSES", "MAX_GPUS", "BUCKET_MB"]
+           "MAX_GPUS", "BUCKET_MB"]
 
 
 class JobError(ValueError):
@@ -284,89 +271,6 @@ def _check_cycle_option(job: Job, option: str, value: float, unit: str, zero: bo
                        f"{'>= 0' if zero else '> 0'}")
 
 
-def job_network(job: Job) -> Network:
-    """Preset or calibrated links with any overrides applied, at the stack's measured share of
-    their rates (not a calibration's, which measured the library already), with the device's
-    TCP costs where bytes go through sockets."""
-    dev = device(job.device)
-    if job.calibration is not None:
-        try:
-            model = CostModel.from_json(Path(job.calibration).read_text())
-        except (KeyError, TypeError, AttributeError):
-            raise JobError(f"<calibration> {job.calibration} is not a calibration (no links "
-                             "of the form `scaledl simulate calibrate` writes); write one with "
-                             "`scaledl simulate calibrate BENCH.json -o FILE`") from None
-        except (OSError, ValueError) as error:
-            raise JobError(f"cannot read calibration {job.calibration}: {error}; "
-                             "write one with `scaledl simulate calibrate BENCH.json -o FILE`"
-                             ) from None
-        net = replace(Network.from_cost_model(model), oversubscription=job.oversubscription,
-                       burst_bytes=burst_bytes(job.network))
-    else:
-        net = build_network(job.network, job.intra or dev.intra, dev.gamma,
-                            job.oversubscription, job.uplink)
-    inter = _override(net.inter, job.inter_latency_us, job.inter_gbps)
-    intra = _override(net.intra, job.intra_latency_us, job.intra_gbps)
-    uplink = net.uplink
-    if uplink is not None and (job.inter_latency_us is not None or job.inter_gbps):
-        uplink = _override(uplink, job.inter_latency_us, job.inter_gbps)
-    burst = 0.0 if job.inter_gbps else net.burst_bytes  # an overridden rate is not tbf's
-    net = replace(net, inter=inter, intra=intra, uplink=uplink, burst_bytes=burst,
-                  native_reduce_scatter_allreduce=reduce_scatter_is_allreduce(dev.backend))
-    if not job.lossless:
-        if job.calibration is None:  # a calibration measured the library's rates already
-            share = stack(job.stack_name()).link_efficiency
-            net = replace(net, intra=_share(net.intra, share), inter=_share(net.inter, share),
-                          uplink=None if net.uplink is None else _share(net.uplink, share))
-        gloo = dev.backend == "gloo"
-        sockets = gloo or net.inter.name in TCP_LINKS
-        net = replace(net, cpu_beta=_socket_beta(job, dev) if sockets else 0.0,
-                       tcp_inside=gloo, cpu_beta_link=dev.tcp_link_beta,
-                       cpu_timeshare=dev.tcp_timeshare)
-    return net
-
-
-def _socket_beta(job: Job, dev: Device) -> float:
-    """Host CPU seconds per byte at each end of a socket: ``socket_gbps`` if given,
-    else a CPU profile's loopback stream (when it measured one) where Gloo moves the bytes (the
-    host the profile was taken on; docs/simulation.md, "Measured profiles"), else the device
-    preset's.
-
-    A CUDA profile's stream is not used: a GPU host's sockets are NCCL's, whose preset rate
-    (``GPU_HOST_TCP_BETA``) includes its proxy thread and copies, which a raw stream does not.
-    A stream measures the host's TCP stack only; what a link beyond the host adds
-    (``tcp_link_beta``) stays the preset's."""
-    if job.socket_gbps is not None:
-        return 1e-9 / job.socket_gbps
-    measured = job.measured()
-    if (measured is not None and dev.backend == "gloo" and measured.tcp_beta > 0
-            and measured.device.get("type") == "cpu"):
-        return measured.tcp_beta
-    return dev.tcp_beta
-
-
-def _override(link: LinkClass, latency_us: float | None, gbps: float | None) -> LinkClass:
-    if latency_us is not None and (not math.isfinite(latency_us) or latency_us < 0):
-        raise JobError(f"latency {latency_us} us must be >= 0")
-    alpha = link.alpha if latency_us is None else latency_us * 1e-6
-    if gbps is None:
-        return replace(link, alpha=alpha)
-    return LinkClass.from_bandwidth(link.name, alpha, gbps)
-
-
-def _share(link: LinkClass, efficiency: float) -> LinkClass:
-    """``link`` at ``efficiency`` of its rate (a library's measured share of it)."""
-    return link if efficiency == 1.0 else replace(link, beta=link.beta / efficiency)
-
-
-FLOAT32_BYTES = 4
-"""A traced profile's gradient element size; ``allreduce_bytes`` is the wire's."""
-
-UPDATE_PASSES = 5
-"""Memory passes over the parameters per optimizer step (SGD with momentum: read weight,
-gradient, momentum; write weight, momentum)."""
-
-
 _PROFILES: dict[tuple[Path, int, int], MeasuredProfile] = {}
 
 
@@ -444,7 +348,8 @@ class Job:
     """CPU cores shared by every rank (one machine emulating the cluster); None: dedicated."""
     input_rate: float | None = None
     """Samples per second one host's input pipeline delivers (measured: its data loader
-    alone); None: input is never the bottleneck.  See :meth:`fed`."""
+    alone); None: input is never the bottleneck.  See
+    :func:`~scaledl.sim.iteration.fed_by_pipeline`."""
     cycle_ms: float | None = None
     """Horovod's negotiation cycle (``HOROVOD_CYCLE_TIME``), milliseconds; None: the stack's."""
     fusion_mb: float | None = None
@@ -481,180 +386,13 @@ class Job:
         dev = device(self.device)
         return "scaledl" if dev.name == "cpu" else "mpi" if dev.backend == "mpi" else "nccl"
 
-    def network_value(self) -> Network:
-        """Preset or calibrated links with any overrides applied, at the stack's measured
-        share of their rates (:func:`job_network`)."""
-        return job_network(self)
-
     def measured(self) -> MeasuredProfile | None:
-        """The measured profile, if ``profile_path`` names one (read once per job)."""
+        """The measured profile, if ``profile_path`` names one (read once per file version:
+        the checks read it, and so does :func:`scaledl.sim.scenario.resolve`)."""
         if self.profile_path is None:
             return None
         return _load_cached(Path(self.profile_path))
 
-    def contention(self, world_size: int) -> float:
-        """Ranks per core when ``cores`` is given and the ranks outnumber them, else 1."""
-        if self.cores is None or self.lossless:
-            return 1.0
-        return ranks_per_core(world_size, self.cores)
-
-    def stretch(self, world_size: int) -> float:
-        """How much longer a rank's compute and update take when ``cores`` is given and the
-        ranks outnumber them: the fair share ``c = ranks / cores`` times ``1 + timeshare *
-        (1 - 1 / c)``, the device's time-sharing loss for the share of time the rank waits for a
-        core (1 with ``lossless`` or dedicated cores).  Collectives' CPU work uses
-        :meth:`contention` and TCP's own measured factor (``Network.cpu_timeshare``) instead."""
-        share = self.contention(world_size)
-        if share == 1.0:
-            return 1.0
-        return share * (1.0 + device(self.device).timeshare * (1.0 - 1.0 / share))
-
-    def device_value(self) -> Device:
-        """The device preset, the efficiency in use (the tensor-core one under mixed precision)
-        overridden by ``efficiency``."""
-        dev = device(self.device)
-        if self.efficiency is not None and self.mixed_precision:
-            dev = replace(dev, tensor_efficiency=self.efficiency)
-        elif self.efficiency is not None:
-            dev = replace(dev, compute_efficiency=self.efficiency)
-        return dev
-
-    def cycle(self) -> Cycle | None:
-        """The stack's negotiation cycle with this job's ``cycle_ms`` and ``fusion_mb`` (its
-        HOROVOD_CYCLE_TIME and HOROVOD_FUSION_THRESHOLD); None for a stack without one."""
-        cycle = stack(self.stack_name()).cycle
-        if cycle is None:
-            return None
-        if self.cycle_ms is not None:
-            cycle = replace(cycle, cycle_s=self.cycle_ms * 1e-3)
-        if self.fusion_mb is not None:
-            cycle = replace(cycle, fusion_bytes=max(1, round(self.fusion_mb * (1 << 20))))
-        return cycle
-
-    def bucket_bytes(self) -> int:
-        """Gradient bytes per bucket: ``bucket_mb``, or a cycle's fusion buffer on a stack with
-        one (the ideal model, which has no cycle, buckets at it).  Horovod fuses the tensors it
-        is handed, already compressed to the wire's dtype (``Compression.fp16``), so a buffer
-        holds ``fusion_bytes`` of wire bytes: the bucket is those elements' float32 gradients
-        (DDP's ``bucket_cap_mb`` counts the gradients before its compression hook)."""
-        cycle = self.cycle()
-        if cycle is None:
-            return int(self.bucket_mb * (1 << 20))
-        return cycle.fusion_bytes * FLOAT32_BYTES // self.allreduce_bytes
-
-    def losses(self) -> Losses:
-        """The loss terms: the device's (or the profile's measured) interference and jitter, and
-        the stack's per-call overhead and cycle; none with ``lossless``.
-
-        A profile measured on CUDA keeps the device's interference: its own comes from a
-        reduction kernel over the whole GPU beside the model, where NCCL's kernels take a few
-        of its multiprocessors (0.41-0.43 on an H100 against 0.189 measured with real
-        collectives; docs/simulation.md, "Measured profiles"), so it is an upper bound."""
-        if self.lossless:
-            return IDEAL
-        dev, measured = device(self.device), self.measured()
-        software = replace(stack(self.stack_name()), cycle=self.cycle())
-        if measured is not None:
-            on_gpu = measured.device.get("type") == "cuda"
-            return Losses(dev.interference if on_gpu else measured.interference,
-                          measured.jitter_cv, software)
-        return Losses(dev.interference, dev.jitter_cv, software)
-
-    def compute_model(self, profile: ModelProfile) -> ComputeModel:
-        """FLOPs at a constant rate (``lossless``), the measured profile, or the roofline."""
-        if self.lossless:
-            dev = device(self.device)
-            return FlopsCompute(dev.peak_tflops * 1e12 * (self.efficiency or dev.efficiency))
-        measured = self.measured()
-        if measured is not None:
-            return measured_compute(measured, profile)
-        return RooflineCompute(self.device_value(), self.channels_last, self.mixed_precision)
-
-    def layer_times(self, profile: ModelProfile, world_size: int = 1) -> Times:
-        """Per-layer forward and backward seconds on one device of this job, stretched by CPU
-        contention when ``cores`` is given (:meth:`stretch`, as the update is in :meth:`run`)."""
-        times = self.compute_model(profile).layer_times(profile, self.batch)
-        if self.compute_time is not None:
-            times = scaled(times, self.compute_time)
-        factor = self.stretch(world_size)
-        if factor != 1.0:
-            times = ([f * factor for f in times[0]], [b * factor for b in times[1]])
-        return times
-
-    def profile(self) -> ModelProfile:
-        """The model profile with this job's bucketing (the measured profile's model and input
-        shape when one is given)."""
-        by_layer = timing_of(self.strategy) == "per-layer"
-        measured = self.measured()
-        if measured is not None:
-            return profile_model(measured.model, self.bucket_bytes(), measured.input_shape,
-                                 measured.num_classes, by_layer=by_layer)
-        return profile_model(self.model, self.bucket_bytes(), self.input_shape,
-                             by_layer=by_layer)
-
-    def update_seconds(self, profile: ModelProfile) -> float:
-        """The optimizer step: given, or memory passes over the parameters."""
-        if self.update_time is not None:
-            if self.update_time < 0:
-                raise JobError(f"<update_time> {self.update_time} must be >= 0")
-            return self.update_time
-        measured = self.measured()
-        if measured is not None and not self.lossless:
-            return measured.update_seconds
-        dev = device(self.device)
-        return UPDATE_PASSES * profile.parameter_bytes / (dev.memory_gbps * 1e9)
-
-    def run(
-        self, topology: Topology | None = None, profile: ModelProfile | None = None,
-        network: Network | None = None,
-    ) -> IterationResult:
-        """Predict one iteration on ``topology`` (default: this job's)."""
-        self.check()
-        topo = topology if topology is not None else self.topology_value()
-        prof = profile if profile is not None else self.profile()
-        net = network if network is not None else self.network_value()
-        net = on_cores(net, topo.world_size, None if self.lossless else self.cores)
-        wire = prof.reduced_as(self.allreduce_bytes)  # compute and update stay float32's
-        sim = CollectiveSimulator(topo, net, wire.itemsize)
-        update = self.update_seconds(prof) * self.stretch(topo.world_size)
-        result = simulate_iteration(
-            wire, sim, self.batch, self.strategy, self.algorithm,
-            update_s=update, tau=self.tau, overlap=self.overlap,
-            times=self.layer_times(prof, topo.world_size), losses=self.losses(),
-        )
-        shared = against_one_rank(accumulated(result, self.accumulation),
-                                  self.stretch(topo.world_size))
-        if self.input_rate is None or self.lossless:
-            return shared
-        return fed_by_pipeline(shared, topo.ranks_per_node, self.input_rate)
-
-
 
 _FIELDS = frozenset(field.name for field in fields(Job))
 """The names a :class:`JobError` message may mark."""
-
-
-def job_record(job: Job, topology: Topology, network: Network) -> dict[str, Any]:
-    """``job``'s fields as JSON values with what was used in place of a default left to the
-    simulator: the topology's spec, the stack's name, the input shape, the link names, the
-    negotiation cycle's period and fusion buffer, the TCP sockets' per-thread rate, and the
-    profile's model, precision and layout (paths as text)."""
-    # the record names the field as the option does (``--ideal``), as it always has
-    data = {"ideal" if key == "lossless" else key: value for key, value in asdict(job).items()}
-    for key in ("calibration", "profile_path"):
-        data[key] = str(data[key]) if data[key] else None
-    measured = job.measured()
-    shape = (measured.input_shape if measured is not None
-             else job.input_shape or default_input(job.model)[0])
-    cycle = job.cycle()
-    sockets = network.cpu_beta > 0 and not network.tcp_inside
-    data.update(
-        topology=topology.spec, stack=job.stack_name(), input_shape=list(shape),
-        intra=network.intra.name, uplink=None if network.uplink is None else network.uplink.name,
-        cycle_ms=None if cycle is None else cycle.cycle_s * 1e3,
-        fusion_mb=None if cycle is None else cycle.fusion_bytes / (1 << 20),
-        socket_gbps=1e-9 / network.cpu_beta if sockets else None)
-    if measured is not None:
-        data.update(model=measured.model, mixed_precision=measured.mixed_precision,
-                    channels_last=measured.channels_last)
-    return data

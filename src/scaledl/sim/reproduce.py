@@ -34,6 +34,7 @@ from typing import Any
 
 from scaledl.json_fields import refuse_unknown
 from scaledl.sim.job import Job
+from scaledl.sim.scenario import resolve
 
 __all__ = ["Case", "Prediction", "Row", "error", "within_target", "evaluate", "idealised",
            "mean_absolute_error", "weak_scaling", "METRICS", "COMPARISONS", "TARGET_POINTS",
@@ -137,7 +138,7 @@ def weak_scaling(jobs: Callable[[bool], tuple[Job, Job]], per_gpu: bool = True
     micro-batches per step compare as published strong-scaling tables do)."""
     def predict(ideal: bool) -> Prediction:
         base, big = jobs(ideal)
-        small, large = base.run(), big.run()
+        small, large = resolve(base).run(), resolve(big).run()
         value = ((large.batch_per_gpu / large.iteration_s)
                  / (small.batch_per_gpu / small.iteration_s)) if per_gpu else large.efficiency
         return Prediction(value, f"{large.iteration_s * 1e3:.0f} ms per step at {big.gpus} GPUs "
@@ -175,7 +176,7 @@ def scaling_efficiency(job: Job, epochs: int, train_samples: int
     ``train_samples``."""
     def predict(ideal: bool) -> Prediction:
         priced = idealised(job, ideal)
-        result = priced.run()
+        result = resolve(priced).run()
         minutes = epochs * train_samples / result.samples_per_s / 60
         per_gpu = result.samples_per_s / job.gpus
         return Prediction(result.efficiency,
@@ -188,7 +189,7 @@ def step_time_speedup(base: Job, job: Job) -> Callable[[bool], Prediction]:
     """``base``'s step time over ``job``'s: the speedup of the larger run (strong scaling)."""
     def predict(ideal: bool) -> Prediction:
         big = idealised(job, ideal)
-        small, large = idealised(base, ideal).run(), big.run()
+        small, large = resolve(idealised(base, ideal)).run(), resolve(big).run()
         speedup = small.iteration_s / large.iteration_s
         return Prediction(speedup, f"{speedup / (job.gpus / base.gpus):.0%} of linear; comm share "
                                    f"{small.communication_share:.0%} -> "
@@ -203,8 +204,8 @@ def communication_share(job: Job, versus: Mapping[str, Any], label: str,
     def predict(ideal: bool) -> Prediction:
         parts, value = [], None
         for shape in shapes:
-            original = idealised(replace(job, input_shape=shape), ideal).run()
-            other = idealised(replace(job, input_shape=shape, **versus), ideal).run()
+            original = resolve(idealised(replace(job, input_shape=shape), ideal)).run()
+            other = resolve(idealised(replace(job, input_shape=shape, **versus), ideal)).run()
             value = original.communication_share if value is None else value
             parts.append(f"{'x'.join(map(str, shape[1:]))}: {original.communication_share:.0%} "
                          f"vs {other.communication_share:.0%}")
