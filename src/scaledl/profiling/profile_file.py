@@ -7,7 +7,7 @@ seconds, and their sum check; plus the device, the model's parameter bytes and a
 bytes, the compute slowdown measured while communication-like work ran beside it
 (``interference``), the spread of iteration times (``jitter_cv``) and the CPU cost per byte of a
 raw loopback TCP stream (``tcp_beta``; 0 on CUDA, where none is measured), which prices a CPU
-host's sockets in place of the cpu preset's (:func:`scaledl.sim.job.job_network`).
+host's sockets in place of the cpu preset's (:func:`scaledl.sim.scenario.job_network`).
 :func:`load_profile` checks the schema, every field and that the model builds for the input shape
 with times for each of its layers (the modules that own parameters), and raises ``ValueError``
 naming the file and the problem; :func:`save_profile` writes the whole file or nothing.  A
