@@ -23,7 +23,7 @@ from scaledl.bench.methods import (
 )
 from scaledl.bench.methods_report import COLUMNS, table_row
 from scaledl.bench.methods_result import MethodResult
-from scaledl.cli.paths import check_output_dir, check_output_file
+from scaledl.cli.outputs import check_output_dir, check_output_file
 
 if TYPE_CHECKING:
     from scaledl.bench.methods_run import Runs

@@ -30,7 +30,7 @@ from scaledl.calibration.bench_file import (
 )
 from scaledl.bootstrap import read_launch_env
 from scaledl.launch.local import run_distributed, under_launcher
-from scaledl.cli.paths import check_output_file, check_plot_file
+from scaledl.cli.outputs import check_output_file, check_plot_file
 from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.collectives.schedule import Collective
 from scaledl.topology import TOPOLOGY_ENV, Topology

@@ -11,7 +11,7 @@ from typing import Any
 
 from scaledl.bench.train import TrainBenchConfig, default_input_shape
 from scaledl.launch.local import run_distributed
-from scaledl.cli.paths import check_output_file, check_plot_file
+from scaledl.cli.outputs import check_output_file, check_plot_file
 
 __all__ = ["add_parser", "run"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scaledl.cli.logs import label_logs
-from scaledl.cli.paths import check_output_file
+from scaledl.cli.outputs import check_output_file
 from scaledl.cluster import netns, state
 from scaledl.cluster.runner import PLACEMENTS, run_on_cluster
 from scaledl.cluster.spec import MAX_HOSTS, SHAPERS, ClusterSpec, parse_rate

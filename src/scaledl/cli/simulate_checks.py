@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from scaledl.cli.paths import check_output_file
+from scaledl.cli.outputs import check_output_file
 from scaledl.sim.job import Job
 from scaledl.sim.presets import DEVICES, measured_presets
 

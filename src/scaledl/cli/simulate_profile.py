@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 from pathlib import Path
 
-from scaledl.cli.paths import check_output_file
+from scaledl.cli.outputs import check_output_file
 from scaledl.models.registry import available_models
 
 __all__ = ["add_profile_parser", "run_profile"]

@@ -10,7 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from scaledl.cli.paths import check_output_file
+from scaledl.cli.outputs import check_output_file
 from scaledl.collectives.auto import CostModel
 from scaledl.files import write_files
 from scaledl.sim.iteration import IterationResult

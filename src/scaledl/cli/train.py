@@ -25,7 +25,7 @@ from rich.table import Table
 from scaledl.bootstrap import DEFAULT_TIMEOUT_S
 from scaledl.launch.local import run_distributed, under_launcher
 from scaledl.launch.policy import SHARED_STORE_ENV, FaultPolicy, die_with_launcher
-from scaledl.cli.paths import check_output_dir
+from scaledl.cli.outputs import check_output_dir
 from scaledl.faults import FAULT_ENV, check_fault_spec
 from scaledl.topology import TOPOLOGY_ENV
 from scaledl.strategies.catalogue import option_fields, strategies, strategy_class
