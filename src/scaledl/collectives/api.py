@@ -155,16 +155,14 @@ def allreduce(
     topology: Topology | None = None, group: Group = None, async_op: bool = False,
 ) -> CollectiveHandle | None:
     """Reduce ``tensor`` over all ranks of ``group``, in place on every rank."""
-    if not async_op:
-        # an allreduce seen before goes straight to shared memory (shm_direct's docstring)
-        if shm_direct.allreduce(tensor, op, algorithm, topology, group):
-            return None
-        call = _prepare(Collective.ALLREDUCE, [tensor], op, algorithm, topology, group)
-        call.comm.submit(call.job(tensor), False)
-        shm_direct.learn(call, tensor, op, topology)
+    # an allreduce seen before goes straight to shared memory (shm_direct's docstring)
+    if not async_op and shm_direct.allreduce(tensor, op, algorithm, topology, group):
         return None
     call = _prepare(Collective.ALLREDUCE, [tensor], op, algorithm, topology, group)
-    return call.comm.submit(call.job(tensor), async_op)
+    handle = call.comm.submit(call.job(tensor), async_op)
+    if not async_op:
+        shm_direct.learn(call, tensor, op, topology)
+    return handle
 
 
 def broadcast(
