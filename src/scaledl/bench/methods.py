@@ -28,7 +28,7 @@ from scaledl.strategies.comparison import MethodRow
 
 __all__ = [
     "Method", "METHODS", "BenchSpec", "select_methods", "available_methods", "ranks",
-    "train_command", "default_target", "resolve_dataset", "check_model",
+    "train_command", "train_overrides", "default_target", "resolve_dataset", "check_model",
 ]
 
 DEFAULT_MOMENTUM = 0.9
@@ -202,6 +202,34 @@ def train_command(method: Method, spec: BenchSpec, out: Path) -> list[str]:
     for option, value in method.row.options:
         args += ["--" + option.replace("_", "-"), value]
     return args
+
+
+def train_overrides(method: Method, spec: BenchSpec, out: Path) -> dict[str, object]:
+    """The config values of one method's run into ``out``, as :func:`train_command`'s flags give
+    them to ``scaledl train`` (typed as its parser types them), for
+    :func:`scaledl.train.config.build_config` in a process that runs the training itself (the
+    bench's pool of ranks: :mod:`scaledl.bench.methods_pool`)."""
+    from scaledl.strategies.catalogue import option_fields
+
+    values: dict[str, object] = {
+        "strategy": method.name, "workers": ranks(method, spec), "dataset": spec.dataset,
+        "model": spec.model, "epochs": spec.epochs, "batch_size": spec.batch_size,
+        "lr": spec.lr, "momentum": spec.momentum if method.momentum else 0.0,
+        "seed": spec.seed, "eval_every": spec.eval_every, "out": str(out),
+        "progress": False, "plots": False,
+    }
+    if spec.data_dir is not None:
+        values["data_dir"] = spec.data_dir
+    if method.needs_server:
+        values["servers"] = 1
+    if method.tau is not None:
+        values["tau"] = method.tau
+    if method.elastic:
+        values["alpha"] = spec.alpha()
+    fields = option_fields()
+    for option, value in method.row.options:
+        values[option] = fields[option].metadata["type"](value)
+    return values
 
 
 def resolve_dataset(name: str, data_dir: str | None = None) -> str:

@@ -1,5 +1,7 @@
 """``scaledl bench algorithms``: every training method with the same budget on a real data set,
-one ``scaledl train`` run after another; a rich table, ``--json`` and two PNG plots.
+one run after another; a rich table, ``--json`` and two PNG plots.  Runs with the same number
+of ranks share a pool of rank processes kept between runs (:mod:`scaledl.bench.methods_pool`);
+``--no-pool`` runs each as its own ``scaledl train`` process.
 
 The methods, their options and the budget are defined in :mod:`scaledl.bench.methods`, the
 numbers read back from each run in :mod:`scaledl.bench.methods_result`, the workloads and the
@@ -88,6 +90,10 @@ def add_parser(kinds: Any) -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"CI-sized: {', '.join(QUICK_METHODS)} on digits, 2 workers, 3 epochs, "
                         f"tuned over {QUICK_GRID} (or --tune-lr), 1 seed")
+    p.add_argument("--no-pool", dest="pool", action="store_false", default=True,
+                   help="run each run as its own scaledl train process (default: runs with "
+                        "the same number of ranks share a pool of rank processes kept between "
+                        "runs, which saves the start-up of each)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help=f"folder of the run directories (default {DEFAULT_OUT})")
     p.add_argument("--json", type=Path, default=None, help="write results as JSON here")
@@ -168,13 +174,15 @@ def run(args: argparse.Namespace) -> int:
     from scaledl.bench.methods_run import Runs
     from scaledl.processes import signals_raise
 
-    runs = Runs()
+    runs = Runs(pool=getattr(args, "pool", True))
     with signals_raise(KeyboardInterrupt):
         try:
             return _run(args, runs)
         except BaseException:
             runs.stop()
             raise
+        finally:
+            runs.close()  # the pools' ranks leave (nothing left to close after stop())
 
 
 def _run(args: argparse.Namespace, runs: Runs) -> int:
