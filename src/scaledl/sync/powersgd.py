@@ -37,19 +37,55 @@ instead of one of ``sum n m``; compute ``4 n m r`` flops per matrix for ``P`` an
 ``start_powerSGD_iter``; 0 by default here: a DataParallel bucket keeps its layout from the
 first step, while DDP rebuilds its buckets after the first step, which resets this state per
 bucket when the layout changes).
+
+**Placement.** On ``N > 1`` hosts of ``L > 1`` ranks each (the group's topology), PowerSGD by
+default (``placement="auto"``) compresses only what crosses hosts, as BlueConnect and PowerAI
+DDL split an allreduce by level (:mod:`scaledl.sync.host_shares`): the bucket is first summed
+exactly inside each host into ``L`` contiguous shares balanced by their PowerSGD work, one
+owned by each local rank; each owner runs steps 1-6 on its share only, with the owners of the
+same share on the other hosts (its ``P`` and ``Q`` allreduces cross hosts, among ``N``
+ranks); then each host's owners broadcast their averaged shares to the host's other ranks.
+Each rank does ``1/L`` of the arithmetic, and error feedback lives with a matrix's owner, for
+its host's sum: ``e = M_host - L * P Q^T`` (so the errors still sum, over the hosts, to what
+the flat algorithm's errors sum to over the ranks).  Since ``P = sum_h M_h Q = sum_i M_i Q``
+and likewise ``Q``, the result is the flat algorithm's, up to float rounding; the initial
+``Q`` of a matrix is the same draw as in the flat algorithm.  With one host (``placement=
+"hosts"`` forced) nothing crosses hosts and the average is exact.  ``placement="flat"`` keeps
+every rank running the whole algorithm over every rank (the only choice on one host or with
+one rank per host under ``"auto"``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from scaledl.sync.host_shares import HostShares, share_bounds
 from scaledl.sync.wire import BucketLayout, GradientCompression, Job, Wire
 
-__all__ = ["PowerSGD", "orthogonalize"]
+__all__ = ["PowerSGD", "orthogonalize", "PLACEMENTS"]
+
+log = logging.getLogger(__name__)
+
+PLACEMENTS = ("auto", "flat", "hosts")
+"""Where PowerSGD's arithmetic runs: ``hosts`` (exact inside each host, compressed across,
+each rank on its share), ``flat`` (every rank on the whole bucket), ``auto`` (``hosts`` on
+more than one host of more than one rank, else ``flat``)."""
+
+COMPRESSED_PASSES = 7.0
+"""Passes over a compressed matrix's elements an owner makes per step (error in and out, three
+products with ``M``, the host's reduce and broadcast): the cost :func:`share_bounds` balances."""
+PLAIN_PASSES = 3.0
+"""The same for an uncompressed gradient (into the wire buffer, out of it, the host stages)."""
+
+Reduce = Callable[[torch.Tensor], None]
+"""Sums a flat tensor over the ranks that compress together, in place."""
+Run = Callable[[Reduce, int], Callable[[], None]]
+"""Steps 3-5 given the sum and the number of ranks averaged over; returns step 6."""
 
 
 @dataclass(frozen=True)
@@ -63,13 +99,18 @@ class _Matrix:
     rank: int
     p_offset: int
     q_offset: int
+    draw_offset: int
+    """Where its initial ``Q`` lies in the whole bucket's draw (the flat plan's ``q_offset``)."""
 
 
 @dataclass
 class _BucketState:
-    """PowerSGD's memory of one bucket."""
+    """PowerSGD's memory of one bucket (or of this rank's share of it)."""
 
+    source: tuple[BucketLayout, tuple[int, int] | None]
+    """The bucket's layout and the share ``[lo, hi)`` this state covers (None: all of it)."""
     layout: BucketLayout
+    """The layout of what this state covers, offsets from its start."""
     matrices: list[_Matrix]
     plain: list[tuple[int, int]]
     """``(offset, numel)`` of each gradient averaged uncompressed."""
@@ -78,6 +119,8 @@ class _BucketState:
     q: torch.Tensor
     """Every matrix's ``Q`` (stored transposed), flat: the second allreduce's buffer, kept for
     the warm start."""
+    draw_numel: int
+    """Elements of the whole bucket's ``Q`` draw."""
     error: torch.Tensor | None = None
     """Per compressed element, what the last approximation left out on this rank."""
     steps: int = 0
@@ -89,7 +132,8 @@ class PowerSGD(GradientCompression):
     """Rank-``rank`` PowerSGD with error feedback and warm start (see the module docstring)."""
 
     def __init__(self, rank: int = 4, start_iter: int = 0, min_compression_rate: float = 2.0,
-                 error_feedback: bool = True, warm_start: bool = True, seed: int = 0) -> None:
+                 error_feedback: bool = True, warm_start: bool = True, seed: int = 0,
+                 placement: str = "auto") -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"PowerSGD rank={rank!r} must be a positive integer (1, 2, 4 are "
                              "usual)")
@@ -99,6 +143,10 @@ class PowerSGD(GradientCompression):
                 min_compression_rate > 0 and math.isfinite(min_compression_rate)):
             raise ValueError(f"PowerSGD min_compression_rate={min_compression_rate!r} must be a "
                              "positive number (torch's default is 2)")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"PowerSGD placement={placement!r} is not one of {PLACEMENTS}; "
+                             "use 'auto' (compress across hosts only, when there are several "
+                             "hosts of several ranks), 'hosts' or 'flat'")
         self.rank = rank
         """Columns of ``P`` and ``Q`` (lowered per matrix to ``min(rank, n, m)``)."""
         self.start_iter = start_iter
@@ -111,7 +159,14 @@ class PowerSGD(GradientCompression):
         """Start each step's power iteration from the previous step's ``Q``."""
         self.seed = seed
         """Seeds the initial ``Q`` (identical on every rank)."""
+        self.placement = placement
+        """Asked placement (:data:`PLACEMENTS`); :attr:`placed` says what runs."""
+        self.placed: str | None = None
+        """What runs, once the first bucket has been started: ``"flat"``, or ``"hosts: "``
+        followed by the layout and paths (:meth:`HostShares.describe`)."""
         self._states: dict[int, _BucketState] = {}
+        self._shares: tuple[Wire, HostShares | None] | None = None
+        self._bounds: dict[int, tuple[BucketLayout, tuple[tuple[int, int], ...]]] = {}
 
     def spec(self) -> str:
         """``"powersgd:RANK"``, plus any non-default setting."""
@@ -120,12 +175,14 @@ class PowerSGD(GradientCompression):
             ("min_compression_rate", self.min_compression_rate, 2.0),
             ("error_feedback", self.error_feedback, True),
             ("warm_start", self.warm_start, True), ("seed", self.seed, 0),
+            ("placement", self.placement, "auto"),
         ) if value != default]
         return f"powersgd:{self.rank}" + (f"({', '.join(extras)})" if extras else "")
 
     def wire_numel(self, layout: BucketLayout) -> int:
         """Elements one compressed step of a bucket laid out as ``layout`` sends in its two
-        allreduces (against ``layout.numel + layout.tail`` uncompressed)."""
+        allreduces under the flat placement (against ``layout.numel + layout.tail``
+        uncompressed)."""
         state = self._plan(0, layout, torch.float32, torch.device("cpu"))
         return state.plain_numel + layout.tail + state.p_numel + state.q.numel()
 
@@ -135,24 +192,104 @@ class PowerSGD(GradientCompression):
         state = self._plan(key, layout, torch.float32, torch.device("cpu"))
         return [qt.t().clone() for qt in self._views(state, state.wire)[1]]
 
+    # -- placement ------------------------------------------------------------------------
+    def prepare_on(self, wire: Wire, key: int, buffer: torch.Tensor,
+                   layout: BucketLayout) -> Job:
+        """:meth:`prepare` under the flat placement; under the host placement, nothing now
+        (no arithmetic can start before the host's sum), the whole of it in the job."""
+        shares = self._host_shares(wire)
+        if shares is None:
+            return self.prepare(key, buffer, layout)
+        _check_floating(buffer)
+        return lambda on: self._hosts_job(shares, on, key, buffer, layout)
+
+    def _host_shares(self, wire: Wire) -> HostShares | None:
+        """The host shares of ``wire``'s group under the host placement, else None; decided
+        once per wire, logged."""
+        if self._shares is not None and self._shares[0] is wire:
+            return self._shares[1]
+        topology = getattr(wire, "topology", None)
+        comm = getattr(wire, "comm", None)
+        shares = None
+        if self.placement != "flat" and topology is not None and comm is not None:
+            several = topology.num_nodes > 1 and topology.ranks_per_node > 1
+            if self.placement == "hosts" or several:
+                shares = HostShares(comm, topology)
+        self._shares = (wire, shares)
+        self.placed = "flat" if shares is None else "hosts: " + shares.describe()
+        log.info("%s placement %s (asked %s)", self.spec(), self.placed, self.placement)
+        return shares
+
+    def _hosts_job(self, shares: HostShares, wire: Wire, key: int, buffer: torch.Tensor,
+                   layout: BucketLayout) -> None:
+        """The host placement's whole job for one bucket (module docstring, "Placement")."""
+        bounds = self._share_bounds(key, layout, shares.ranks_per_host)
+        shares.reduce_to_owners(buffer, bounds)
+        wire.sent += buffer.numel() * buffer.element_size()
+        lo, hi = bounds[shares.local_rank]
+        if hi > lo:
+            share = buffer[lo:hi]
+            if shares.hosts == 1:  # nothing crosses hosts: the host's sum is exact
+                share.div_(wire.world_size)
+            else:
+                def across(tensor: torch.Tensor) -> None:
+                    shares.allreduce_across(tensor)
+                    wire.sent += tensor.numel() * tensor.element_size()
+                run = self._begin(key, share, layout, (lo, hi), shares.ranks_per_host)
+                run(across, wire.world_size)()
+            wire.sent += share.numel() * share.element_size()
+        shares.broadcast_from_owners(buffer, bounds)
+
+    def _share_bounds(self, key: int, layout: BucketLayout, parts: int
+                      ) -> tuple[tuple[int, int], ...]:
+        """The shares of bucket ``key``, balanced by :data:`COMPRESSED_PASSES` and
+        :data:`PLAIN_PASSES` (cached per layout)."""
+        cached = self._bounds.get(key)
+        if cached is not None and cached[0] == layout:
+            return cached[1]
+        compressed = {m.offset for m in self._plan(key, layout, torch.float32,
+                                                   torch.device("cpu"), draw=False).matrices}
+        order = sorted(range(len(layout.offsets)), key=lambda i: layout.offsets[i])
+        starts = [layout.offsets[i] for i in order]
+        if starts:
+            starts[0] = 0  # anything before the first gradient goes with it
+        costs = [math.prod(layout.shapes[i]) * (
+            COMPRESSED_PASSES if layout.offsets[i] in compressed else PLAIN_PASSES)
+            for i in order]
+        bounds = share_bounds(starts, costs, layout.numel + layout.tail, parts)
+        self._bounds[key] = (layout, bounds)
+        return bounds
+
     # -- the algorithm ----------------------------------------------------------------------
     def prepare(self, key: int, buffer: torch.Tensor, layout: BucketLayout) -> Job:
         """Steps 1-2 of the module docstring now (error feedback, ``P = M Q``, the first
         wire buffer packed); steps 3-5 (two allreduces) in the job; step 6 after it."""
-        if not buffer.is_floating_point():
-            raise TypeError(f"PowerSGD needs floating-point gradients, got a {buffer.dtype} "
-                            "bucket; use compression='none'")
+        _check_floating(buffer)
+        run = self._begin(key, buffer, layout, None, 1)
+
+        def job(wire: Wire) -> Callable[[], None]:
+            return run(lambda tensor: wire.allreduce(tensor, "sum"), wire.world_size)
+        return job
+
+    def _begin(self, key: int, buffer: torch.Tensor, layout: BucketLayout,
+               share: tuple[int, int] | None, error_scale: int) -> Run:
+        """Steps 1-2 on ``buffer`` (the bucket, or the share ``[lo, hi)`` of it); the rest
+        as a :data:`Run`.  ``error_scale`` is how many ranks' gradients ``buffer`` sums."""
         state = self._states.get(key)
-        if state is None or state.layout != layout or state.q.device != buffer.device:
-            state = self._plan(key, layout, buffer.dtype, buffer.device)
+        if state is None or state.source != (layout, share) or state.q.device != buffer.device:
+            state = self._plan(key, layout, buffer.dtype, buffer.device, share)
             self._states[key] = state
         state.steps += 1
         if state.steps <= self.start_iter or not state.matrices:
-            def plain(wire: Wire) -> None:
-                wire.allreduce(buffer, "avg")
+            def plain(reduce: Reduce, p: int) -> Callable[[], None]:
+                reduce(buffer)
+
+                def average() -> None:
+                    buffer.div_(p)
+                return average
             return plain
-        count = layout.numel
-        gradients, tail = buffer[:count], buffer[count:]
+        count = state.layout.numel
+        gradients, tail = buffer[:count], buffer[count:count + state.layout.tail]
         outputs = [gradients[m.offset:m.offset + m.rows * m.cols].view(m.rows, m.cols)
                    for m in state.matrices]
         matrices = outputs
@@ -169,25 +306,25 @@ class PowerSGD(GradientCompression):
         for offset, numel in state.plain:
             sent[position:position + numel].copy_(gradients[offset:offset + numel])
             position += numel
-        sent[position:position + layout.tail].copy_(tail)
+        sent[position:position + state.layout.tail].copy_(tail)
         ps, qts = self._views(state, sent)
         for matrix, p_view, qt in zip(matrices, ps, qts):
             torch.mm(matrix, qt.t(), out=p_view)
 
-        def job(wire: Wire) -> Callable[[], None]:
-            wire.allreduce(sent, "sum")
+        def run(reduce: Reduce, p: int) -> Callable[[], None]:
+            reduce(sent)
             for matrix, p_view, qt in zip(matrices, ps, qts):
                 orthogonalize(p_view)
                 torch.mm(p_view.t(), matrix, out=qt)  # Q^T = P^T M
-            wire.allreduce(state.q, "sum")
-            return lambda: self._finish(state, wire.world_size, gradients, tail, sent,
-                                        matrices, outputs, ps, qts)
-        return job
+            reduce(state.q)
+            return lambda: self._finish(state, p, gradients, tail, sent, matrices, outputs,
+                                        ps, qts, error_scale)
+        return run
 
     def _finish(self, state: _BucketState, p: int, gradients: torch.Tensor,
                 tail: torch.Tensor, sent: torch.Tensor, matrices: list[torch.Tensor],
                 outputs: list[torch.Tensor], ps: list[torch.Tensor],
-                qts: list[torch.Tensor]) -> None:
+                qts: list[torch.Tensor], error_scale: int) -> None:
         """Step 6 and the uncompressed gradients' average, once both allreduces are done."""
         position = 0
         for offset, numel in state.plain:
@@ -199,7 +336,7 @@ class PowerSGD(GradientCompression):
             torch.mm(p_view, qt, out=output)  # P Q^T
         if self.error_feedback:
             for error, output in zip(matrices, outputs):
-                error.sub_(output)
+                error.sub_(output, alpha=error_scale)
 
     def _views(self, state: _BucketState, sent: torch.Tensor
                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -226,43 +363,68 @@ class PowerSGD(GradientCompression):
 
     # -- planning -----------------------------------------------------------------------------
     def _plan(self, key: int, layout: BucketLayout, dtype: torch.dtype,
-              device: torch.device) -> _BucketState:
-        """Which gradients of the bucket are compressed, with what rank, where their ``P`` and
-        ``Q`` go; the initial ``Q``."""
+              device: torch.device, share: tuple[int, int] | None = None,
+              draw: bool = True) -> _BucketState:
+        """Which gradients of the bucket (or of its share ``[lo, hi)``) are compressed, with
+        what rank, where their ``P`` and ``Q`` go; the initial ``Q`` (unless not ``draw``)."""
+        lo, hi = share if share is not None else (0, layout.numel + layout.tail)
         matrices: list[_Matrix] = []
         plain: list[tuple[int, int]] = []
-        p_numel = q_numel = 0
+        shapes: list[tuple[int, ...]] = []
+        offsets: list[int] = []
+        p_numel = q_numel = draw_numel = 0
         for shape, offset in zip(layout.shapes, layout.offsets):
             numel = math.prod(shape)
-            if len(shape) < 2 or numel == 0:
-                plain.append((offset, numel))
-                continue
-            rows, cols = shape[0], numel // shape[0]
+            rows = shape[0] if len(shape) >= 2 and numel else 0
+            cols = numel // rows if rows else 0
             rank = min(self.rank, rows, cols)
-            if (rows + cols) * rank * self.min_compression_rate >= rows * cols:
-                plain.append((offset, numel))
-                continue
-            matrices.append(_Matrix(offset, rows, cols, rank, p_numel, q_numel))
-            p_numel += rows * rank
-            q_numel += cols * rank
+            compressed = rows > 0 and (rows + cols) * rank * self.min_compression_rate \
+                < rows * cols
+            mine = lo <= offset < hi
+            if mine:
+                shapes.append(shape)
+                offsets.append(offset - lo)
+            if compressed and mine:
+                matrices.append(_Matrix(offset - lo, rows, cols, rank, p_numel, q_numel,
+                                        draw_numel))
+                p_numel += rows * rank
+                q_numel += cols * rank
+            elif mine:
+                plain.append((offset - lo, numel))
+            if compressed:  # the whole bucket's draw, so a matrix starts alike in any share
+                draw_numel += cols * rank
+        tail = max(0, hi - max(lo, layout.numel))
+        covered = BucketLayout(tuple(shapes), tuple(offsets), tail) if share is not None \
+            else layout
         plain_numel = sum(numel for _, numel in plain)
         state = _BucketState(
-            layout, matrices, plain, plain_numel, p_numel,
-            torch.empty(q_numel, dtype=dtype, device=device),
-            wire=torch.empty(plain_numel + layout.tail + p_numel, dtype=dtype, device=device),
+            (layout, share), covered, matrices, plain, plain_numel, p_numel,
+            torch.empty(q_numel, dtype=dtype, device=device), draw_numel,
+            wire=torch.empty(plain_numel + tail + p_numel, dtype=dtype, device=device),
         )
-        self._fresh_q(state, key, 0)
+        if draw:
+            self._fresh_q(state, key, 0)
         return state
 
     def _fresh_q(self, state: _BucketState, key: int, step: int) -> None:
         """Standard-normal ``Q``s, orthogonalised, from a generator seeded by (seed, bucket,
-        step): identical on every rank without communicating."""
+        step): identical on every rank without communicating.  The whole bucket's ``Q`` is
+        drawn, and each matrix covered takes its part of the draw."""
         generator = torch.Generator().manual_seed(
             (self.seed * 1_000_003 + key * 7_919 + step) % (2 ** 63))
-        values = torch.randn(state.q.numel(), generator=generator, dtype=torch.float32)
-        state.q.copy_(values)
+        values = torch.randn(state.draw_numel, generator=generator, dtype=torch.float32)
+        for m in state.matrices:
+            numel = m.cols * m.rank
+            state.q[m.q_offset:m.q_offset + numel].copy_(
+                values[m.draw_offset:m.draw_offset + numel])
         for qt in self._views(state, state.wire)[1]:
             orthogonalize(qt.t())
+
+
+def _check_floating(buffer: torch.Tensor) -> None:
+    if not buffer.is_floating_point():
+        raise TypeError(f"PowerSGD needs floating-point gradients, got a {buffer.dtype} "
+                        "bucket; use compression='none'")
 
 
 def orthogonalize(matrix: torch.Tensor) -> None:

@@ -183,10 +183,16 @@ class GradientCompression(ABC):
         """Do the local part of averaging ``buffer`` (bucket ``key``, laid out as ``layout``)
         now; return the job to run with a :class:`Wire` on the communicator."""
 
+    def prepare_on(self, wire: Wire, key: int, buffer: torch.Tensor,
+                   layout: BucketLayout) -> Job:
+        """:meth:`prepare` for a bucket that will be averaged on ``wire``: a compression whose
+        work depends on the group's layout (PowerSGD splits it by host) overrides this."""
+        return self.prepare(key, buffer, layout)
+
     def average(self, key: int, buffer: torch.Tensor, layout: BucketLayout, wire: Wire) -> None:
         """Average ``buffer`` over the ranks in place, every part on this thread (call it
         only from inside a communicator job)."""
-        finish = self.prepare(key, buffer, layout)(wire)
+        finish = self.prepare_on(wire, key, buffer, layout)(wire)
         if finish is not None:
             finish()
 
@@ -209,7 +215,7 @@ class GradientCompression(ABC):
               wire: Wire) -> CollectiveHandle:
         """Prepare one bucket here and queue its job on the communicator; a handle whose
         first wait (or done-callback) also runs what the job left."""
-        job = self.prepare(key, buffer, layout)
+        job = self.prepare_on(wire, key, buffer, layout)
         left: list[Callable[[], None] | None] = []
         sent = [0]
 
