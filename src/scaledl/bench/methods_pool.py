@@ -153,15 +153,20 @@ class Pool:
         """Stop the pool's processes at once (their whole session: SIGTERM, a grace, SIGKILL)."""
         stop_process_groups([self.process])
 
-    def close(self) -> None:
-        """Ask the ranks to leave, stop them if they do not within a grace, remove the
-        folder."""
+    def ask_to_leave(self) -> None:
+        """Write the stop job (the ranks leave once their current job is done)."""
         if self.usable:
             _write_atomically(self.directory / f"job-{self._next}.json", {"stop": True})
-            try:
-                self.process.wait(timeout=_CLOSE_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
+            self._next += 1
+
+    def close(self) -> None:
+        """Ask the ranks to leave, stop them if they do not within a grace, remove the
+        folder.  (Several pools close at once by :meth:`ask_to_leave` on each first.)"""
+        self.ask_to_leave()
+        try:
+            self.process.wait(timeout=_CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
         self.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -106,6 +106,8 @@ class Runs:
         pools."""
         with self._lock:
             pools, self._pools, self._idle = list(self._pools), [], {}
+        for pool in pools:  # all at once: each takes a few seconds to wind down
+            pool.ask_to_leave()
         for pool in pools:
             pool.close()
 
