@@ -15,8 +15,11 @@ apart: the prior ``overhead`` is kept and ``alpha`` takes the rest.  Step 2 fits
 per-round cost and bandwidth factor the same way on the native times (its overhead is the
 per-round cost less ``alpha``), with ``native`` modelled as auto models it: the cheaper of its
 proxy schedules (ring or halving-doubling; tree for broadcast and reduce).  Step 3 fits the
-shared-memory class (``alpha`` per wait, ``beta`` per byte copied) on the ``shm`` times.  Every
-link class gets the one fitted link: a single host measures one.
+shared-memory class on the ``shm`` times (:func:`_fit_shm`): its fixed cost per call (direct
+path, planned path), ``alpha`` per wait, ``beta`` per byte copied in the cache and beyond it
+(the cache's size read from the machine), or, on ranks that outnumber the cores, the cost of a
+wait when cores are time-shared.  Every link class gets the one fitted link: a single host
+measures one.
 
 :func:`calibrate` fits one run's measurements (``scaledl bench collectives --calibrate``).
 ``scaledl simulate calibrate`` fits the links on the simulator's replay
@@ -33,17 +36,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from scipy.optimize import nnls  # type: ignore[import-untyped]
+
 from scaledl.calibration.bench_file import Measurement, read_rows, row_topologies
 from scaledl.collectives.auto import Fabric, choose
-from scaledl.collectives.cost import CostModel, LinkCost, schedule_time
-from scaledl.collectives.cost import shm_terms
+from scaledl.collectives.cost import (
+    CostModel, LinkCost, ShmTerms, schedule_time, shm_call_time, shm_terms,
+)
 from scaledl.collectives.registry import ALGORITHMS, plan, plan_numel
 from scaledl.collectives.schedule import Action, Collective, Schedule
 from scaledl.topology import Topology
 
 __all__ = [
     "Sample", "LinearFit", "fit_two", "schedule_features", "calibrate", "auto_residual", "describe",
-    "Native", "load_natives", "fit_native",
+    "Native", "load_natives", "fit_native", "last_level_cache",
 ]
 
 _NATIVE_PROXIES = {Collective.BROADCAST: ("tree",), Collective.REDUCE: ("tree",)}
@@ -184,22 +191,110 @@ def calibrate(
 def _fit_shm(
     measurements: Sequence[Measurement], itemsize: int, model: CostModel
 ) -> tuple[CostModel, dict[str, object]]:
-    """Fit the shared-memory class: ``time = waits x alpha + bytes copied x beta + adds``."""
+    """Fit the shared-memory class on whole-group ``shm`` times (:func:`shm_terms`,
+    :func:`shm_call_time`).
+
+    On ranks with a core each: ``time = call + waits x alpha + cached bytes x beta + memory
+    bytes x memory beta + adds``, with ``call`` the direct call path's fixed cost for allreduce
+    and the planned path's for the others, all five by non-negative least squares in relative
+    error; a parameter no measurement pays (no collective but allreduce, no size beyond the
+    cache) keeps the prior's value.  On ranks that outnumber the cores, only the cost of a wait
+    (``shm_timeshared_alpha``) is fitted, the rest taken from the prior stretched by ranks per
+    core: such a run cannot tell a core's speed from its sharing.
+    """
+    model = replace(model, cache_bytes=last_level_cache() or model.cache_bytes)
     rows = []
     for m in measurements:
         collective = Collective(m.collective)
         flat = Topology.flat(m.world_size)
         stage = next(iter(plan("shm", collective, flat, 0, _numel(m, itemsize)).stages()), None)
         if stage is not None:
-            rows.append((*shm_terms(stage, itemsize, model), m.median_us * 1e-6))
-    if len({(waits, copied) for waits, copied, _, _ in rows}) < 2:
+            rows.append((collective, shm_terms(stage, itemsize, model), m.median_us * 1e-6,
+                         m.world_size))
+    if len({(collective, terms.waits, terms.cached_bytes + terms.memory_bytes)
+            for collective, terms, _, _ in rows}) < 2:
         return model, {"skipped": "shm measured at fewer than two sizes"}
-    fit = fit_two([r[0] for r in rows], [r[1] for r in rows],
-                  [max(r[3] - r[2], 1e-9) for r in rows])
-    fitted = replace(model, shm=LinkCost(fit.first, fit.second))
-    return fitted, {"alpha_s": fit.first, "beta_s_per_byte": fit.second,
-                    "bandwidth_gbps": 1e-9 / fit.second if fit.second else None,
-                    "rms_relative_error": fit.rms_relative_error, "points": fit.points}
+    if rows[0][1].timeshared:
+        return _fit_timeshared(rows, model)
+    columns = [
+        [float(c is Collective.ALLREDUCE) for c, _, _, _ in rows],
+        [float(c is not Collective.ALLREDUCE) for c, _, _, _ in rows],
+        [t.waits for _, t, _, _ in rows],
+        [t.cached_bytes for _, t, _, _ in rows],
+        [t.memory_bytes for _, t, _, _ in rows],
+    ]
+    prior = [model.direct_call_overhead, model.call_overhead, model.shm.alpha, model.shm.beta,
+             model.shm_memory_beta]
+    seconds = np.array([t for _, _, t, _ in rows])
+    known = np.array([terms.adds for _, terms, _, _ in rows])
+    matrix = np.array(columns).T
+    paid = np.array([bool(column.any()) for column in matrix.T])
+    known += matrix[:, ~paid] @ np.array(prior)[~paid]
+    weights = 1 / seconds
+    solution, _ = nnls(matrix[:, paid] * weights[:, None], (seconds - known) * weights)
+    values = np.array(prior, dtype=float)
+    values[paid] = solution
+    direct, planned, alpha, beta, memory_beta = (float(v) for v in values)
+    fitted = replace(model, shm=LinkCost(alpha, beta), shm_memory_beta=memory_beta,
+                     call_overhead=planned, direct_call_overhead=direct)
+    return fitted, {
+        "alpha_s": alpha, "beta_s_per_byte": beta, "bandwidth_gbps": _gbps(beta),
+        "memory_bandwidth_gbps": _gbps(memory_beta), "cache_bytes": fitted.cache_bytes,
+        "call_overhead_s": planned, "direct_call_overhead_s": direct,
+        "kept_from_prior": [name for name, used in zip(_SHM_PARAMETERS, list(paid))
+                            if not used],
+        "rms_relative_error": _rms(fitted, rows), "points": len(rows),
+    }
+
+
+_SHM_PARAMETERS = ("direct_call_overhead", "call_overhead", "shm.alpha", "shm.beta",
+                   "shm_memory_beta")
+
+
+def _fit_timeshared(
+    rows: Sequence[tuple[Collective, ShmTerms, float, int]], model: CostModel
+) -> tuple[CostModel, dict[str, object]]:
+    """``shm_timeshared_alpha`` alone, on a run whose ranks outnumber the cores: minimise
+    ``sum((rest + alpha x waits) / measured - 1)^2`` with ``rest`` the prior's other terms."""
+    ratios = []
+    for collective, terms, measured, world_size in rows:
+        rest = (terms.seconds(replace(model, shm_timeshared_alpha=0.0))
+                + shm_call_time(collective, world_size, model))
+        ratios.append((terms.waits / measured, rest / measured))
+    denominator = sum(w * w for w, _ in ratios)
+    alpha = max(0.0, sum(w * (1 - r) for w, r in ratios) / denominator) if denominator else 0.0
+    fitted = replace(model, shm_timeshared_alpha=alpha)
+    return fitted, {"timeshared_alpha_s": alpha, "host_cores": model.host_cores,
+                    "ranks_per_core": rows[0][1].contention,
+                    "rms_relative_error": _rms(fitted, rows), "points": len(rows)}
+
+
+def _gbps(beta: float) -> float | None:
+    return 1e-9 / beta if beta else None
+
+
+def _rms(model: CostModel, rows: Sequence[tuple[Collective, ShmTerms, float, int]]) -> float:
+    """The relative rms error of whole-group shm calls as ``model`` predicts them."""
+    errors = [(terms.seconds(model) + shm_call_time(collective, world_size, model)) / measured
+              - 1 for collective, terms, measured, world_size in rows]
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+
+def last_level_cache() -> int | None:
+    """Bytes of this machine's last-level CPU cache (Linux sysfs), None when it does not say."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        scale = units.get(text[-1:].upper(), 1)
+        digits = text[:-1] if text[-1:].upper() in units else text
+        if digits.isdigit():
+            sizes.append((level, int(digits) * scale))
+    return max(sizes)[1] if sizes else None
 
 
 def auto_residual(
@@ -266,8 +361,15 @@ def describe(summary: dict[str, Any]) -> str:
             f"fit error {link['rms_relative_error']:.0%}")
     shm = summary.get("shm") or {}
     if "alpha_s" in shm:
-        text += (f"; shared memory {shm['alpha_s'] * 1e6:.1f} us per wait, "
-                 f"{shm['bandwidth_gbps'] or 0:.2f} GB/s copies, "
+        text += (f"; shared memory {shm['direct_call_overhead_s'] * 1e6:.1f} us per direct "
+                 f"call, {shm['call_overhead_s'] * 1e6:.1f} us per planned call, "
+                 f"{shm['alpha_s'] * 1e6:.1f} us per wait, {shm['bandwidth_gbps'] or 0:.2f} GB/s "
+                 f"copies in the cache ({shm['cache_bytes'] >> 20} MiB), "
+                 f"{shm['memory_bandwidth_gbps'] or 0:.2f} GB/s beyond it, "
+                 f"fit error {shm['rms_relative_error']:.0%}")
+    if "timeshared_alpha_s" in shm:
+        text += (f"; shared memory with {shm['ranks_per_core']:.1f} ranks per core: "
+                 f"{shm['timeshared_alpha_s'] * 1e6:.1f} us per wait, "
                  f"fit error {shm['rms_relative_error']:.0%}")
     native = summary.get("native") or {}
     if "native_beta_factor" in native:

@@ -12,7 +12,10 @@ point-to-point rounds, on shared memory (when every group of that level shares a
 :class:`Fabric` says) or on the backend's own collective; each level's path is chosen by the
 model, level by level (levels run one after the other, so their costs add), and the choice is
 part of the algorithm's name, e.g. ``hierarchical[shm,ring]``.  On a group inside one host the
-whole collective can also run on shared memory (``shm``).
+whole collective can also run on shared memory (``shm``), whose prediction includes its fixed
+cost per call (the direct call path's for an allreduce, the planned path's otherwise) and the
+regimes of shared memory: in the cache or beyond it, a core per rank or cores time-shared
+(:func:`~scaledl.collectives.cost.shm_terms`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scaledl.collectives.cost import (
-    CALIBRATION_ENV, CostModel, LinkCost, calibration_path, schedule_time, stage_time,
+    CALIBRATION_ENV, CostModel, LinkCost, calibration_path, schedule_time, shm_call_time,
+    stage_time,
 )
 from scaledl.collectives.registry import ALGORITHMS, lookup, parse_algorithm, plan
 from scaledl.collectives.replay import replay
@@ -255,6 +259,8 @@ def choose(
             predictions[spec] = seconds
         else:
             predictions[name] = _predict(name, collective, topology, numel, itemsize, model, root)
+        if algo.needs_shm:  # the whole group's call: its fixed cost weighs on small messages
+            predictions[name] += shm_call_time(collective, topology.world_size, model)
     if include_native:
         predictions["native"] = _native_time(collective, topology, numel, itemsize, model, root)
     order = list(ALGORITHMS)

@@ -9,7 +9,17 @@ their own overhead.  Each round of one rank's schedule costs
              + reduction that the chunk pipeline cannot hide (gamma * one chunk)
 
 where ``link`` is the outermost topology axis a transfer crosses (0 = inside a host), and a
-stage costs what its path does (:func:`stage_time`).  :mod:`scaledl.collectives.auto` and
+stage costs what its path does (:func:`stage_time`).
+
+Shared memory has regimes of its own, because its costs are a CPU's, not a wire's
+(:func:`shm_terms`): a byte copied while every member's data fits the host's last-level cache
+costs ``shm.beta``, beyond it main memory's ``shm_memory_beta``; a wait for a peer costs
+``shm.alpha`` while the stage's ranks have a core each, and ``shm_timeshared_alpha`` (with all
+the CPU work stretched by ranks per core) when they outnumber the host's cores, for then the
+awaited peer must first be scheduled.  A whole-group ``shm`` call adds its fixed cost per call
+(:func:`shm_call_time`): the direct call path's for a synchronous allreduce
+(:mod:`scaledl.collectives.shm_direct`), the planned path's (validation, job, plan, stage
+announcement) for the others.  :mod:`scaledl.collectives.auto` and
 :mod:`scaledl.collectives.replay` use it to choose algorithms, ``scaledl.sim`` to predict whole
 clusters.  Parameters come from ``scaledl bench collectives --calibrate`` (a JSON file at
 ``$SCALEDL_CALIBRATION`` or ``~/.cache/scaledl/calibration.json``) or from defaults measured on
@@ -29,8 +39,9 @@ from scaledl.collectives.schedule import Action, Collective, Path as StagePath, 
 from scaledl.topology import Topology
 
 __all__ = [
-    "LinkCost", "CostModel", "stage_time", "shm_terms", "schedule_time", "calibration_path",
-    "CALIBRATION_ENV", "reduce_scatter_is_allreduce",
+    "LinkCost", "CostModel", "stage_time", "shm_terms", "ShmTerms", "shm_call_time",
+    "schedule_time", "calibration_path", "CALIBRATION_ENV", "reduce_scatter_is_allreduce",
+    "host_cores",
 ]
 
 CALIBRATION_ENV = "SCALEDL_CALIBRATION"
@@ -92,9 +103,31 @@ class CostModel:
     native_beta_factor: float = 1.1
     """How much slower the backend's own collectives move bytes than scaledl's pipeline."""
     shm: LinkCost = LinkCost(19e-6, 1 / 9.5e9)
-    """Shared memory among ranks of one host: ``alpha`` per wait for the peers (one piece has
-    up to three), ``beta`` per byte copied; the adds cost ``gamma``.  Default: measured on the
-    project's 2-core machine (docs/benchmarks.md)."""
+    """Shared memory among ranks of one host, each on a core of its own: ``alpha`` per wait for
+    the peers (one piece has up to three), ``beta`` per byte copied while the stage's data fits
+    :attr:`cache_bytes`; the adds cost ``gamma``.  Default: measured on the project's 2-core
+    machine (docs/algorithms.md, "auto")."""
+    shm_memory_beta: float = 1 / 9.5e9
+    """Seconds per byte copied through shared memory beyond the cache: the share of a stage's
+    bytes that does not fit :attr:`cache_bytes` moves at main memory's speed."""
+    cache_bytes: int = 32 << 20
+    """The host's last-level cache, bytes: a shared-memory stage whose members' buffers
+    together (``members x bytes``) fit in it copies at ``shm.beta``; of a larger one, the
+    share ``cache_bytes / (members x bytes)`` does.  Calibration reads it from the machine."""
+    shm_timeshared_alpha: float = 19e-6
+    """Seconds per wait for a peer when the stage's ranks outnumber :attr:`host_cores`: the
+    awaited rank must first get a core (its CPU work, copies, adds and call costs, also
+    stretches by ranks per core)."""
+    host_cores: int = 0
+    """Cores the ranks of one host share; 0: unknown, never time-shared (the simulator, which
+    models its hosts' cores itself).  :meth:`load` sets it from this machine."""
+    call_overhead: float = 0.0
+    """Fixed seconds of one whole-group shared-memory call on the planned path: validation,
+    the communicator's job, the plan, the stage's announcement (reduce_scatter, allgather,
+    broadcast, reduce, and asynchronous calls)."""
+    direct_call_overhead: float = 0.0
+    """Fixed seconds of one synchronous allreduce on the shared-memory direct call path
+    (:mod:`scaledl.collectives.shm_direct`: no job, no plan)."""
     shm_window: int = 4 << 20
     """Bytes of one shared-memory window: larger slices stream through it in pieces."""
     native_reduce_scatter_allreduce: bool = True
@@ -127,23 +160,40 @@ class CostModel:
 
     @classmethod
     def load(cls, path: Path | None = None) -> CostModel:
-        """The calibration at ``path`` (default location if None), or the defaults."""
+        """The calibration at ``path`` (default location if None), or the defaults, with this
+        machine's cores (:func:`host_cores`)."""
         target = path if path is not None else calibration_path()
+        model = cls()
         if target.is_file():
             try:
-                return cls.from_json(target.read_text())
+                model = cls.from_json(target.read_text())
             except (ValueError, TypeError, KeyError) as error:
                 raise ValueError(
                     f"calibration file {target} is unreadable ({error}); delete it or rerun "
                     "`scaledl bench collectives --calibrate`"
                 ) from None
-        return cls()
+        return replace(model, host_cores=host_cores())
+
+    def contention(self, ranks: int) -> float:
+        """How much longer CPU work takes when ``ranks`` ranks of a host share its cores (1
+        while each has a core, or the cores are unknown)."""
+        if self.host_cores <= 0 or ranks <= self.host_cores:
+            return 1.0
+        return ranks / self.host_cores
 
 
 def reduce_scatter_is_allreduce(backend: str) -> bool:
     """True where the backend's own reduce_scatter is an allreduce of the whole buffer and a
     copy: Gloo (NCCL and MPI have their own)."""
     return backend == "gloo"
+
+
+def host_cores() -> int:
+    """Cores this process may run on (its CPU affinity), the cores a host's ranks share."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return os.cpu_count() or 1
 
 
 def calibration_path() -> Path:
@@ -154,8 +204,35 @@ def calibration_path() -> Path:
     return Path.home() / ".cache" / "scaledl" / "calibration.json"
 
 
-def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> tuple[float, float, float]:
-    """``(waits, bytes copied, seconds of adds)`` of a shared-memory stage on ``L`` members.
+@dataclass(frozen=True)
+class ShmTerms:
+    """What a shared-memory stage pays, per parameter of the model (:func:`shm_terms`)."""
+
+    waits: float
+    """Waits for the peers."""
+    cached_bytes: float
+    """Bytes copied at the cache's speed (``shm.beta``)."""
+    memory_bytes: float
+    """Bytes copied at main memory's speed (``shm_memory_beta``)."""
+    adds: float
+    """Seconds of adds (``gamma`` per byte)."""
+    timeshared: bool
+    """The stage's ranks outnumber the host's cores: each wait costs
+    ``shm_timeshared_alpha`` and all the CPU work stretches by ranks per core."""
+    contention: float
+    """Ranks per core when time-shared, else 1."""
+
+    def seconds(self, model: CostModel) -> float:
+        """The stage's time under ``model``."""
+        alpha = model.shm_timeshared_alpha if self.timeshared else model.shm.alpha
+        work = (self.cached_bytes * model.shm.beta + self.memory_bytes * model.shm_memory_beta
+                + self.adds)
+        return self.waits * alpha + work * self.contention
+
+
+def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> ShmTerms:
+    """The waits, bytes copied (in and beyond the cache) and seconds of adds of a
+    shared-memory stage on ``L`` members.
 
     Per piece of at most one window, allreduce and reduce wait three times and copy the piece
     twice (in, out) and add ``(L-1)/L`` of it; reduce_scatter waits once, copies its share in and
@@ -163,7 +240,9 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> tuple[float, flo
     wait once and copy once (in on one side, out on the others).  An allreduce of at most
     :func:`~scaledl.collectives.shm_ops.direct_limit` waits twice and every rank adds the
     whole of every peer's piece; in 4- and 8-byte types (the direct path) it copies once, the
-    sum reading the windows straight into the buffer.
+    sum reading the windows straight into the buffer.  Of the bytes copied, the share
+    ``cache_bytes / (L x bytes)`` (at most all) moves at the cache's speed, the rest at main
+    memory's.
     """
     nbytes = stage.numel * itemsize
     members = len(stage.members)
@@ -174,23 +253,40 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> tuple[float, flo
     pieces = math.ceil(nbytes / window)
     adds = (members - 1) / members * nbytes * model.gamma
     if collective is Collective.ALLREDUCE and nbytes <= direct_limit(model.shm_window):
-        return 2, nbytes if itemsize >= 4 else 2 * nbytes, (members - 1) * nbytes * model.gamma
-    if collective in (Collective.ALLREDUCE, Collective.REDUCE):
-        return 3 * pieces, 2 * nbytes, adds
-    if collective is Collective.REDUCE_SCATTER:
-        return pieces, nbytes, adds
-    return pieces, nbytes, 0.0
+        waits, copied = 2, nbytes if itemsize >= 4 else 2 * nbytes
+        adds = (members - 1) * nbytes * model.gamma
+    elif collective in (Collective.ALLREDUCE, Collective.REDUCE):
+        waits, copied = 3 * pieces, 2 * nbytes
+    elif collective is Collective.REDUCE_SCATTER:
+        waits, copied = pieces, nbytes
+    else:
+        waits, copied, adds = pieces, nbytes, 0.0
+    footprint = members * nbytes
+    cached = copied if footprint <= model.cache_bytes else copied * model.cache_bytes / footprint
+    contention = model.contention(members)
+    return ShmTerms(waits, cached, copied - cached, adds, contention > 1, contention)
+
+
+def shm_call_time(collective: Collective, members: int, model: CostModel) -> float:
+    """The fixed cost of one whole-group shared-memory call on ``members`` ranks: a
+    synchronous allreduce takes the direct call path, everything else the planned path (an
+    asynchronous allreduce too, which the model does not tell apart); stretched by ranks per
+    core when they outnumber the host's cores."""
+    fixed = (model.direct_call_overhead if collective is Collective.ALLREDUCE
+             else model.call_overhead)
+    return fixed * model.contention(members)
 
 
 def stage_time(stage: Stage, itemsize: int, model: CostModel, sharers: int = 1) -> float:
     """Seconds a stage takes once every member has reached it.
 
-    Shared memory: ``waits x alpha + bytes copied x beta + adds`` of the ``shm`` link class
-    (:func:`shm_terms`).  The backend's own collective is priced as its ring (allreduce: the
-    better of ring and halving-doubling; broadcast, reduce: a binomial tree) on the stage's link
-    class with the backend's per-round overhead and bandwidth factor (a reduce_scatter as the
-    whole buffer's allreduce where the backend runs it so: Gloo); ``sharers`` stages of one
-    host that leave it at once share its interface, so their bytes move that much slower.
+    Shared memory: ``waits x alpha + (bytes copied x beta + adds) x ranks per core`` of the
+    ``shm`` class, each in the regime the stage is in (:func:`shm_terms`).  The backend's own
+    collective is priced as its ring (allreduce: the better of ring and halving-doubling;
+    broadcast, reduce: a binomial tree) on the stage's link class with the backend's per-round
+    overhead and bandwidth factor (a reduce_scatter as the whole buffer's allreduce where the
+    backend runs it so: Gloo); ``sharers`` stages of one host that leave it at once share its
+    interface, so their bytes move that much slower.
     """
     nbytes = stage.numel * itemsize
     members = len(stage.members)
@@ -198,8 +294,7 @@ def stage_time(stage: Stage, itemsize: int, model: CostModel, sharers: int = 1) 
         return 0.0
     collective = stage.collective
     if stage.path is StagePath.SHM:
-        waits, copied, adds = shm_terms(stage, itemsize, model)
-        return waits * model.shm.alpha + copied * model.shm.beta + adds
+        return shm_terms(stage, itemsize, model).seconds(model)
     link = model.link(stage.level)
     beta = link.beta * model.native_beta_factor * (max(sharers, 1) if stage.level > 0 else 1)
     step = model.native_overhead + link.alpha
