@@ -177,3 +177,11 @@ def test_the_planned_calls_fixed_cost_weighs_on_small_messages_only_off_the_dire
     assert _choice(model, Collective.BROADCAST, 2, 4096) != "shm"
     assert _choice(model, Collective.BROADCAST, 2, 64 * MIB) == "shm"
 
+
+
+def test_every_field_travels_in_the_vector_a_communicator_shares() -> None:
+    """Ranks agree on rank 0's model through :meth:`CostModel.to_vector`; a field left out of
+    it (or read back into the wrong field) would make ranks price shared memory differently."""
+    model = replace(TRUTH, host_cores=3, links=(LinkCost(1e-6, 2e-9), LinkCost(3e-6, 4e-9)),
+                    native_reduce_scatter_allreduce=False, shm_window=1 << 16)
+    assert CostModel.from_vector(model.to_vector() + [0.0] * 7) == model

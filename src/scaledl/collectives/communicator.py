@@ -34,7 +34,6 @@ import torch.distributed as dist
 from scaledl.bootstrap import host_name
 from scaledl.signature import Kind, Signature, agree
 from scaledl.collectives.auto import CostModel, Fabric
-from scaledl.collectives.cost import LinkCost
 from scaledl.collectives.executor import DEFAULT_CHUNK_BYTES, Workspace
 from scaledl.collectives.stages import Paths
 from scaledl.topology import (
@@ -95,25 +94,16 @@ class CollectiveHandle:
 
 
 def _model_to_tensor(model: CostModel) -> torch.Tensor:
-    values = [float(len(model.links))]
-    for link in model.links:
-        values += [link.alpha, link.beta]
-    values += [model.overhead, model.gamma, float(model.chunk_bytes), model.native_overhead,
-               model.native_beta_factor, model.shm.alpha, model.shm.beta,
-               float(model.shm_window)]
+    values = model.to_vector()
     if len(values) > 64:
+        spare = (64 - len(values)) // 2 + len(model.links)
         raise ValueError(f"a cost model of {len(model.links)} link classes is too large to share; "
-                         "keep at most 24 topology axes")
+                         f"keep at most {spare} topology axes")
     return torch.tensor(values + [0.0] * (64 - len(values)), dtype=torch.float64)
 
 
 def _model_from_tensor(tensor: torch.Tensor) -> CostModel:
-    values = tensor.tolist()
-    count = int(values[0])
-    links = tuple(LinkCost(values[1 + 2 * i], values[2 + 2 * i]) for i in range(count))
-    rest = values[1 + 2 * count:]
-    return CostModel(links, rest[0], rest[1], int(rest[2]), rest[3], rest[4],
-                     LinkCost(rest[5], rest[6]), int(rest[7]))
+    return CostModel.from_vector(tensor.tolist())
 
 
 def debug_enabled(environ: Mapping[str, str] | None = None) -> bool:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from scaledl.collectives.shm_ops import direct_limit
@@ -145,6 +145,33 @@ class CostModel:
         """The model of a link that crosses ``axis``."""
         return self.links[min(max(axis, 0), len(self.links) - 1)]
 
+    def to_vector(self) -> list[float]:
+        """Every parameter as a float, the links first (counted), so that a model can travel
+        in one tensor (a communicator's members agree on rank 0's); :meth:`from_vector` reads
+        it back, ignoring anything after it."""
+        values = [float(len(self.links))]
+        for link in self.links:
+            values += [link.alpha, link.beta]
+        for item in fields(self)[1:]:
+            value = getattr(self, item.name)
+            values += [value.alpha, value.beta] if isinstance(value, LinkCost) else [float(value)]
+        return values
+
+    @classmethod
+    def from_vector(cls, values: list[float]) -> CostModel:
+        """The model :meth:`to_vector` wrote."""
+        count = int(values[0])
+        links = tuple(LinkCost(values[1 + 2 * i], values[2 + 2 * i]) for i in range(count))
+        rest = iter(values[1 + 2 * count:])
+        kwargs: dict[str, object] = {}
+        for item in fields(cls)[1:]:
+            kind = type(getattr(_DEFAULT, item.name))
+            if kind is LinkCost:
+                kwargs[item.name] = LinkCost(next(rest), next(rest))
+            else:
+                kwargs[item.name] = kind(next(rest))
+        return cls(links, **kwargs)  # type: ignore[arg-type]
+
     def to_json(self) -> str:
         """Serialise (``from_json`` reads it back)."""
         return json.dumps(asdict(self), indent=2)
@@ -180,6 +207,10 @@ class CostModel:
         if self.host_cores <= 0 or ranks <= self.host_cores:
             return 1.0
         return ranks / self.host_cores
+
+
+_DEFAULT = CostModel()
+"""The type of each field, for :meth:`CostModel.from_vector`."""
 
 
 def reduce_scatter_is_allreduce(backend: str) -> bool:
