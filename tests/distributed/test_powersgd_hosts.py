@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import scaledl
+from scaledl.collectives.schedule import Path
 from scaledl.sync import BucketLayout, PowerSGD
 from scaledl.sync.wire import Wire
 from tests.harness import run_ranks
@@ -90,13 +91,22 @@ def _placements(rank: int, world: int) -> dict[str, object]:
     flat = PowerSGD(rank=RANK, placement="flat")
     expected = _reference([[0, 1], [2, 3]])
     found: dict[str, object] = {}
-    for name, compression in (("hosts", split), ("flat", flat)):
-        got = _run(compression, hosts, rank)
+    # the host stages on each path: shared memory (these ranks share one machine), the
+    # backend's own collectives, point-to-point rings with uneven blocks
+    paths = {"hosts_native": Path.NATIVE, "hosts_ring": None}
+    variants = {name: PowerSGD(rank=RANK) for name in paths}
+    for name, path in paths.items():
+        shares = variants[name]._host_shares(Wire("hierarchical", two_by_two))
+        assert shares is not None
+        shares.path = path
+    for name, compression in (("hosts", split), ("flat", flat), *variants.items()):
+        wire = hosts if compression._shares is None else compression._shares[0]
+        got = _run(compression, wire, rank)
         found[name] = max(float((g - e).abs().max()) for g, e in zip(got, expected))
         found[name + "_placed"] = compression.placed
     # this rank's error memory: only its share's matrices (the host's two ranks hold them all)
-    found["error_numel"] = sum(s.error.numel() for s in split._states.values()
-                               if s.error is not None)
+    found["error_numel"] = sum(s.error.numel() for h in split._host_states.values()
+                               for s in h.states if s.error is not None)
     # one host of four ranks: nothing crosses hosts, so the forced host placement is exact
     one_host = Wire("ring", scaledl.Topology.parse("4", world, rank))
     exact = [sum(_gradients(r, step) for r in range(world)) / world for step in range(STEPS)]
@@ -132,6 +142,7 @@ def test_host_placement_equals_powersgd_of_the_host_sums() -> None:
     for found in results:
         assert found["hosts"] < 1e-5, found["hosts"]
         assert found["flat"] < 1e-5, found["flat"]  # the flat algorithm: the same average
+        assert found["hosts_native"] < 1e-5 and found["hosts_ring"] < 1e-5, found
         assert str(found["hosts_placed"]).startswith("hosts: 2 hosts x 2 ranks")
         assert found["flat_placed"] == "flat"
         assert found["one_host"] < 1e-6, found["one_host"]

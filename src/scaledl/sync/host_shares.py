@@ -11,17 +11,19 @@ at gradient boundaries, share ``k`` owned by local rank ``k`` of every host.  Pe
    the other hosts (the ranks of its local rank, a ring among them); what it sends there is
    its business (PowerSGD sends ``P`` and ``Q``; :func:`share_bounds` balances the shares by
    the work the owner will do on them);
-3. **broadcast from owners** (inside each host): every share from its owner to the host's
-   other ranks.
+3. **gather from owners** (inside each host): every owner's result to the host's other ranks:
+   the share itself, or (as PowerSGD does) only what the owner sent across hosts, from which
+   every rank rebuilds the share.
 
-Steps 1 and 3 move the whole bucket inside the host (shared memory where the host's ranks
-share it, else the backend's own collective on the host's ranks, else a pipelined chain of
-point-to-point transfers); step 2 moves only what the owners send.  Every step is a schedule of
-scaledl's collectives (:mod:`scaledl.collectives.schedule`), run by the group's executor on the
-communicator's job thread, planned once per bucket layout.
+Step 1 moves the whole bucket inside the host (shared memory where the host's ranks share
+it, else the backend's own collective on the host's ranks, else a ring of point-to-point
+transfers with one uneven block per rank); step 2 moves only what the owners send.  Every
+step is a schedule of scaledl's collectives (:mod:`scaledl.collectives.schedule`), run by the
+group's executor on the communicator's job thread, planned once per bucket layout.
 
-Cost: inside a host, a reduce and a broadcast of ``n`` elements (shared memory: about three
-passes over the bucket per rank); across hosts, what step 2 sends, from ``L`` owners at once.
+Cost: inside a host, a reduce-scatter of ``n`` elements (shared memory: each rank copies its
+bucket in and sums its share from the others', about 3.5 memory passes per element with two
+ranks) and the gather of step 3; across hosts, what step 2 sends, from ``L`` owners at once.
 
 Source: Cho et al., "BlueConnect: Decomposing All-Reduce for Deep Learning on Heterogeneous
 Network Hierarchy", SysML 2019 (one stage per level, each on its own fabric); the PowerAI DDL
@@ -34,7 +36,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from scaledl.collectives.chain import chain_rounds
 from scaledl.collectives.communicator import Communicator
 from scaledl.collectives.executor import execute
 from scaledl.collectives.ops import ReduceOp
@@ -94,7 +95,7 @@ class HostShares:
         """The owners of the same share on every host, by host."""
         self.path: Path | None = None
         """How the host's stages run: shared memory, the backend's own collective, or (None)
-        a chain of point-to-point transfers."""
+        a ring of point-to-point transfers."""
         if comm.shm is not None and comm.fabric.shares_memory(self.host):
             self.path = Path.SHM
         elif comm.fabric.native_stages:
@@ -113,7 +114,7 @@ class HostShares:
 
     def describe(self) -> str:
         """One line: the layout and the paths of each level."""
-        inside = self.path.value if self.path is not None else "chain"
+        inside = self.path.value if self.path is not None else "ring"
         return (f"{self.hosts} hosts x {self.ranks_per_host} ranks: exact inside each host "
                 f"({inside}), each rank's share across hosts (ring of {self.hosts})")
 
@@ -121,12 +122,13 @@ class HostShares:
         """Step 1: every share of ``buffer`` summed over the host into its owner (the other
         ranks' copies of that share are left undefined)."""
         self._run(("reduce", bounds, buffer.numel()), buffer, lambda: self._host_rounds(
-            Collective.REDUCE, bounds))
+            Collective.REDUCE_SCATTER, bounds))
 
-    def broadcast_from_owners(self, buffer: torch.Tensor, bounds: Bounds) -> None:
-        """Step 3: every share of ``buffer`` from its owner to the host's other ranks."""
-        self._run(("broadcast", bounds, buffer.numel()), buffer, lambda: self._host_rounds(
-            Collective.BROADCAST, bounds))
+    def gather_from_owners(self, buffer: torch.Tensor, bounds: Bounds) -> None:
+        """Step 3: every share of ``buffer`` (the bucket, or what the owners sent across,
+        cut the same way as ``bounds``) from its owner to the host's other ranks."""
+        self._run(("gather", bounds, buffer.numel()), buffer, lambda: self._host_rounds(
+            Collective.ALLGATHER, bounds))
 
     def allreduce_across(self, tensor: torch.Tensor) -> None:
         """Step 2's collective: sum the flat ``tensor`` over this rank's peers across hosts
@@ -141,15 +143,29 @@ class HostShares:
         self._run(("across", numel), tensor, rounds)
 
     def _host_rounds(self, collective: Collective, bounds: Bounds) -> list[Round | None]:
-        rank, rounds = self.comm.rank, list[Round | None]()
-        for owner, (lo, hi) in zip(self.host, bounds):
-            if self.path is not None:
-                rounds.append(stage_round(Stage(collective, self.host, lo, hi, self.path, 0,
-                                                owner)))
-            else:
-                reduce = collective is Collective.REDUCE
-                rounds.extend(chain_rounds(self.host, rank, owner, lo, hi, reduce=reduce,
-                                           broadcast=not reduce))
+        """A reduce-scatter (or allgather) inside the host with one uneven block per rank.
+
+        Point-to-point: a ring over the blocks as they are.  A stage path cuts its slice
+        evenly, so with two ranks the even stage covers the widest stretch centred on the
+        cut (``[c - d, c + d)``) and the rest goes to (or from) its owner alone, a reduce
+        (or broadcast) stage; with more ranks each share is a reduce (or broadcast) stage."""
+        rank, host = self.comm.rank, self.host
+        scatter = collective is Collective.REDUCE_SCATTER
+        if self.path is None:
+            if scatter:
+                return reduce_scatter_rounds(host, rank, bounds)
+            return allgather_rounds(host, rank, bounds)
+        rooted = Collective.REDUCE if scatter else Collective.BROADCAST
+        owned = list(zip(host, bounds))
+        rounds = list[Round | None]()
+        if len(host) == 2:
+            start, cut, end = bounds[0][0], bounds[0][1], bounds[1][1]
+            width = min(cut - start, end - cut)
+            rounds.append(stage_round(Stage(collective, host, cut - width, cut + width,
+                                            self.path, 0)))
+            owned = [(host[0], (start, cut - width)), (host[1], (cut + width, end))]
+        for owner, (lo, hi) in owned:
+            rounds.append(stage_round(Stage(rooted, host, lo, hi, self.path, 0, owner)))
         return rounds
 
     def _run(self, key: tuple[object, ...], buffer: torch.Tensor,
@@ -159,7 +175,7 @@ class HostShares:
         schedule = self._schedules.get(key)
         if schedule is None:
             collective = Collective.ALLREDUCE if key[0] == "across" else (
-                Collective.REDUCE if key[0] == "reduce" else Collective.BROADCAST)
+                Collective.REDUCE_SCATTER if key[0] == "reduce" else Collective.ALLGATHER)
             schedule = Schedule(collective, f"host_shares.{key[0]}", self.comm.rank,
                                 self.world_size, buffer.numel(), join_rounds(rounds()))
             schedule.validate()

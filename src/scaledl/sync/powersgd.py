@@ -128,6 +128,24 @@ class _BucketState:
     """The first allreduce's buffer: uncompressed gradients, the tail, every ``P``."""
 
 
+@dataclass
+class _HostState:
+    """The host placement's memory of one bucket: its shares and every share's plan."""
+
+    layout: BucketLayout
+    bounds: tuple[tuple[int, int], ...]
+    """Each local rank's share of the bucket buffer."""
+    states: list[_BucketState]
+    """Each share's plan; this rank's own share also keeps the error memory and warm start."""
+    exchange: torch.Tensor
+    """Every share's wire buffer and ``Q``, in share order: gathered inside the host."""
+    segments: tuple[tuple[int, int], ...]
+    """Each share's part of :attr:`exchange`."""
+    compressing: bool
+    """Some share holds a compressed matrix."""
+    steps: int = 0
+
+
 class PowerSGD(GradientCompression):
     """Rank-``rank`` PowerSGD with error feedback and warm start (see the module docstring)."""
 
@@ -167,6 +185,7 @@ class PowerSGD(GradientCompression):
         self._states: dict[int, _BucketState] = {}
         self._shares: tuple[Wire, HostShares | None] | None = None
         self._bounds: dict[int, tuple[BucketLayout, tuple[tuple[int, int], ...]]] = {}
+        self._host_states: dict[int, _HostState] = {}
 
     def spec(self) -> str:
         """``"powersgd:RANK"``, plus any non-default setting."""
@@ -223,22 +242,69 @@ class PowerSGD(GradientCompression):
     def _hosts_job(self, shares: HostShares, wire: Wire, key: int, buffer: torch.Tensor,
                    layout: BucketLayout) -> None:
         """The host placement's whole job for one bucket (module docstring, "Placement")."""
-        bounds = self._share_bounds(key, layout, shares.ranks_per_host)
-        shares.reduce_to_owners(buffer, bounds)
+        host = self._host_state(key, layout, shares, buffer)
+        host.steps += 1
+        p, owner = wire.world_size, shares.local_rank
+        shares.reduce_to_owners(buffer, host.bounds)
         wire.sent += buffer.numel() * buffer.element_size()
-        lo, hi = bounds[shares.local_rank]
-        if hi > lo:
-            share = buffer[lo:hi]
-            if shares.hosts == 1:  # nothing crosses hosts: the host's sum is exact
-                share.div_(wire.world_size)
-            else:
-                def across(tensor: torch.Tensor) -> None:
-                    shares.allreduce_across(tensor)
-                    wire.sent += tensor.numel() * tensor.element_size()
-                run = self._begin(key, share, layout, (lo, hi), shares.ranks_per_host)
-                run(across, wire.world_size)()
-            wire.sent += share.numel() * share.element_size()
-        shares.broadcast_from_owners(buffer, bounds)
+        lo, hi = host.bounds[owner]
+        share = buffer[lo:hi]
+
+        def across(tensor: torch.Tensor) -> None:
+            shares.allreduce_across(tensor)
+            wire.sent += tensor.numel() * tensor.element_size()
+        if host.steps <= self.start_iter or not host.compressing or shares.hosts == 1:
+            # exact (with one host nothing crosses hosts: the host's sum is the whole sum)
+            if shares.hosts > 1:
+                across(share)
+            share.div_(p)
+            shares.gather_from_owners(buffer, host.bounds)
+            return
+        state = host.states[owner]
+        gradients, tail, matrices, outputs, ps, qts = self._local(state, key, share)
+        across(state.wire)
+        for matrix, p_view, qt in zip(matrices, ps, qts):
+            orthogonalize(p_view)
+            torch.mm(p_view.t(), matrix, out=qt)  # Q^T = P^T M
+        across(state.q)
+        state.q.div_(p)
+        # every rank rebuilds every share from its owner's P, Q and uncompressed elements
+        shares.gather_from_owners(host.exchange, host.segments)
+        for index, (covered, (start, end)) in enumerate(zip(host.states, host.bounds)):
+            mine = index == owner
+            region = buffer[start:end]
+            count = covered.layout.numel
+            self._decompress(covered, p, region[:count],
+                             region[count:count + covered.layout.tail],
+                             matrices if mine and self.error_feedback else None,
+                             shares.ranks_per_host)
+
+    def _host_state(self, key: int, layout: BucketLayout, shares: HostShares,
+                    buffer: torch.Tensor) -> _HostState:
+        """Bucket ``key``'s shares and the plan of each (this rank's with its ``Q`` drawn);
+        every share's wire buffer and ``Q`` live in one exchange buffer, in share order."""
+        host = self._host_states.get(key)
+        if host is not None and host.layout == layout and \
+                host.exchange.device == buffer.device and host.exchange.dtype == buffer.dtype:
+            return host
+        bounds = self._share_bounds(key, layout, shares.ranks_per_host)
+        states = [self._plan(key, layout, buffer.dtype, buffer.device, share,
+                             draw=index == shares.local_rank)
+                  for index, share in enumerate(bounds)]
+        exchange = torch.empty(sum(s.wire.numel() + s.q.numel() for s in states),
+                               dtype=buffer.dtype, device=buffer.device)
+        segments, position = [], 0
+        for state in states:
+            wire_numel, q_numel = state.wire.numel(), state.q.numel()
+            q_view = exchange[position + wire_numel:position + wire_numel + q_numel]
+            q_view.copy_(state.q)
+            state.wire, state.q = exchange[position:position + wire_numel], q_view
+            segments.append((position, position + wire_numel + q_numel))
+            position += wire_numel + q_numel
+        host = _HostState(layout, bounds, states, exchange, tuple(segments),
+                          any(s.matrices for s in states))
+        self._host_states[key] = host
+        return host
 
     def _share_bounds(self, key: int, layout: BucketLayout, parts: int
                       ) -> tuple[tuple[int, int], ...]:
@@ -288,6 +354,28 @@ class PowerSGD(GradientCompression):
                     buffer.div_(p)
                 return average
             return plain
+        gradients, tail, matrices, outputs, ps, qts = self._local(state, key, buffer)
+
+        def run(reduce: Reduce, p: int) -> Callable[[], None]:
+            reduce(state.wire)
+            for matrix, p_view, qt in zip(matrices, ps, qts):
+                orthogonalize(p_view)
+                torch.mm(p_view.t(), matrix, out=qt)  # Q^T = P^T M
+            reduce(state.q)
+
+            def finish() -> None:
+                state.q.div_(p)
+                self._decompress(state, p, gradients, tail,
+                                 matrices if self.error_feedback else None, error_scale)
+            return finish
+        return run
+
+    def _local(self, state: _BucketState, key: int, buffer: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor], list[torch.Tensor],
+                          list[torch.Tensor], list[torch.Tensor]]:
+        """Steps 1-2 on what ``state`` covers of ``buffer``: the input ``M`` (with the error
+        added), ``P = M Q`` and the uncompressed elements in the wire buffer.  Returns the
+        gradients, the tail, the inputs, the gradients as matrices, the ``P`` and ``Q^T``."""
         count = state.layout.numel
         gradients, tail = buffer[:count], buffer[count:count + state.layout.tail]
         outputs = [gradients[m.offset:m.offset + m.rows * m.cols].view(m.rows, m.cols)
@@ -310,33 +398,29 @@ class PowerSGD(GradientCompression):
         ps, qts = self._views(state, sent)
         for matrix, p_view, qt in zip(matrices, ps, qts):
             torch.mm(matrix, qt.t(), out=p_view)
+        return gradients, tail, matrices, outputs, ps, qts
 
-        def run(reduce: Reduce, p: int) -> Callable[[], None]:
-            reduce(sent)
-            for matrix, p_view, qt in zip(matrices, ps, qts):
-                orthogonalize(p_view)
-                torch.mm(p_view.t(), matrix, out=qt)  # Q^T = P^T M
-            reduce(state.q)
-            return lambda: self._finish(state, p, gradients, tail, sent, matrices, outputs,
-                                        ps, qts, error_scale)
-        return run
-
-    def _finish(self, state: _BucketState, p: int, gradients: torch.Tensor,
-                tail: torch.Tensor, sent: torch.Tensor, matrices: list[torch.Tensor],
-                outputs: list[torch.Tensor], ps: list[torch.Tensor],
-                qts: list[torch.Tensor], error_scale: int) -> None:
-        """Step 6 and the uncompressed gradients' average, once both allreduces are done."""
+    def _decompress(self, state: _BucketState, p: int, gradients: torch.Tensor,
+                    tail: torch.Tensor, errors: list[torch.Tensor] | None,
+                    error_scale: int) -> None:
+        """Step 6 from ``state``'s summed wire buffer and averaged ``Q``: the uncompressed
+        gradients and the tail averaged, each matrix's ``P Q^T`` written over it and, given
+        the ``errors`` (holding the inputs), ``e = M_in - error_scale * P Q^T`` in place."""
+        sent = state.wire
         position = 0
         for offset, numel in state.plain:
             gradients[offset:offset + numel].copy_(sent[position:position + numel]).div_(p)
             position += numel
         tail.copy_(sent[position:position + state.layout.tail]).div_(p)
-        state.q.div_(p)
-        for output, p_view, qt in zip(outputs, ps, qts):
+        ps, qts = self._views(state, sent)
+        for m, p_view, qt in zip(state.matrices, ps, qts):
+            output = gradients[m.offset:m.offset + m.rows * m.cols].view(m.rows, m.cols)
             torch.mm(p_view, qt, out=output)  # P Q^T
-        if self.error_feedback:
-            for error, output in zip(matrices, outputs):
-                error.sub_(output, alpha=error_scale)
+        if errors is not None:
+            for error, p_view, qt in zip(errors, ps, qts):
+                # recomputing P Q^T into the error (two passes over it) is cheaper than
+                # reading the output back (three)
+                error.addmm_(p_view, qt, alpha=-error_scale)
 
     def _views(self, state: _BucketState, sent: torch.Tensor
                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
