@@ -11,11 +11,18 @@ works in place).  Methods are interleaved within each repeat so the machine's lo
 other users) hits them alike.  Each result is checked against the uncompressed average.
 
 Beside each step, the same compression runs with its collectives left out (every rank at once,
-so the cores are shared as in the step): the compute a step cannot avoid on this machine.
+so the cores are shared as in the step): the compute a step cannot avoid on this machine.  For
+PowerSGD under the host placement that is each rank's own share of the arithmetic.
+
+A method ``powersgd:R:flat`` is PowerSGD of rank R with ``placement="flat"`` (every rank runs
+the whole algorithm over all ranks), measured in the same run as ``powersgd:R`` (on several
+hosts of several ranks: the host placement, exact inside each host, compressed across), so the
+two compare side by side under the same load.
 
 Writes one JSON object: the configuration, and per method the step times (s), their median,
 min and max, its ratio to the uncompressed median, the compute-only median, the bytes sent per
-rank into the collectives, and the error against the exact average.
+rank into the collectives (as the wire counted them), and the error against the exact
+average.
 """
 
 from __future__ import annotations
@@ -35,12 +42,22 @@ from scaledl import collectives
 from scaledl.collectives.communicator import communicator_for
 from scaledl.models.registry import build_model
 from scaledl.sync import (
-    BucketLayout, CastCompression, PowerSGD, plan_buckets, resolve_compression,
+    BucketLayout, CastCompression, GradientCompression, PowerSGD, plan_buckets,
+    resolve_compression,
 )
+from scaledl.sync.host_shares import Bounds, HostShares
 from scaledl.sync.reducer import buffer_numels
 from scaledl.sync.wire import Wire
 
 MiB = 1 << 20
+
+
+def compression_of(method: str) -> GradientCompression:
+    """``resolve_compression``'s, or for ``powersgd:R:flat`` PowerSGD with the flat placement."""
+    name, _, placement = method.rpartition(":")
+    if placement == "flat" and name.startswith("powersgd"):
+        return PowerSGD(rank=int(name.partition(":")[2] or 4), placement="flat")
+    return resolve_compression(method)
 
 
 class LocalWire:
@@ -48,14 +65,32 @@ class LocalWire:
 
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
+        self.sent = 0
 
     def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
         """Leave ``tensor`` as it is."""
 
 
+class LocalShares(HostShares):
+    """Host shares whose collectives do nothing: the host placement's arithmetic, alone."""
+
+    def __init__(self, real: HostShares) -> None:  # pylint: disable=super-init-not-called
+        self.__dict__.update(real.__dict__)
+
+    def reduce_to_owners(self, buffer: torch.Tensor, bounds: Bounds) -> None:
+        """Nothing."""
+
+    def gather_from_owners(self, buffer: torch.Tensor, bounds: Bounds) -> None:
+        """Nothing."""
+
+    def allreduce_across(self, tensor: torch.Tensor) -> None:
+        """Nothing."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", default="none,bf16,fp16,powersgd:4,powersgd:1")
+    parser.add_argument("--methods", default="none,bf16,fp16,powersgd:4,powersgd:4:flat,"
+                        "powersgd:1,powersgd:1:flat")
     parser.add_argument("--algorithm", default="hierarchical")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--bucket-mb", type=float, default=25.0)
@@ -76,16 +111,16 @@ def main() -> None:
     buffers = communicator_for(None).shared_buffers(buffer_numels(buckets, False),
                                                     torch.float32) \
         or [torch.empty(b.numel) for b in buckets]
-    wire = Wire(args.algorithm)
     methods = args.methods.split(",")
-    compressions = {m: resolve_compression(m) for m in methods if m != "none"}
+    wires = {m: Wire(args.algorithm) for m in methods if m != "none"}
+    compressions = {m: compression_of(m) for m in methods if m != "none"}
     for compression in compressions.values():  # wire buffers in shared memory, as DataParallel
         if isinstance(compression, CastCompression):
-            wires = communicator_for(None).shared_buffers(
+            shared = communicator_for(None).shared_buffers(
                 buffer_numels(buckets, False), compression.wire_dtype)
-            if wires is not None:
-                compression.place_wire_buffers(dict(enumerate(wires)))
-    alone = {m: resolve_compression(m) for m in methods if m != "none"}
+            if shared is not None:
+                compression.place_wire_buffers(dict(enumerate(shared)))
+    alone = {m: compression_of(m) for m in methods if m != "none"}
     local_wire = LocalWire(world)
 
     def compute(method: str) -> float:
@@ -93,8 +128,15 @@ def main() -> None:
             buffer.copy_(source)
         dist.barrier()
         started = time.perf_counter()
+        placed = compressions[method]
+        shares = placed._shares[1] if isinstance(placed, PowerSGD) and placed._shares else None
         for b, buffer, layout in zip(buckets, buffers, layouts):
-            alone[method].average(b.index, buffer, layout, local_wire)  # type: ignore[arg-type]
+            own = alone[method]
+            if shares is not None and isinstance(own, PowerSGD):  # this rank's part only
+                own._hosts_job(LocalShares(shares), local_wire,  # type: ignore[arg-type]
+                               b.index, buffer, layout)
+            else:
+                own.average(b.index, buffer, layout, local_wire)  # type: ignore[arg-type]
         elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         return float(elapsed.item())
@@ -108,7 +150,7 @@ def main() -> None:
             handles = [collectives.allreduce(buffer, op="avg", algorithm=args.algorithm,
                                              async_op=True) for buffer in buffers]
         else:
-            handles = [compressions[method].start(b.index, buffer, layout, wire)
+            handles = [compressions[method].start(b.index, buffer, layout, wires[method])
                        for b, buffer, layout in zip(buckets, buffers, layouts)]
         for handle in handles:
             assert handle is not None
@@ -117,15 +159,20 @@ def main() -> None:
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         return float(elapsed.item())
 
+    total = sum(b.numel for b in buckets)
     step("none")
     exact = [buffer.clone() for buffer in buffers]
     errors = {}
+    sent: dict[str, int] = {}
     for method in methods:  # warm-up, and each result checked against the exact average
+        before = wires[method].sent if method in wires else 0
         step(method)
+        sent[method] = wires[method].sent - before if method in wires else total * 4
         worst = max(float((b - e).abs().max() / e.abs().max()) for b, e in zip(buffers, exact))
         errors[method] = worst
         if method in ("none", "bf16", "fp16") and worst > 1e-2:
             raise SystemExit(f"{method}: relative error {worst:.3g} against the exact average")
+    placements = {m: c.placed for m, c in compressions.items() if isinstance(c, PowerSGD)}
     times: dict[str, list[float]] = {m: [] for m in methods}
     computing: dict[str, list[float]] = {m: [] for m in methods if m != "none"}
     for method in computing:
@@ -135,7 +182,6 @@ def main() -> None:
             times[method].append(step(method))
             if method in computing:
                 computing[method].append(compute(method))
-    total = sum(b.numel for b in buckets)
     report = {
         "what": "allreduce step of ResNet-50's gradients (DataParallel's launch path)",
         "gradients": total, "buckets": len(buckets), "bucket_mb": args.bucket_mb,
@@ -146,16 +192,12 @@ def main() -> None:
     }
     baseline = statistics.median(times[methods[0]])
     for method in methods:
-        sent = total
-        if isinstance(compressions.get(method), PowerSGD):
-            sent = sum(compressions[method].wire_numel(layout)  # type: ignore[attr-defined]
-                       for layout in layouts)
-        itemsize = 2 if method in ("bf16", "fp16") else 4
         median = statistics.median(times[method])
         report["methods"][method] = {  # type: ignore[index]
             "times_s": times[method], "median_s": median, "min_s": min(times[method]),
             "max_s": max(times[method]), "speedup_vs_first": baseline / median,
-            "bytes_sent_per_rank_input": sent * itemsize, "relative_error": errors[method],
+            "bytes_sent_per_rank_input": sent[method], "relative_error": errors[method],
+            "placement": placements.get(method),
             "compute_only_median_s": statistics.median(computing[method])
             if method in computing else 0.0,
         }
