@@ -165,7 +165,8 @@ def tune(methods: list[Method], spec: BenchSpec, grid: tuple[float, ...], out: P
                  f"epochs to target {'-' if reached is None else f'{reached:.2f}'}")
         return result
 
-    pool = ThreadPoolExecutor(max_workers=jobs)  # each run is its own process
+    # each thread only waits on its run's processes (the run's own, or a pool's)
+    pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         results = list(pool.map(one, range(len(trials))))
     finally:
