@@ -11,8 +11,13 @@ and momentum 0.9, 10 epochs; test accuracy at the end.  Each method runs with th
 
 Methods: ``scaledl:<compression>`` is ``scaledl.DataParallel(compression=...)``;
 ``scaledl:powersgd:R:start2`` is PowerSGD with ``start_iter=2``, as torch's hook must use
-(its minimum with error feedback); ``torch:ddp`` is plain DDP and ``torch:powersgd:R`` DDP with
+(its minimum with error feedback); ``scaledl:powersgd:R:flat`` is PowerSGD with
+``placement="flat"``; ``torch:ddp`` is plain DDP and ``torch:powersgd:R`` DDP with
 ``powerSGD_hook`` (rank R, error feedback, warm start, ``start_powerSGD_iter=2``).
+
+``--topology 2x2`` (with 4 ranks) lays the ranks out as 2 hosts of 2 for scaledl's methods
+(``hierarchical``), so ``scaledl:powersgd:R`` takes PowerSGD's host placement (exact inside
+each host, compressed across) and ``scaledl:powersgd:R:flat`` the flat one, side by side.
 """
 
 from __future__ import annotations
@@ -41,16 +46,21 @@ METHODS = ("scaledl:none", "scaledl:bf16", "scaledl:fp16", "scaledl:powersgd:1",
 BATCH, LR, MOMENTUM, EPOCHS = 32, 0.05, 0.9, 10
 
 
-def wrap(method: str, model: nn.Module, seed: int) -> nn.Module:
-    """``model`` wrapped as ``method`` says."""
+def wrap(method: str, model: nn.Module, seed: int,
+         topology: scaledl.Topology | None = None) -> nn.Module:
+    """``model`` wrapped as ``method`` says (scaledl's on ``topology`` when given)."""
     family, _, spec = method.partition(":")
     if family == "scaledl":
+        placed = {"algorithm": "hierarchical", "topology": topology} if topology else {}
         parts = spec.split(":")
         if parts[0] == "powersgd":
-            start = int(parts[2].removeprefix("start")) if len(parts) > 2 else 0
+            start = int(parts[2].removeprefix("start")) if parts[2:3] != ["flat"] and \
+                len(parts) > 2 else 0
+            placement = "flat" if parts[2:3] == ["flat"] else "auto"
             return scaledl.DataParallel(model, compression=PowerSGD(
-                rank=int(parts[1]), start_iter=start, seed=seed))
-        return scaledl.DataParallel(model, compression=spec)
+                rank=int(parts[1]), start_iter=start, seed=seed, placement=placement),
+                **placed)  # type: ignore[arg-type]
+        return scaledl.DataParallel(model, compression=spec, **placed)  # type: ignore[arg-type]
     ddp = nn.parallel.DistributedDataParallel(model)
     if spec.startswith("powersgd"):
         state = torch_powersgd.PowerSGDState(
@@ -60,12 +70,14 @@ def wrap(method: str, model: nn.Module, seed: int) -> nn.Module:
     return ddp
 
 
-def train(method: str, seed: int, rank: int, world: int) -> dict[str, float]:
+def train(method: str, seed: int, rank: int, world: int,
+          topology: scaledl.Topology | None = None) -> dict[str, float]:
     """One run; test accuracy (%) and the last epoch's mean training loss."""
     train_set, test_set = load_dataset("digits", split="train"), load_dataset("digits",
                                                                             split="test")
     torch.manual_seed(seed)
-    model = wrap(method, build_model("mlp", train_set.input_shape, train_set.num_classes), seed)
+    model = wrap(method, build_model("mlp", train_set.input_shape, train_set.num_classes), seed,
+                 topology)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     sampler = ShardedSampler(len(train_set), rank, world, seed=seed)
     losses: list[float] = []
@@ -94,14 +106,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--topology", default=None,
+                        help="lay scaledl's ranks out as RxH (R ranks per host, H hosts)")
     args = parser.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
+    topology = scaledl.Topology.parse(args.topology, world, rank) if args.topology else None
     runs: dict[str, list[dict[str, float]]] = {}
     methods = args.methods.split(",")
     for seed in range(args.seeds):
         for method in methods:  # interleaved, so the machine's load hits every method alike
-            runs.setdefault(method, []).append(train(method, seed, rank, world))
+            runs.setdefault(method, []).append(train(method, seed, rank, world, topology))
     summary = {
         method: {"accuracy_mean": statistics.mean(r["accuracy"] for r in results),
                  "accuracy_per_seed": [r["accuracy"] for r in results],
@@ -111,6 +126,7 @@ def main() -> None:
         for method, results in runs.items()
     }
     report = {"job": "mlp on digits, scaledl train defaults", "world_size": world,
+              "topology": args.topology,
               "seeds": args.seeds, "epochs": EPOCHS, "batch_per_rank": BATCH, "lr": LR,
               "momentum": MOMENTUM, "torch": torch.__version__,
               "threads": torch.get_num_threads(),

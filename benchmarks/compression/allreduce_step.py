@@ -133,8 +133,10 @@ def main() -> None:
         for b, buffer, layout in zip(buckets, buffers, layouts):
             own = alone[method]
             if shares is not None and isinstance(own, PowerSGD):  # this rank's part only
-                own._hosts_job(LocalShares(shares), local_wire,  # type: ignore[arg-type]
-                               b.index, buffer, layout)
+                finish = own._hosts_job(LocalShares(shares), local_wire,  # type: ignore[arg-type]
+                                        b.index, buffer, layout)
+                if finish is not None:
+                    finish()
             else:
                 own.average(b.index, buffer, layout, local_wire)  # type: ignore[arg-type]
         elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)

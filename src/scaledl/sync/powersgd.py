@@ -240,8 +240,11 @@ class PowerSGD(GradientCompression):
         return shares
 
     def _hosts_job(self, shares: HostShares, wire: Wire, key: int, buffer: torch.Tensor,
-                   layout: BucketLayout) -> None:
-        """The host placement's whole job for one bucket (module docstring, "Placement")."""
+                   layout: BucketLayout) -> Callable[[], None] | None:
+        """The host placement's job for one bucket (module docstring, "Placement"); returns
+        the rebuilding of every share from the gathered ``P`` and ``Q``, which runs on the
+        thread that waits for the bucket (as the flat placement's step 6), so the communicator
+        goes on with the next bucket meanwhile."""
         host = self._host_state(key, layout, shares, buffer)
         host.steps += 1
         p, owner = wire.world_size, shares.local_rank
@@ -259,7 +262,7 @@ class PowerSGD(GradientCompression):
                 across(share)
             share.div_(p)
             shares.gather_from_owners(buffer, host.bounds)
-            return
+            return None
         state = host.states[owner]
         gradients, tail, matrices, outputs, ps, qts = self._local(state, key, share)
         across(state.wire)
@@ -270,14 +273,17 @@ class PowerSGD(GradientCompression):
         state.q.div_(p)
         # every rank rebuilds every share from its owner's P, Q and uncompressed elements
         shares.gather_from_owners(host.exchange, host.segments)
-        for index, (covered, (start, end)) in enumerate(zip(host.states, host.bounds)):
-            mine = index == owner
-            region = buffer[start:end]
-            count = covered.layout.numel
-            self._decompress(covered, p, region[:count],
-                             region[count:count + covered.layout.tail],
-                             matrices if mine and self.error_feedback else None,
-                             shares.ranks_per_host)
+
+        def rebuild() -> None:
+            for index, (covered, (start, end)) in enumerate(zip(host.states, host.bounds)):
+                mine = index == owner
+                region = buffer[start:end]
+                count = covered.layout.numel
+                self._decompress(covered, p, region[:count],
+                                 region[count:count + covered.layout.tail],
+                                 matrices if mine and self.error_feedback else None,
+                                 shares.ranks_per_host)
+        return rebuild
 
     def _host_state(self, key: int, layout: BucketLayout, shares: HostShares,
                     buffer: torch.Tensor) -> _HostState:
