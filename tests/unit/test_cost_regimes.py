@@ -139,11 +139,13 @@ def test_a_run_on_shared_cores_fits_the_timeshared_wait_alone(
     monkeypatch.setattr(fit, "last_level_cache", lambda: 32 * MIB)
     truth = replace(TRUTH, host_cores=2)
     prior = replace(truth, shm_timeshared_alpha=1e-6)
-    measured = _ring_times(truth, 4) + _shm_times(truth, 4)
+    measured = _ring_times(replace(truth, links=(LinkCost(1e-3, 1e-9),)), 4) + _shm_times(truth, 4)
     model, summary = calibrate(measured, Topology.flat(4), 4, prior, MIB)
     assert model.shm_timeshared_alpha == pytest.approx(400e-6, rel=1e-6)
     assert model.shm == truth.shm and model.call_overhead == truth.call_overhead
+    assert model.links == truth.links and model.native_overhead == truth.native_overhead
     assert summary["shm"]["ranks_per_core"] == 2  # type: ignore[index]
+    assert "kept from the earlier calibration" in fit.describe(summary)
 
 
 def _choice(model: CostModel, collective: Collective, world_size: int, nbytes: int) -> str:
@@ -159,6 +161,20 @@ def test_auto_takes_shared_memory_at_every_size_while_ranks_have_a_core(
     model = replace(TRUTH, host_cores=2)
     for nbytes in (4096, MIB, 64 * MIB):
         assert _choice(model, collective, 2, nbytes) == "shm", nbytes
+
+
+def test_point_to_point_rounds_stretch_by_ranks_per_core() -> None:
+    """Over loopback a round is CPU work: four ranks on two cores take twice as long."""
+    topology = Topology.flat(4)
+    own = choose(Collective.ALLREDUCE, topology, 1 << 18, 4, replace(TRUTH, host_cores=4),
+                 fabric=Fabric((0,) * 4)).predictions
+    shared = choose(Collective.ALLREDUCE, topology, 1 << 18, 4, replace(TRUTH, host_cores=2),
+                    fabric=Fabric((0,) * 4)).predictions
+    for name in ("ring", "halving_doubling", "tree", "native"):
+        assert shared[name] == pytest.approx(2 * own[name], rel=1e-9), name
+    hosts = Fabric((0, 0, 1, 1))  # two ranks on each of two hosts with two cores: no sharing
+    assert choose(Collective.ALLREDUCE, topology, 1 << 18, 4, replace(TRUTH, host_cores=2),
+                  fabric=hosts).predictions["ring"] == pytest.approx(own["ring"], rel=1e-9)
 
 
 def test_auto_leaves_shared_memory_for_small_messages_when_cores_are_timeshared() -> None:

@@ -18,7 +18,8 @@ proxy schedules (ring or halving-doubling; tree for broadcast and reduce).  Step
 shared-memory class on the ``shm`` times (:func:`_fit_shm`): its fixed cost per call (direct
 path, planned path), ``alpha`` per wait, ``beta`` per byte copied in the cache and beyond it
 (the cache's size read from the machine), or, on ranks that outnumber the cores, the cost of a
-wait when cores are time-shared.  Every link class gets the one fitted link: a single host
+wait when cores are time-shared (the links and ``native`` are then kept: ``auto`` stretches the
+own-core values by ranks per core).  Every link class gets the one fitted link: a single host
 measures one.
 
 :func:`calibrate` fits one run's measurements (``scaledl bench collectives --calibrate``).
@@ -156,6 +157,8 @@ def calibrate(
 ) -> tuple[CostModel, dict[str, object]]:
     """Fit the model to ``measurements``; return it and a JSON-ready summary with residuals."""
     prior = replace(prior, chunk_bytes=chunk_bytes)
+    if prior.contention(topology.ranks_per_node) > 1:
+        return _calibrate_timeshared(measurements, topology, itemsize, prior)
     scheduled = [
         _sample(m.algorithm, m, topology, itemsize, prior)[1] for m in measurements
         if m.algorithm in ALGORITHMS and ALGORITHMS[m.algorithm].scheduled
@@ -181,6 +184,32 @@ def calibrate(
     natives = [m for m in measurements if m.algorithm == "native"]
     if natives:
         model, summary["native"] = _fit_native(natives, topology, itemsize, model)
+    shared = [m for m in measurements if m.algorithm == "shm"]
+    if shared:
+        model, summary["shm"] = _fit_shm(shared, itemsize, model)
+    summary["auto"] = auto_residual(measurements, topology, itemsize, model)
+    return model, summary
+
+
+def _calibrate_timeshared(
+    measurements: Sequence[Measurement], topology: Topology, itemsize: int, prior: CostModel,
+) -> tuple[CostModel, dict[str, object]]:
+    """A run whose ranks outnumber the host's cores: the links, ``native`` and the
+    shared-memory class of a core per rank stay the prior's (``auto`` stretches them by ranks
+    per core, :func:`scaledl.collectives.auto.host_contention`); only the cost of a wait on
+    time-shared cores is fitted."""
+    link = prior.link(0)
+    summary: dict[str, object] = {
+        "link": {"per_round_s": prior.overhead + link.alpha, "alpha_s": link.alpha,
+                 "beta_s_per_byte": link.beta, "bandwidth_gbps": _gbps(link.beta),
+                 "kept": True},
+        "overhead_s": prior.overhead, "gamma_s_per_byte": prior.gamma,
+        "chunk_bytes": prior.chunk_bytes,
+        "note": (f"{topology.ranks_per_node} ranks on {prior.host_cores} cores: links, native and "
+                 "shared memory's own-core terms kept from the earlier calibration; calibrate "
+                 "with a core per rank first"),
+    }
+    model = prior
     shared = [m for m in measurements if m.algorithm == "shm"]
     if shared:
         model, summary["shm"] = _fit_shm(shared, itemsize, model)
@@ -358,7 +387,8 @@ def describe(summary: dict[str, Any]) -> str:
     text = (f"calibration: {link['per_round_s'] * 1e6:.1f} us per round (alpha "
             f"{link['alpha_s'] * 1e6:.1f} us + overhead {summary['overhead_s'] * 1e6:.1f} us), "
             f"link {link['bandwidth_gbps'] or 0:.3f} GB/s, "
-            f"fit error {link['rms_relative_error']:.0%}")
+            + ("kept from the earlier calibration (ranks outnumber the cores)" if link.get("kept")
+               else f"fit error {link['rms_relative_error']:.0%}"))
     shm = summary.get("shm") or {}
     if "alpha_s" in shm:
         text += (f"; shared memory {shm['direct_call_overhead_s'] * 1e6:.1f} us per direct "

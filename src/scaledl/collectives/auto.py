@@ -15,7 +15,9 @@ part of the algorithm's name, e.g. ``hierarchical[shm,ring]``.  On a group insid
 whole collective can also run on shared memory (``shm``), whose prediction includes its fixed
 cost per call (the direct call path's for an allreduce, the planned path's otherwise) and the
 regimes of shared memory: in the cache or beyond it, a core per rank or cores time-shared
-(:func:`~scaledl.collectives.cost.shm_terms`).
+(:func:`~scaledl.collectives.cost.shm_terms`).  When a host's ranks outnumber its cores, every
+candidate's point-to-point rounds stretch by ranks per core too (:func:`host_contention`):
+over loopback a round is CPU work.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from scaledl.topology import Topology
 
 __all__ = [
     "LinkCost", "CostModel", "Choice", "Fabric", "choose", "choose_paths", "level_options",
-    "check_paths", "CALIBRATION_ENV", "stage_time",
+    "check_paths", "CALIBRATION_ENV", "stage_time", "host_contention",
     "schedule_time", "calibration_path",
 ]
 
@@ -56,30 +58,43 @@ def _sample_ranks(world_size: int) -> list[int]:
 def _predict(
     name: str, collective: Collective, topology: Topology, numel: int, itemsize: int,
     model: CostModel, root: int, overhead: float | None = None, beta_factor: float = 1.0,
+    contention: float = 1.0,
 ) -> float:
-    per_round = model.overhead if overhead is None else overhead
+    """Predicted seconds of ``name``; ``contention`` (ranks per core of a host whose ranks
+    outnumber its cores) stretches the point-to-point rounds, all CPU work over loopback
+    (shared-memory stages stretch themselves, :func:`~scaledl.collectives.cost.shm_terms`)."""
+    per_round = (model.overhead if overhead is None else overhead) * contention
     p = topology.world_size
     if p <= REPLAY_LIMIT:
         schedules = [plan(name, collective, topology, rank, numel, root) for rank in range(p)]
 
         def link_of(a: int, b: int) -> LinkCost:
             link = model.link(topology.link_axis(a, b))
-            return LinkCost(link.alpha, link.beta * beta_factor)
+            return LinkCost(link.alpha * contention, link.beta * beta_factor * contention)
 
         def stage_cost(stage: Stage, sharers: int) -> float:
             return stage_time(stage, itemsize, model, sharers)
 
         return replay(
-            schedules, link_of, itemsize, per_round, model.gamma, model.chunk_bytes, topology.node,
-            stage_cost,
+            schedules, link_of, itemsize, per_round, model.gamma * contention, model.chunk_bytes,
+            topology.node, stage_cost,
         ).makespan
-    return max(
+    return contention * max(
         schedule_time(
             plan(name, collective, topology, rank, numel, root), topology, itemsize, model,
             overhead, beta_factor,
         )
         for rank in _sample_ranks(p)
     )
+
+
+def host_contention(model: CostModel, fabric: Fabric) -> float:
+    """Ranks per core of the most crowded host of the group (1 when each rank has a core, or
+    the hosts are unknown): how much slower its ranks' CPU work runs."""
+    if fabric.hosts is None:
+        return 1.0
+    crowd = max(fabric.hosts.count(host) for host in set(fabric.hosts))
+    return model.contention(crowd)
 
 
 @dataclass(frozen=True)
@@ -180,6 +195,7 @@ def choose_paths(
     options = level_options(name, collective, topology, fabric)
     baseline = ["p2p"] * len(options)
     chosen = list(baseline)
+    contention = host_contention(model, fabric)
     for level, paths in enumerate(options):
         if len(paths) == 1:
             continue
@@ -188,18 +204,18 @@ def choose_paths(
             trial = list(baseline)
             trial[level] = path
             spec = f"{name}[{','.join(trial)}]"
-            timed.append((_predict(spec, collective, topology, numel, itemsize, model, root),
+            timed.append((_predict(spec, collective, topology, numel, itemsize, model, root,
+                                   contention=contention),
                           paths.index(path), path))
         chosen[level] = min(timed)[2]
-    if chosen == baseline:
-        return name, _predict(name, collective, topology, numel, itemsize, model, root)
-    spec = f"{name}[{','.join(chosen)}]"
-    return spec, _predict(spec, collective, topology, numel, itemsize, model, root)
+    spec = name if chosen == baseline else f"{name}[{','.join(chosen)}]"
+    return spec, _predict(spec, collective, topology, numel, itemsize, model, root,
+                          contention=contention)
 
 
 def _native_time(
     collective: Collective, topology: Topology, numel: int, itemsize: int, model: CostModel,
-    root: int,
+    root: int, contention: float = 1.0,
 ) -> float:
     """The backend's own collective, modelled on scaledl schedules with its overhead.
 
@@ -214,7 +230,7 @@ def _native_time(
         target, count = Collective.ALLREDUCE, numel * topology.world_size
     return min(
         _predict(proxy, target, topology, count, itemsize, model, root,
-                 model.native_overhead, model.native_beta_factor)
+                 model.native_overhead, model.native_beta_factor, contention)
         for proxy in proxies
     )
 
@@ -243,6 +259,7 @@ def choose(
     """Predict every applicable algorithm (with its best level paths) and pick the fastest."""
     model = model if model is not None else CostModel()
     fabric = fabric if fabric is not None else Fabric()
+    contention = host_contention(model, fabric)
     predictions: dict[str, float] = {}
     for name, algo in ALGORITHMS.items():
         if collective not in algo.supports or not algo.scheduled:
@@ -258,11 +275,13 @@ def choose(
                                          fabric, root)
             predictions[spec] = seconds
         else:
-            predictions[name] = _predict(name, collective, topology, numel, itemsize, model, root)
+            predictions[name] = _predict(name, collective, topology, numel, itemsize, model, root,
+                                         contention=contention)
         if algo.needs_shm:  # the whole group's call: its fixed cost weighs on small messages
             predictions[name] += shm_call_time(collective, topology.world_size, model)
     if include_native:
-        predictions["native"] = _native_time(collective, topology, numel, itemsize, model, root)
+        predictions["native"] = _native_time(collective, topology, numel, itemsize, model, root,
+                                             contention)
     order = list(ALGORITHMS)
 
     def rank_of(name: str) -> tuple[float, int]:
