@@ -15,9 +15,9 @@ so the cores are shared as in the step): the compute a step cannot avoid on this
 PowerSGD under the host placement that is each rank's own share of the arithmetic.
 
 A method ``powersgd:R:flat`` is PowerSGD of rank R with ``placement="flat"`` (every rank runs
-the whole algorithm over all ranks), measured in the same run as ``powersgd:R`` (on several
-hosts of several ranks: the host placement, exact inside each host, compressed across), so the
-two compare side by side under the same load.
+the whole algorithm over all ranks), ``powersgd:R:hosts`` with ``placement="hosts"`` (exact
+inside each host, compressed across), measured in the same run so the two compare side by
+side under the same load; ``powersgd:R`` is the default (``"auto"``).
 
 Writes one JSON object: the configuration, and per method the step times (s), their median,
 min and max, its ratio to the uncompressed median, the compute-only median, the bytes sent per
@@ -53,10 +53,11 @@ MiB = 1 << 20
 
 
 def compression_of(method: str) -> GradientCompression:
-    """``resolve_compression``'s, or for ``powersgd:R:flat`` PowerSGD with the flat placement."""
+    """``resolve_compression``'s, or for ``powersgd:R:flat`` and ``powersgd:R:hosts`` PowerSGD
+    with that placement."""
     name, _, placement = method.rpartition(":")
-    if placement == "flat" and name.startswith("powersgd"):
-        return PowerSGD(rank=int(name.partition(":")[2] or 4), placement="flat")
+    if placement in ("flat", "hosts") and name.startswith("powersgd"):
+        return PowerSGD(rank=int(name.partition(":")[2] or 4), placement=placement)
     return resolve_compression(method)
 
 
@@ -89,8 +90,8 @@ class LocalShares(HostShares):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", default="none,bf16,fp16,powersgd:4,powersgd:4:flat,"
-                        "powersgd:1,powersgd:1:flat")
+    parser.add_argument("--methods", default="none,bf16,fp16,powersgd:4:hosts,powersgd:4:flat,"
+                        "powersgd:1:hosts,powersgd:1:flat")
     parser.add_argument("--algorithm", default="hierarchical")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--bucket-mb", type=float, default=25.0)

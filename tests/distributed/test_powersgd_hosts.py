@@ -87,19 +87,21 @@ def _run(compression: PowerSGD, wire: Wire, rank: int) -> list[torch.Tensor]:
 def _placements(rank: int, world: int) -> dict[str, object]:
     two_by_two = scaledl.Topology.parse("2x2", world, rank)
     hosts = Wire("hierarchical", two_by_two)
-    split = PowerSGD(rank=RANK)
+    split = PowerSGD(rank=RANK, placement="hosts")
     flat = PowerSGD(rank=RANK, placement="flat")
+    auto = PowerSGD(rank=RANK)  # 2 ranks per host: the split does not pay, auto keeps flat
     expected = _reference([[0, 1], [2, 3]])
     found: dict[str, object] = {}
     # the host stages on each path: shared memory (these ranks share one machine), the
     # backend's own collectives, point-to-point rings with uneven blocks
     paths = {"hosts_native": Path.NATIVE, "hosts_ring": None}
-    variants = {name: PowerSGD(rank=RANK) for name in paths}
+    variants = {name: PowerSGD(rank=RANK, placement="hosts") for name in paths}
     for name, path in paths.items():
         shares = variants[name]._host_shares(Wire("hierarchical", two_by_two))
         assert shares is not None
         shares.path = path
-    for name, compression in (("hosts", split), ("flat", flat), *variants.items()):
+    for name, compression in (("hosts", split), ("flat", flat), ("auto", auto),
+                              *variants.items()):
         wire = hosts if compression._shares is None else compression._shares[0]
         got = _run(compression, wire, rank)
         found[name] = max(float((g - e).abs().max()) for g, e in zip(got, expected))
@@ -122,7 +124,7 @@ def _placements(rank: int, world: int) -> dict[str, object]:
     torch.manual_seed(0)
     model = scaledl.DataParallel(nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 4)),
                                  algorithm="hierarchical", topology=two_by_two,
-                                 compression="powersgd:2")
+                                 compression=PowerSGD(rank=2, placement="hosts"))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(2):
         generator = torch.Generator().manual_seed(step * 10 + rank)
@@ -145,6 +147,9 @@ def test_host_placement_equals_powersgd_of_the_host_sums() -> None:
         assert found["hosts_native"] < 1e-5 and found["hosts_ring"] < 1e-5, found
         assert str(found["hosts_placed"]).startswith("hosts: 2 hosts x 2 ranks")
         assert found["flat_placed"] == "flat"
+        assert found["auto"] < 1e-5 and str(found["auto_placed"]).startswith(
+            "flat (auto: 2 ranks per host; the host split's modelled memory passes, 8.00 per "
+            "element, are not fewer than the flat algorithm's 8.00)"), found["auto_placed"]
         assert found["one_host"] < 1e-6, found["one_host"]
         assert found["one_host_auto_placed"] == "flat"
         assert found["one_per_host_placed"] == "flat"

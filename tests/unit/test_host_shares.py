@@ -7,6 +7,7 @@ import torch
 
 from scaledl.sync import BucketLayout, PowerSGD
 from scaledl.sync.host_shares import share_bounds
+from scaledl.sync.powersgd import memory_passes
 
 
 def test_shares_are_contiguous_cut_at_gradient_starts_and_balanced() -> None:
@@ -55,3 +56,10 @@ def test_a_share_starts_each_matrix_from_the_flat_draw() -> None:
     share = PowerSGD(rank=2)._plan(3, layout, torch.float32, torch.device("cpu"),
                                    (layout.offsets[1], layout.numel))
     assert torch.equal(share.q[:80].view(2, 40).t(), flat[1])
+
+
+def test_auto_splits_by_host_only_where_it_moves_less_memory() -> None:
+    # with error feedback: 4 + 8 / L passes against 8; without, never
+    assert memory_passes(2) == (8.0, 8.0)
+    assert memory_passes(4) == (6.0, 8.0)
+    assert memory_passes(3)[0] < 8.0 and memory_passes(8, error_feedback=False)[0] > 3.0

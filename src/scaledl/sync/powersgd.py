@@ -38,21 +38,24 @@ instead of one of ``sum n m``; compute ``4 n m r`` flops per matrix for ``P`` an
 first step, while DDP rebuilds its buckets after the first step, which resets this state per
 bucket when the layout changes).
 
-**Placement.** On ``N > 1`` hosts of ``L > 1`` ranks each (the group's topology), PowerSGD by
-default (``placement="auto"``) compresses only what crosses hosts, as BlueConnect and PowerAI
-DDL split an allreduce by level (:mod:`scaledl.sync.host_shares`): the bucket is first summed
+**Placement.** On ``N > 1`` hosts of ``L > 1`` ranks each (the group's topology),
+``placement="hosts"`` compresses only what crosses hosts, as BlueConnect and PowerAI DDL split
+an allreduce by level (:mod:`scaledl.sync.host_shares`): the bucket is first reduce-scattered
 exactly inside each host into ``L`` contiguous shares balanced by their PowerSGD work, one
-owned by each local rank; each owner runs steps 1-6 on its share only, with the owners of the
+owned by each local rank; each owner runs steps 1-5 on its share only, with the owners of the
 same share on the other hosts (its ``P`` and ``Q`` allreduces cross hosts, among ``N``
-ranks); then each host's owners broadcast their averaged shares to the host's other ranks.
-Each rank does ``1/L`` of the arithmetic, and error feedback lives with a matrix's owner, for
-its host's sum: ``e = M_host - L * P Q^T`` (so the errors still sum, over the hosts, to what
-the flat algorithm's errors sum to over the ranks).  Since ``P = sum_h M_h Q = sum_i M_i Q``
-and likewise ``Q``, the result is the flat algorithm's, up to float rounding; the initial
-``Q`` of a matrix is the same draw as in the flat algorithm.  With one host (``placement=
-"hosts"`` forced) nothing crosses hosts and the average is exact.  ``placement="flat"`` keeps
-every rank running the whole algorithm over every rank (the only choice on one host or with
-one rank per host under ``"auto"``).
+ranks); then the owners' ``P``, ``Q`` and uncompressed elements are gathered inside the host
+and every rank does step 6 for every share.  Each rank does ``1/L`` of the products and of
+the error feedback, which lives with a matrix's owner, for its host's sum:
+``e = M_host - L * P Q^T`` (so the errors still sum, over the hosts, to what the flat
+algorithm's errors sum to over the ranks).  Since ``P = sum_h M_h Q = sum_i M_i Q`` and
+likewise ``Q``, the result is the flat algorithm's, up to float rounding; the initial ``Q`` of
+a matrix is the same draw as in the flat algorithm.  With one host nothing crosses hosts and
+the average is exact.  ``placement="flat"`` runs the whole algorithm on every rank.  The
+reduce-scatter moves the whole bucket inside the host, which costs about what the split saves
+with two ranks per host: ``"auto"`` (the default) takes the host placement only on several
+hosts where :func:`memory_passes` says it moves less memory per rank (from ``L = 3`` with
+error feedback), else the flat one.
 """
 
 from __future__ import annotations
@@ -67,14 +70,15 @@ import torch
 from scaledl.sync.host_shares import HostShares, share_bounds
 from scaledl.sync.wire import BucketLayout, GradientCompression, Job, Wire
 
-__all__ = ["PowerSGD", "orthogonalize", "PLACEMENTS"]
+__all__ = ["PowerSGD", "orthogonalize", "PLACEMENTS", "memory_passes"]
 
 log = logging.getLogger(__name__)
 
 PLACEMENTS = ("auto", "flat", "hosts")
 """Where PowerSGD's arithmetic runs: ``hosts`` (exact inside each host, compressed across,
 each rank on its share), ``flat`` (every rank on the whole bucket), ``auto`` (``hosts`` on
-more than one host of more than one rank, else ``flat``)."""
+more than one host of more than one rank where :func:`memory_passes` says the split moves
+less memory per rank, so from 3 ranks per host with error feedback; else ``flat``)."""
 
 COMPRESSED_PASSES = 7.0
 """Passes over a compressed matrix's elements an owner makes per step (error in and out, three
@@ -229,13 +233,20 @@ class PowerSGD(GradientCompression):
             return self._shares[1]
         topology = getattr(wire, "topology", None)
         comm = getattr(wire, "comm", None)
-        shares = None
+        shares, why = None, ""
         if self.placement != "flat" and topology is not None and comm is not None:
-            several = topology.num_nodes > 1 and topology.ranks_per_node > 1
-            if self.placement == "hosts" or several:
+            per_host = topology.ranks_per_node
+            several = topology.num_nodes > 1 and per_host > 1
+            split, flat = memory_passes(per_host, self.error_feedback)
+            pays = split < flat
+            if self.placement == "hosts" or (several and pays):
                 shares = HostShares(comm, topology)
+            elif several:
+                why = (f" (auto: {per_host} ranks per host; the host split's modelled memory "
+                       f"passes, {split:.2f} per element, are not fewer than the flat "
+                       f"algorithm's {flat:.2f})")
         self._shares = (wire, shares)
-        self.placed = "flat" if shares is None else "hosts: " + shares.describe()
+        self.placed = "flat" + why if shares is None else "hosts: " + shares.describe()
         log.info("%s placement %s (asked %s)", self.spec(), self.placed, self.placement)
         return shares
 
@@ -509,6 +520,24 @@ class PowerSGD(GradientCompression):
                 values[m.draw_offset:m.draw_offset + numel])
         for qt in self._views(state, state.wire)[1]:
             orthogonalize(qt.t())
+
+
+def memory_passes(ranks_per_host: int, error_feedback: bool = True) -> tuple[float, float]:
+    """Memory passes per gradient element and rank of one PowerSGD step, under the host
+    placement and under the flat one, for ``ranks_per_host`` (``L``) ranks sharing a host's
+    memory: what ``placement="auto"`` compares (a rank-``r`` step is memory-bound on a CPU).
+
+    Flat: ``P`` and ``Q`` read ``M`` once each, the output is written once, and error feedback
+    adds 3 passes in (``e += g``) and 2 out (``addmm_``): 8.  Host placement: the
+    shared-memory reduce-scatter copies the bucket into a window (2) and sums its share from
+    ``L`` copies (``(L + 1) / L``), the owner's products and error feedback run on ``1/L`` of
+    the elements, every rank writes every output (1): ``4 + 8 / L`` with error feedback, so
+    ``L = 2`` ties the flat 8 (and measured no faster: docs/benchmarks.md) and ``L >= 3`` wins.
+    """
+    feedback = 5.0 if error_feedback else 0.0
+    flat = 3.0 + feedback
+    split = 2.0 + (ranks_per_host + 1) / ranks_per_host + (2.0 + feedback) / ranks_per_host + 1.0
+    return split, flat
 
 
 def _check_floating(buffer: torch.Tensor) -> None:
