@@ -3,7 +3,9 @@
 :class:`CollectiveSimulator` plans through the registry's planners (the schedules the executor
 runs), compiles them (:mod:`scaledl.sim.compiled`) and evaluates them with the fast replay
 (:mod:`scaledl.sim.fastreplay`).  Compiled plans are cached per ``(algorithm, collective,
-numel, root)``.
+numel, root)`` by each simulator, and the most recent ones are also shared by all simulators of
+a process (:data:`SHARED_PLAN_ENTRIES`): a sweep over jobs, or the same job priced with and
+without losses, plans the same collectives on the same topology again and again.
 
 Planning every rank of a ring costs ``p x 2(p-1)`` transfers, 4 million at 1024 ranks.  For the
 rank-symmetric collectives (allreduce, reduce_scatter, allgather) on 64 ranks or more, the
@@ -15,7 +17,8 @@ same shift instead of planned.  Tests check the shortcut against planning every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections import OrderedDict
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -29,7 +32,8 @@ from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.network import Network
 from scaledl.topology import Topology
 
-__all__ = ["CollectiveSimulator", "compile_collective", "ROTATION_MIN_RANKS"]
+__all__ = ["CollectiveSimulator", "compile_collective", "shared_plan", "ROTATION_MIN_RANKS",
+           "SHARED_PLAN_ENTRIES"]
 
 ROTATION_MIN_RANKS = 64
 """From this many ranks on, rotation-symmetric plans are generated from rank 0's."""
@@ -97,6 +101,49 @@ def compile_collective(
                              itemsize)
 
 
+SHARED_PLAN_ENTRIES = 4_000_000
+"""How many transfers (sends plus receives) the compiled plans shared by all simulators may hold
+together, about 220 MB; the least recently used plans are dropped first."""
+
+_PlanKey = tuple[str, Collective, Topology, int, int, int]
+_SHARED: OrderedDict[_PlanKey, Compiled] = OrderedDict()
+_shared_entries = 0
+
+
+def _entries(compiled: Compiled) -> int:
+    return len(compiled.send_bytes) + len(compiled.recv_bytes)
+
+
+def _frozen(compiled: Compiled) -> Compiled:
+    """``compiled`` with its arrays read-only: a shared plan must never change under another
+    simulator."""
+    for item in fields(compiled):
+        value = getattr(compiled, item.name)
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return compiled
+
+
+def shared_plan(key: _PlanKey) -> Compiled:
+    """The compiled plans of ``key`` (algorithm, collective, topology, numel, root, itemsize),
+    from the process-wide cache or compiled now and kept there."""
+    global _shared_entries
+    found = _SHARED.get(key)
+    if found is not None:
+        _SHARED.move_to_end(key)
+        return found
+    algorithm, collective, topology, numel, root, itemsize = key
+    compiled = _frozen(compile_collective(algorithm, collective, topology, numel, root, itemsize))
+    size = _entries(compiled)
+    if size <= SHARED_PLAN_ENTRIES:
+        _SHARED[key] = compiled
+        _shared_entries += size
+        while _shared_entries > SHARED_PLAN_ENTRIES:
+            _, dropped = _SHARED.popitem(last=False)
+            _shared_entries -= _entries(dropped)
+    return compiled
+
+
 @dataclass
 class CollectiveSimulator:
     """Collective times on one topology and network, with compiled plans cached."""
@@ -113,8 +160,8 @@ class CollectiveSimulator:
         """The compiled plans (cached)."""
         key = (algorithm, collective, numel, root)
         if key not in self._plans:
-            self._plans[key] = compile_collective(algorithm, collective, self.topology, numel,
-                                                  root, self.itemsize)
+            self._plans[key] = shared_plan((algorithm, collective, self.topology, numel, root,
+                                            self.itemsize))
         return self._plans[key]
 
     def time(self, algorithm: str, collective: Collective, numel: int, root: int = 0) -> float:
