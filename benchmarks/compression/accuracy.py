@@ -11,13 +11,14 @@ and momentum 0.9, 10 epochs; test accuracy at the end.  Each method runs with th
 
 Methods: ``scaledl:<compression>`` is ``scaledl.DataParallel(compression=...)``;
 ``scaledl:powersgd:R:start2`` is PowerSGD with ``start_iter=2``, as torch's hook must use
-(its minimum with error feedback); ``scaledl:powersgd:R:flat`` is PowerSGD with
-``placement="flat"``; ``torch:ddp`` is plain DDP and ``torch:powersgd:R`` DDP with
-``powerSGD_hook`` (rank R, error feedback, warm start, ``start_powerSGD_iter=2``).
+(its minimum with error feedback); ``scaledl:powersgd:R:flat`` and
+``scaledl:powersgd:R:hosts`` are PowerSGD with ``placement="flat"`` and ``"hosts"``;
+``torch:ddp`` is plain DDP and ``torch:powersgd:R`` DDP with ``powerSGD_hook`` (rank R, error
+feedback, warm start, ``start_powerSGD_iter=2``).
 
 ``--topology 2x2`` (with 4 ranks) lays the ranks out as 2 hosts of 2 for scaledl's methods
-(``hierarchical``), so ``scaledl:powersgd:R`` takes PowerSGD's host placement (exact inside
-each host, compressed across) and ``scaledl:powersgd:R:flat`` the flat one, side by side.
+(``hierarchical``), so ``scaledl:powersgd:R:hosts`` runs PowerSGD's host placement (exact
+inside each host, compressed across) beside ``scaledl:powersgd:R:flat``.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ def wrap(method: str, model: nn.Module, seed: int,
         placed = {"algorithm": "hierarchical", "topology": topology} if topology else {}
         parts = spec.split(":")
         if parts[0] == "powersgd":
-            start = int(parts[2].removeprefix("start")) if parts[2:3] != ["flat"] and \
-                len(parts) > 2 else 0
-            placement = "flat" if parts[2:3] == ["flat"] else "auto"
+            placement = parts[2] if parts[2:3] in (["flat"], ["hosts"]) else "auto"
+            start = int(parts[2].removeprefix("start")) if len(parts) > 2 and \
+                placement == "auto" else 0
             return scaledl.DataParallel(model, compression=PowerSGD(
                 rank=int(parts[1]), start_iter=start, seed=seed, placement=placement),
                 **placed)  # type: ignore[arg-type]

@@ -5,6 +5,11 @@ thread setting (median over the runs of each run's median, min-max of the runs' 
 speed-up over uncompressed computed within each run, then its median), and the README job's
 accuracy per thread setting.  ``summarize.py compact TAG...`` prints one table of the median
 speed-ups of several sets of runs side by side, with the load averages of each set.
+``summarize.py placement TAG...`` compares PowerSGD's host and flat placements measured in the
+same runs: per set, thread setting and rank, the step and arithmetic-alone times of each
+(medians over the runs) and the ratio host / flat taken within each run, then its median and
+range.  In the sets ``hosts`` and ``hosts2`` the host placement is named ``powersgd:R`` (the
+benchmark's names before ``powersgd:R:hosts``).
 """
 
 from __future__ import annotations
@@ -97,9 +102,41 @@ def compact(tags: list[str]) -> str:
     return "\n".join(lines)
 
 
+def placement(tags: list[str]) -> str:
+    lines = ["| set, threads, runs, load | rank | step host / flat, s | ratio host / flat "
+             "(min-max) | arithmetic alone host / flat, s | speed-up over fp32 host / flat |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for tag in tags:
+        for threads in (1, 2):
+            runs = [json.loads(path.read_text()) for path in
+                    sorted(HERE.glob(f"step-2h2r-1gbit-{tag}-threads{threads}-run*.json"))]
+            for rank in (4, 1):
+                flat = f"powersgd:{rank}:flat"
+                hosts = next((m for m in (f"powersgd:{rank}:hosts", f"powersgd:{rank}")
+                              if runs and m in runs[0]["methods"]), None)
+                if not runs or hosts is None or flat not in runs[0]["methods"]:
+                    continue
+
+                def median(method: str, key: str, runs: list[dict] = runs) -> float:
+                    return statistics.median(r["methods"][method][key] for r in runs)
+                ratios = [r["methods"][hosts]["median_s"] / r["methods"][flat]["median_s"]
+                          for r in runs]
+                lines.append(
+                    f"| {tag}, {threads}, {len(runs)}, {_load_range(tag)} | {rank} | "
+                    f"{median(hosts, 'median_s'):.3f} / {median(flat, 'median_s'):.3f} | "
+                    f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f})"
+                    f" | {median(hosts, 'compute_only_median_s'):.3f} / "
+                    f"{median(flat, 'compute_only_median_s'):.3f} | "
+                    f"{median(hosts, 'speedup_vs_first'):.2f}x / "
+                    f"{median(flat, 'speedup_vs_first'):.2f}x |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "compact":
         print(compact(sys.argv[2:]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "placement":
+        print(placement(sys.argv[2:]))
     else:
         print(steps(sys.argv[1] if len(sys.argv) > 1 else "final"))
         print(accuracy())

@@ -81,10 +81,11 @@ more than one host of more than one rank where :func:`memory_passes` says the sp
 less memory per rank, so from 3 ranks per host with error feedback; else ``flat``)."""
 
 COMPRESSED_PASSES = 7.0
-"""Passes over a compressed matrix's elements an owner makes per step (error in and out, three
-products with ``M``, the host's reduce and broadcast): the cost :func:`share_bounds` balances."""
+"""Passes over a compressed matrix's elements its owner makes per step under the host placement
+(the error in, 3; the products for ``P`` and ``Q``, 1 each; the error out, 2): the cost
+:func:`share_bounds` balances."""
 PLAIN_PASSES = 3.0
-"""The same for an uncompressed gradient (into the wire buffer, out of it, the host stages)."""
+"""The same for an uncompressed gradient (into the wire buffer, 2; out of it, 1)."""
 
 Reduce = Callable[[torch.Tensor], None]
 """Sums a flat tensor over the ranks that compress together, in place."""
