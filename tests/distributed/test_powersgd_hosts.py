@@ -112,6 +112,9 @@ def _placements(rank: int, world: int) -> dict[str, object]:
     # one host of four ranks: nothing crosses hosts, so the forced host placement is exact
     one_host = Wire("ring", scaledl.Topology.parse("4", world, rank))
     exact = [sum(_gradients(r, step) for r in range(world)) / world for step in range(STEPS)]
+    # start_iter: the first step is averaged exactly under the host placement too
+    first = _run(PowerSGD(rank=RANK, placement="hosts", start_iter=1), hosts, rank)[0]
+    found["start_iter"] = float((first - exact[0]).abs().max())
     forced = _run(PowerSGD(rank=RANK, placement="hosts"), one_host, rank)
     found["one_host"] = max(float((g - e).abs().max()) for g, e in zip(forced, exact))
     auto_one_host = PowerSGD(rank=RANK)
@@ -151,6 +154,7 @@ def test_host_placement_equals_powersgd_of_the_host_sums() -> None:
             "flat (auto: 2 ranks per host; the host split's modelled memory passes, 8.00 per "
             "element, are not fewer than the flat algorithm's 8.00)"), found["auto_placed"]
         assert found["one_host"] < 1e-6, found["one_host"]
+        assert found["start_iter"] < 1e-6, found["start_iter"]
         assert found["one_host_auto_placed"] == "flat"
         assert found["one_per_host_placed"] == "flat"
         assert str(found["dp_placed"]).startswith("hosts: ")
