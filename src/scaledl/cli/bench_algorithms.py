@@ -36,7 +36,8 @@ __all__ = ["add_parser", "run", "build_spec", "render_table"]
 DEFAULT_OUT = Path("runs/bench-algorithms")
 QUICK_METHODS = ("allreduce", "diloco")
 """``--quick``'s methods when ``--methods`` is not given: the baseline and one periodic method,
-6 runs (a run is ~20 s on the shared 2 cores, almost all of it start-up)."""
+6 runs (45-48 s in all on the shared 2 cores at load 10, most of it starting the command and
+its pools of ranks)."""
 QUICK_GRID = "0.05,0.2"
 """``--quick``'s grid when ``--tune-lr`` is not given."""
 
