@@ -23,6 +23,8 @@ table.
 Beside them the model's prediction for auto's pick and for the best path (``predicted``, from
 ``choose`` on the calibration file given, which should be the one the runs used) and the ratio
 of the two: a choice regret above 1.10 with a predicted ratio below 1 is the model's error.
+A last table gives, per world size and collective, the worst choice regret and the sizes over
+1.10.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ def table(files: list[Path], calibration: Path) -> str:
         "|---:|---|---:|---|---:|---|---:|---:|---:|---:|",
     ]
     worst = 0.0
+    summary: dict[tuple[int, str], list[tuple[float, int]]] = defaultdict(list)
     for (ranks, collective, nbytes), cell in sorted(_medians(files).items()):
         us = {name: statistics.median(times) for name, times in cell["us"].items()}
         if "auto" not in us:
@@ -130,6 +133,7 @@ def table(files: list[Path], calibration: Path) -> str:
         choice = others[picked] / others[best] if picked in others else None
         if choice is not None:
             worst = max(worst, choice)
+            summary[(ranks, collective)].append((choice, nbytes))
         predicted = _predictions(ranks, collective, nbytes, ITEMSIZES[cell["dtype"]], model)
         pick_model = min(predicted, key=lambda name: predicted[name])
         flag = " **>1.10**" if choice is not None and choice > LIMIT else ""
@@ -141,6 +145,14 @@ def table(files: list[Path], calibration: Path) -> str:
             + (f"{predicted[best] * 1e6:.0f}" if best in predicted else "-") + " |")
     lines.append("")
     lines.append(f"worst choice regret: {worst:.2f} (limit {LIMIT:.2f})")
+    lines.append("")
+    lines.append("| ranks | collective | worst choice regret (size) | sizes over 1.10 |")
+    lines.append("|---:|---|---:|---|")
+    for (ranks, collective), rows in sorted(summary.items()):
+        top = max(rows)
+        over = ", ".join(format_bytes(n) for r, n in sorted(rows, key=lambda x: x[1]) if r > LIMIT)
+        lines.append(f"| {ranks} | {collective} | {top[0]:.2f} ({format_bytes(top[1])}) | "
+                     f"{over or '-'} |")
     return "\n".join(lines)
 
 

@@ -70,7 +70,9 @@ def test_shm_allreduce_stage_matches_its_closed_form() -> None:
     stage = Stage(Collective.ALLREDUCE, tuple(range(members)), 0, numel, Path.SHM)
     nbytes = numel * 4
     pieces = math.ceil(nbytes / model.shm_window)
-    want = (3 * pieces * model.shm.alpha + 2 * nbytes * model.shm.beta
+    cached = 2 * nbytes * min(1.0, model.cache_bytes / (members * nbytes))  # the rest: memory
+    want = (3 * pieces * model.shm.alpha + cached * model.shm.beta
+            + (2 * nbytes - cached) * model.shm_memory_beta
             + (members - 1) / members * nbytes * model.gamma)
     assert stage_time(stage, 4, model) == pytest.approx(want, rel=1e-12)
     topo = Topology((members,), explicit=True)

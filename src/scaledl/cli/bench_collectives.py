@@ -253,6 +253,15 @@ def _calibrate(
 
     itemsize = DTYPES[result.config["dtype"]].itemsize
     model, summary = calibrate(result.measurements, topology, itemsize, prior, chunk_bytes)
+    # A busy machine time-shares even ranks that have a core each: every wait then costs a
+    # scheduler's slice, and the fit says so (docs/algorithms.md, "auto").  Say it was busy.
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    summary["load_average"] = load
+    if prior.host_cores and load > prior.host_cores + topology.world_size:
+        log.warning("the machine was busy while calibrating (load average %.1f on %d cores, "
+                    "%d of it this benchmark's ranks): the fit describes a loaded machine; "
+                    "rerun --calibrate when it is quiet", load, prior.host_cores,
+                    topology.world_size)
     path = calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(model.to_json() + "\n")

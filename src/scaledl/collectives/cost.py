@@ -102,32 +102,34 @@ class CostModel:
     """Per-round cost of the backend's own collectives, seconds."""
     native_beta_factor: float = 1.1
     """How much slower the backend's own collectives move bytes than scaledl's pipeline."""
-    shm: LinkCost = LinkCost(19e-6, 1 / 9.5e9)
+    shm: LinkCost = LinkCost(8.7e-6, 1 / 5.3e9)
     """Shared memory among ranks of one host, each on a core of its own: ``alpha`` per wait for
     the peers (one piece has up to three), ``beta`` per byte copied while the stage's data fits
-    :attr:`cache_bytes`; the adds cost ``gamma``.  Default: measured on the project's 2-core
-    machine (docs/algorithms.md, "auto")."""
-    shm_memory_beta: float = 1 / 9.5e9
+    :attr:`cache_bytes`; the adds cost ``gamma``.  Defaults of the shared-memory fields: fitted
+    (``scaledl bench collectives --calibrate``'s fit) on the least loaded runs of the project's
+    2-core machine, 2 and 4 ranks (benchmarks/auto/raw-2026-11-28/before-*.json)."""
+    shm_memory_beta: float = 1 / 2.6e9
     """Seconds per byte copied through shared memory beyond the cache: the share of a stage's
     bytes that does not fit :attr:`cache_bytes` moves at main memory's speed."""
     cache_bytes: int = 32 << 20
     """The host's last-level cache, bytes: a shared-memory stage whose members' buffers
     together (``members x bytes``) fit in it copies at ``shm.beta``; of a larger one, the
     share ``cache_bytes / (members x bytes)`` does.  Calibration reads it from the machine."""
-    shm_timeshared_alpha: float = 19e-6
+    shm_timeshared_alpha: float = 1.7e-3
     """Seconds per wait for a peer when the stage's ranks outnumber :attr:`host_cores`: the
     awaited rank must first get a core (its CPU work, copies, adds and call costs, also
     stretches by ranks per core)."""
     host_cores: int = 0
     """Cores the ranks of one host share; 0: unknown, never time-shared (the simulator, which
     models its hosts' cores itself).  :meth:`load` sets it from this machine."""
-    call_overhead: float = 0.0
+    call_overhead: float = 123e-6
     """Fixed seconds of one whole-group shared-memory call on the planned path: validation,
     the communicator's job, the plan, the stage's announcement (reduce_scatter, allgather,
     broadcast, reduce, and asynchronous calls)."""
     direct_call_overhead: float = 0.0
     """Fixed seconds of one synchronous allreduce on the shared-memory direct call path
-    (:mod:`scaledl.collectives.shm_direct`: no job, no plan)."""
+    (:mod:`scaledl.collectives.shm_direct`: no job, no plan); the fit finds it below what
+    its waits already cost."""
     shm_window: int = 4 << 20
     """Bytes of one shared-memory window: larger slices stream through it in pieces."""
     native_reduce_scatter_allreduce: bool = True
