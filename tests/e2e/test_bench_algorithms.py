@@ -88,11 +88,22 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (exists and is no zombie)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 @pytest.mark.timeout(90)
 def test_sigterm_stops_the_runs_before_the_bench_exits(tmp_path: Path) -> None:
-    """Each run is a session of its own, out of reach of a signal to the bench's group: the
-    bench must stop them itself before it exits (they outlived it before).  Two tuning runs at a
-    time, so the runs of ``--tune-jobs`` threads are stopped too, not only the main thread's."""
+    """Each run's processes are a session of their own, out of reach of a signal to the bench's
+    group: the bench must stop them itself before it exits (they outlived it before).  Two
+    tuning runs at a time, so the runs of ``--tune-jobs`` threads are stopped too, not only the
+    main thread's; each goes to a pool of ranks (a launcher, the bench's child, and its 2 ranks),
+    and the signal comes once the ranks are up, so they must be gone too."""
     count = 2
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
     bench = subprocess.Popen(
@@ -103,20 +114,30 @@ def test_sigterm_stops_the_runs_before_the_bench_exits(tmp_path: Path) -> None:
         start_new_session=True,
     )
     runs: list[int] = []
+    ranks: list[int] = []
     try:
         deadline = time.monotonic() + 60
-        while len(runs) < count and bench.poll() is None and time.monotonic() < deadline:
+        while (len(runs) < count or len(ranks) < 2 * count) and bench.poll() is None \
+                and time.monotonic() < deadline:
             time.sleep(0.1)
             runs = _children(bench.pid)
+            ranks = [rank for run in runs for rank in _children(run)]
         assert len(runs) == count, f"the bench started {runs} (exit {bench.poll()})"
+        assert len(ranks) == 2 * count, f"the runs' ranks {ranks} did not all start"
         bench.send_signal(signal.SIGTERM)
         _, stderr = bench.communicate(timeout=45)
         left = [pid for pid in runs if group_alive(pid, own_session=True)]
+        left += [pid for pid in ranks if _alive(pid)]
         assert not left, f"runs {left} outlived the bench: {stderr.decode()[-800:]}"
         assert bench.returncode == 130, stderr.decode()[-800:]
     finally:
         for pid in [bench.pid, *runs]:
             try:
                 os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
