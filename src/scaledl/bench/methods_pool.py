@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 _POLL_S = 0.02
 """How often the bench looks for the ranks' done files, and a rank for its next job at first."""
 _IDLE_POLL_S = 0.25
-"""How often an idle rank looks, after a second without a job (idle pools cost no core)."""
+"""How often an idle rank looks, after a second without a job (so idle pools take next to no
+CPU)."""
 _CLOSE_GRACE_S = 10.0
 """How long a pool asked to stop may take before its processes are killed."""
 
@@ -82,8 +83,7 @@ class Pool:
     """``ranks`` rank processes that run jobs one at a time (module docstring).  Not
     thread-safe: one job at a time, from one thread."""
 
-    def __init__(self, ranks: int, env: Mapping[str, str],
-                 register: Callable[[subprocess.Popen[bytes]], None] | None = None) -> None:
+    def __init__(self, ranks: int, env: Mapping[str, str]) -> None:
         self.ranks = ranks
         """Processes of the pool's group (the world size of every run it takes)."""
         self.directory = Path(tempfile.mkdtemp(prefix="scaledl-pool-"))
@@ -98,8 +98,6 @@ class Pool:
             self.process = subprocess.Popen(
                 command, stdout=out, stderr=err, start_new_session=True,
                 env={**env, "TMPDIR": str(self.directory / "tmp")})
-        if register is not None:
-            register(self.process)
         self._next = 0
 
     @property
@@ -131,10 +129,10 @@ class Pool:
                 path = self.directory / f"done-{index}-rank{rank}.json"
                 if rank not in done and path.is_file():
                     done[rank] = json.loads(path.read_text())
-            failed = sorted((rank, d) for rank, d in done.items() if not d["ok"])
+            failed = [rank for rank, report in done.items() if not report["ok"]]
             if failed:
                 self.stop()
-                return PoolOutcome("failed", failed[0][1]["reason"],
+                return PoolOutcome("failed", done[min(failed)]["reason"],
                                    time.perf_counter() - start)
             if len(done) == self.ranks:
                 break

@@ -46,7 +46,9 @@ class MethodResult:
     ranks: int = 0
     workers: int = 0
     wall_s: float | None = None
-    """Wall time of the whole ``scaledl train`` process, start-up included."""
+    """Wall time of the run as the bench saw it, start-up included: the whole ``scaledl train``
+    process, or in a pool of ranks from handing it the job to every rank's done file (the
+    pool's start-up included for its first run)."""
     train_s: float | None = None
     eval_s: float | None = None
     """Time spent evaluating (excluded from ``train_s``)."""
