@@ -15,7 +15,7 @@ from scaledl.calibration.bench_file import Measurement
 from scaledl.calibration.fit import calibrate
 from scaledl.collectives.auto import Fabric, choose
 from scaledl.collectives.cost import (
-    CostModel, LinkCost, host_cores, shm_call_time, shm_terms, stage_time,
+    CostModel, LinkCost, host_cores, memory_factor, shm_call_time, shm_terms, stage_time,
 )
 from scaledl.collectives.registry import plan_numel
 from scaledl.collectives.schedule import Collective, Path as StagePath, Stage
@@ -70,7 +70,7 @@ def test_an_allreduce_call_takes_the_direct_path_and_the_others_the_planned_one(
 def test_load_takes_this_machines_cores_and_old_files_keep_the_new_defaults(
         tmp_path: Path) -> None:
     old = json.loads(CostModel().to_json())
-    for name in ("shm_memory_beta", "cache_bytes", "shm_timeshared_alpha", "host_cores",
+    for name in ("shm_memory_beta", "cache_bytes", "shm_timeshared_alpha",
                  "call_overhead", "direct_call_overhead"):
         del old[name]
     path = tmp_path / "calibration.json"
@@ -201,3 +201,28 @@ def test_every_field_travels_in_the_vector_a_communicator_shares() -> None:
     model = replace(TRUTH, host_cores=3, links=(LinkCost(1e-6, 2e-9), LinkCost(3e-6, 4e-9)),
                     native_reduce_scatter_allreduce=False, shm_window=1 << 16)
     assert CostModel.from_vector(model.to_vector() + [0.0] * 7) == model
+
+
+def test_loopback_bytes_beyond_the_cache_slow_as_shared_memorys_do() -> None:
+    """A 64 MiB ring on two ranks of one host: 128 MiB on the host, a quarter of it in the
+    32 MiB cache, the rest at memory's speed (3x slower in TRUTH); unknown hosts: no change."""
+    known = replace(TRUTH, host_cores=2)
+    assert memory_factor(known, 128 * MIB) == pytest.approx(0.25 + 0.75 * 3)
+    assert memory_factor(known, 32 * MIB) == 1.0 and memory_factor(TRUTH, 128 * MIB) == 1.0
+    known = replace(known, gamma=0.0)  # no reduction hidden under the wire: time is linear
+    free_bytes = replace(known, links=(LinkCost(60e-6, 0.0),))
+    fabric = Fabric((0, 0))
+
+    def ring(model: CostModel) -> float:
+        return choose(Collective.ALLREDUCE, Topology.flat(2), 16 * MIB, 4, model,
+                      fabric=fabric).predictions["ring"]
+
+    slowed = ring(known) - ring(free_bytes)
+    plain = ring(replace(known, cache_bytes=1 << 40)) - ring(free_bytes)
+    assert slowed == pytest.approx(plain * memory_factor(known, 128 * MIB), rel=1e-6)
+
+
+def test_a_calibration_file_never_carries_the_writers_cores() -> None:
+    written = replace(TRUTH, host_cores=64).to_json()
+    assert "host_cores" not in written
+    assert CostModel.from_json(written).host_cores == 0

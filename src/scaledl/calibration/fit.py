@@ -43,7 +43,7 @@ from scipy.optimize import nnls  # type: ignore[import-untyped]
 from scaledl.calibration.bench_file import Measurement, read_rows, row_topologies
 from scaledl.collectives.auto import Fabric, choose
 from scaledl.collectives.cost import (
-    CostModel, LinkCost, ShmTerms, schedule_time, shm_call_time, shm_terms,
+    CostModel, LinkCost, ShmTerms, memory_factor, schedule_time, shm_call_time, shm_terms,
 )
 from scaledl.collectives.registry import ALGORITHMS, plan, plan_numel
 from scaledl.collectives.schedule import Action, Collective, Schedule
@@ -159,8 +159,15 @@ def calibrate(
     prior = replace(prior, chunk_bytes=chunk_bytes)
     if prior.contention(topology.ranks_per_node) > 1:
         return _calibrate_timeshared(measurements, topology, itemsize, prior)
+    # shared memory first: its two copy speeds say how much slower loopback bytes move
+    # beyond the cache (memory_factor), which the link's beta then leaves out
+    shared = [m for m in measurements if m.algorithm == "shm"]
+    shm_summary: dict[str, object] | None = None
+    if shared:
+        prior, shm_summary = _fit_shm(shared, itemsize, prior)
     scheduled = [
-        _sample(m.algorithm, m, topology, itemsize, prior)[1] for m in measurements
+        _in_cache(_sample(m.algorithm, m, topology, itemsize, prior)[1], m, topology, prior)
+        for m in measurements
         if m.algorithm in ALGORITHMS and ALGORITHMS[m.algorithm].scheduled
         and not ALGORITHMS[m.algorithm].needs_shm
     ]
@@ -184,11 +191,17 @@ def calibrate(
     natives = [m for m in measurements if m.algorithm == "native"]
     if natives:
         model, summary["native"] = _fit_native(natives, topology, itemsize, model)
-    shared = [m for m in measurements if m.algorithm == "shm"]
-    if shared:
-        model, summary["shm"] = _fit_shm(shared, itemsize, model)
+    if shm_summary is not None:
+        summary["shm"] = shm_summary
     summary["auto"] = auto_residual(measurements, topology, itemsize, model)
     return model, summary
+
+
+def _in_cache(sample: Sample, m: Measurement, topology: Topology, model: CostModel) -> Sample:
+    """``sample`` with its critical bytes counted as cache bytes: those beyond the cache
+    weigh ``memory_factor`` times (``auto`` slows links inside a host by it)."""
+    slow = memory_factor(model, topology.ranks_per_node * m.nbytes)
+    return replace(sample, critical_bytes=sample.critical_bytes * slow)
 
 
 def _calibrate_timeshared(
@@ -365,7 +378,8 @@ def _fit_native(
                     model.native_beta_factor, collective, numel)
             for name in proxies
         ]
-        samples.append(min(candidates, key=lambda item: item[0])[1])
+        samples.append(_in_cache(min(candidates, key=lambda item: item[0])[1], m, topology,
+                                 model))
     link = model.link(0)
     if len(samples) < 2:
         return model, {"skipped": "native measured at fewer than two sizes"}

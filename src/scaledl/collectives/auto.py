@@ -17,7 +17,8 @@ cost per call (the direct call path's for an allreduce, the planned path's other
 regimes of shared memory: in the cache or beyond it, a core per rank or cores time-shared
 (:func:`~scaledl.collectives.cost.shm_terms`).  When a host's ranks outnumber its cores, every
 candidate's point-to-point rounds stretch by ranks per core too (:func:`host_contention`):
-over loopback a round is CPU work.
+over loopback a round is CPU work; and bytes between ranks of one host move at memory's speed
+beyond the cache, as shared memory's do (:func:`~scaledl.collectives.cost.memory_factor`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scaledl.collectives.cost import (
-    CALIBRATION_ENV, CostModel, LinkCost, calibration_path, schedule_time, shm_call_time,
-    stage_time,
+    CALIBRATION_ENV, CostModel, LinkCost, calibration_path, memory_factor, schedule_time,
+    shm_call_time, stage_time,
 )
 from scaledl.collectives.registry import ALGORITHMS, lookup, parse_algorithm, plan
 from scaledl.collectives.replay import replay
@@ -36,7 +37,7 @@ from scaledl.topology import Topology
 
 __all__ = [
     "LinkCost", "CostModel", "Choice", "Fabric", "choose", "choose_paths", "level_options",
-    "check_paths", "CALIBRATION_ENV", "stage_time", "host_contention",
+    "check_paths", "CALIBRATION_ENV", "stage_time", "host_contention", "host_memory",
     "schedule_time", "calibration_path",
 ]
 
@@ -58,19 +59,23 @@ def _sample_ranks(world_size: int) -> list[int]:
 def _predict(
     name: str, collective: Collective, topology: Topology, numel: int, itemsize: int,
     model: CostModel, root: int, overhead: float | None = None, beta_factor: float = 1.0,
-    contention: float = 1.0,
+    contention: float = 1.0, memory: float = 1.0,
 ) -> float:
     """Predicted seconds of ``name``; ``contention`` (ranks per core of a host whose ranks
     outnumber its cores) stretches the point-to-point rounds, all CPU work over loopback
-    (shared-memory stages stretch themselves, :func:`~scaledl.collectives.cost.shm_terms`)."""
+    (shared-memory stages stretch themselves, :func:`~scaledl.collectives.cost.shm_terms`);
+    ``memory`` (:func:`~scaledl.collectives.cost.memory_factor`) slows the bytes of links
+    inside a host."""
     per_round = (model.overhead if overhead is None else overhead) * contention
     p = topology.world_size
     if p <= REPLAY_LIMIT:
         schedules = [plan(name, collective, topology, rank, numel, root) for rank in range(p)]
 
         def link_of(a: int, b: int) -> LinkCost:
-            link = model.link(topology.link_axis(a, b))
-            return LinkCost(link.alpha * contention, link.beta * beta_factor * contention)
+            axis = topology.link_axis(a, b)
+            link = model.link(axis)
+            slow = memory if axis == 0 else 1.0
+            return LinkCost(link.alpha * contention, link.beta * beta_factor * contention * slow)
 
         def stage_cost(stage: Stage, sharers: int) -> float:
             return stage_time(stage, itemsize, model, sharers)
@@ -88,13 +93,26 @@ def _predict(
     )
 
 
+def _crowd(fabric: Fabric) -> int:
+    """Ranks on the most crowded host of the group (1 when the hosts are unknown)."""
+    if fabric.hosts is None:
+        return 1
+    return max(fabric.hosts.count(host) for host in set(fabric.hosts))
+
+
 def host_contention(model: CostModel, fabric: Fabric) -> float:
     """Ranks per core of the most crowded host of the group (1 when each rank has a core, or
     the hosts are unknown): how much slower its ranks' CPU work runs."""
-    if fabric.hosts is None:
-        return 1.0
-    crowd = max(fabric.hosts.count(host) for host in set(fabric.hosts))
-    return model.contention(crowd)
+    return model.contention(_crowd(fabric))
+
+
+def host_memory(model: CostModel, fabric: Fabric, collective: Collective, numel: int,
+                itemsize: int, world_size: int) -> float:
+    """:func:`~scaledl.collectives.cost.memory_factor` of a call: its buffers (the whole
+    ``p x shard`` of reduce_scatter and allgather) on the most crowded host."""
+    whole = numel * world_size if collective in (Collective.REDUCE_SCATTER,
+                                                 Collective.ALLGATHER) else numel
+    return memory_factor(model, _crowd(fabric) * whole * itemsize)
 
 
 @dataclass(frozen=True)
@@ -196,6 +214,7 @@ def choose_paths(
     baseline = ["p2p"] * len(options)
     chosen = list(baseline)
     contention = host_contention(model, fabric)
+    memory = host_memory(model, fabric, collective, numel, itemsize, topology.world_size)
     for level, paths in enumerate(options):
         if len(paths) == 1:
             continue
@@ -205,17 +224,17 @@ def choose_paths(
             trial[level] = path
             spec = f"{name}[{','.join(trial)}]"
             timed.append((_predict(spec, collective, topology, numel, itemsize, model, root,
-                                   contention=contention),
+                                   contention=contention, memory=memory),
                           paths.index(path), path))
         chosen[level] = min(timed)[2]
     spec = name if chosen == baseline else f"{name}[{','.join(chosen)}]"
     return spec, _predict(spec, collective, topology, numel, itemsize, model, root,
-                          contention=contention)
+                          contention=contention, memory=memory)
 
 
 def _native_time(
     collective: Collective, topology: Topology, numel: int, itemsize: int, model: CostModel,
-    root: int, contention: float = 1.0,
+    root: int, contention: float = 1.0, memory: float = 1.0,
 ) -> float:
     """The backend's own collective, modelled on scaledl schedules with its overhead.
 
@@ -230,7 +249,7 @@ def _native_time(
         target, count = Collective.ALLREDUCE, numel * topology.world_size
     return min(
         _predict(proxy, target, topology, count, itemsize, model, root,
-                 model.native_overhead, model.native_beta_factor, contention)
+                 model.native_overhead, model.native_beta_factor, contention, memory)
         for proxy in proxies
     )
 
@@ -260,6 +279,7 @@ def choose(
     model = model if model is not None else CostModel()
     fabric = fabric if fabric is not None else Fabric()
     contention = host_contention(model, fabric)
+    memory = host_memory(model, fabric, collective, numel, itemsize, topology.world_size)
     predictions: dict[str, float] = {}
     for name, algo in ALGORITHMS.items():
         if collective not in algo.supports or not algo.scheduled:
@@ -276,12 +296,12 @@ def choose(
             predictions[spec] = seconds
         else:
             predictions[name] = _predict(name, collective, topology, numel, itemsize, model, root,
-                                         contention=contention)
+                                         contention=contention, memory=memory)
         if algo.needs_shm:  # the whole group's call: its fixed cost weighs on small messages
             predictions[name] += shm_call_time(collective, topology.world_size, model)
     if include_native:
         predictions["native"] = _native_time(collective, topology, numel, itemsize, model, root,
-                                             contention)
+                                             contention, memory)
     order = list(ALGORITHMS)
 
     def rank_of(name: str) -> tuple[float, int]:

@@ -40,6 +40,7 @@ from scaledl.topology import Topology
 
 __all__ = [
     "LinkCost", "CostModel", "stage_time", "shm_terms", "ShmTerms", "shm_call_time",
+    "memory_factor",
     "schedule_time", "calibration_path", "CALIBRATION_ENV", "reduce_scatter_is_allreduce",
     "host_cores",
 ]
@@ -175,13 +176,17 @@ class CostModel:
         return cls(links, **kwargs)  # type: ignore[arg-type]
 
     def to_json(self) -> str:
-        """Serialise (``from_json`` reads it back)."""
-        return json.dumps(asdict(self), indent=2)
+        """Serialise (``from_json`` reads it back); without ``host_cores``, which belongs to the
+        machine that loads the file (:meth:`load`), not to the one that wrote it."""
+        data = asdict(self)
+        del data["host_cores"]
+        return json.dumps(data, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> CostModel:
         """Parse a calibration file (one without the shared-memory class keeps its default)."""
         data = json.loads(text)
+        data.pop("host_cores", None)  # the loading machine's (load), never a file's
         links = tuple(LinkCost(**link) for link in data.pop("links"))
         if "shm" in data:
             data["shm"] = LinkCost(**data["shm"])
@@ -298,6 +303,18 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> ShmTerms:
     cached = copied if footprint <= model.cache_bytes else copied * model.cache_bytes / footprint
     contention = model.contention(members)
     return ShmTerms(waits, cached, copied - cached, adds, contention > 1, contention)
+
+
+def memory_factor(model: CostModel, footprint: float) -> float:
+    """How much slower the bytes of a call move inside a host whose ranks hold ``footprint``
+    bytes together than they would from the cache: 1 while it fits :attr:`CostModel.cache_bytes`;
+    beyond it, the share that does not fit moves ``shm_memory_beta / shm.beta`` slower, over
+    loopback sockets as through shared memory (both copy through the same memory).  1 where
+    the host is unknown (``host_cores`` 0: the simulator's hosts)."""
+    if model.host_cores <= 0 or footprint <= model.cache_bytes or model.shm.beta <= 0:
+        return 1.0
+    share = model.cache_bytes / footprint
+    return share + (1 - share) * model.shm_memory_beta / model.shm.beta
 
 
 def shm_call_time(collective: Collective, members: int, model: CostModel) -> float:
