@@ -528,7 +528,7 @@ class PowerSGD(GradientCompression):
 HOST_SPLIT_MARGIN = 0.85
 """``placement="auto"`` splits by host only when the split's modelled memory passes are at
 most this fraction of the flat algorithm's: with 2 ranks per host they are 0.94 of them, and
-the split measured 1.06-1.35x slower on the emulated 2x2 cluster (docs/benchmarks.md), the
+the split measured 1.13-1.48x slower on the emulated 2x2 cluster (docs/benchmarks.md), the
 reduce-scatter's waits among ranks that share cores being outside the count."""
 
 
