@@ -112,6 +112,10 @@ def _placements(rank: int, world: int) -> dict[str, object]:
     # one host of four ranks: nothing crosses hosts, so the forced host placement is exact
     one_host = Wire("ring", scaledl.Topology.parse("4", world, rank))
     exact = [sum(_gradients(r, step) for r in range(world)) / world for step in range(STEPS)]
+    # without warm start both placements draw the same fresh Q each step
+    cold = [_run(PowerSGD(rank=RANK, placement=name, warm_start=False), hosts, rank)
+            for name in ("hosts", "flat")]
+    found["cold"] = max(float((a - b).abs().max()) for a, b in zip(*cold))
     # start_iter: the first step is averaged exactly under the host placement too
     first = _run(PowerSGD(rank=RANK, placement="hosts", start_iter=1), hosts, rank)[0]
     found["start_iter"] = float((first - exact[0]).abs().max())
@@ -155,6 +159,7 @@ def test_host_placement_equals_powersgd_of_the_host_sums() -> None:
             "element, are more than 0.85 of the flat algorithm's 9.00)"), found["auto_placed"]
         assert found["one_host"] < 1e-6, found["one_host"]
         assert found["start_iter"] < 1e-6, found["start_iter"]
+        assert found["cold"] < 1e-5, found["cold"]
         assert found["one_host_auto_placed"] == "flat"
         assert found["one_per_host_placed"] == "flat"
         assert str(found["dp_placed"]).startswith("hosts: ")

@@ -185,7 +185,8 @@ class PowerSGD(GradientCompression):
         self.placement = placement
         """Asked placement (:data:`PLACEMENTS`); :attr:`placed` says what runs."""
         self.placed: str | None = None
-        """What runs, once the first bucket has been started: ``"flat"``, or ``"hosts: "``
+        """What runs, once the first bucket has been started: ``"flat"`` (followed, when
+        ``"auto"`` declined the host placement on several hosts, by why), or ``"hosts: "``
         followed by the layout and paths (:meth:`HostShares.describe`)."""
         self._states: dict[int, _BucketState] = {}
         self._shares: tuple[Wire, HostShares | None] | None = None
@@ -276,6 +277,7 @@ class PowerSGD(GradientCompression):
             shares.gather_from_owners(buffer, host.bounds)
             return None
         state = host.states[owner]
+        state.steps = host.steps  # a fresh Q each step without warm start, as the flat one's
         gradients, tail, matrices, outputs, ps, qts = self._local(state, key, share)
         across(state.wire)
         for matrix, p_view, qt in zip(matrices, ps, qts):
