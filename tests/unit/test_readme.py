@@ -27,5 +27,15 @@ def test_ci_runs_the_readme_test_command() -> None:
     test_command = _first_code_block()[1]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     # The README's line activates the venv first; CI has activated it already.
-    command = test_command.split("&&")[-1].strip()
+    activate = ". .venv/bin/activate &&"
+    assert test_command.startswith(activate), test_command
+    command = test_command[len(activate):].strip()
     assert command in [line.strip() for line in ci], f"{command!r} not in .ci/run"
+
+
+def test_the_two_test_runs_together_run_every_test_once() -> None:
+    """The unit tests (one process each) run on both cores, everything else (real process
+    groups, launchers, timing-sensitive stops) one test at a time after them."""
+    runs = [run.strip() for run in _first_code_block()[1].split("&&")[1:]]
+    assert runs == ["python -m pytest -q -n 2 tests/unit",
+                    "python -m pytest -q --ignore=tests/unit"], runs
