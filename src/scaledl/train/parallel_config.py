@@ -59,6 +59,7 @@ class ParallelConfig:
     outer_dtype: str | None = None
     fragments: int | None = None
     overlap_steps: int | None = None
+    sync_warmup_steps: int | None = None
 
     def __post_init__(self) -> None:
         check_types(self)
