@@ -25,7 +25,7 @@ MIB = 1 << 20
 TRUTH = CostModel(
     links=(LinkCost(60e-6, 1 / 1.2e9),), overhead=40e-6, shm=LinkCost(3e-6, 1 / 12e9),
     shm_memory_beta=1 / 4e9, cache_bytes=32 * MIB, shm_timeshared_alpha=400e-6,
-    call_overhead=60e-6, direct_call_overhead=6e-6,
+    call_overhead=60e-6, direct_call_overhead=6e-6, timeshared_call_overhead=2e-3,
 )
 """A machine to recover: copies 3x slower beyond a 32 MiB cache, waits 130x dearer when
 ranks share cores, the planned call ten times the direct one."""
@@ -64,7 +64,10 @@ def test_an_allreduce_call_takes_the_direct_path_and_the_others_the_planned_one(
     assert shm_call_time(Collective.ALLREDUCE, 2, TRUTH) == 6e-6
     for collective in (Collective.BROADCAST, Collective.REDUCE_SCATTER, Collective.ALLGATHER):
         assert shm_call_time(collective, 2, TRUTH) == 60e-6
-    assert shm_call_time(Collective.BROADCAST, 4, replace(TRUTH, host_cores=2)) == 120e-6
+    # four ranks on two cores: stretched twice, and the planned call's time-shared extra
+    assert shm_call_time(Collective.BROADCAST, 4, replace(TRUTH, host_cores=2)) == \
+        pytest.approx(120e-6 + 2e-3)
+    assert shm_call_time(Collective.ALLREDUCE, 4, replace(TRUTH, host_cores=2)) == 12e-6
 
 
 def test_load_takes_this_machines_cores_and_old_files_keep_the_new_defaults(
@@ -138,10 +141,11 @@ def test_a_run_on_shared_cores_fits_the_timeshared_wait_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fit, "last_level_cache", lambda: 32 * MIB)
     truth = replace(TRUTH, host_cores=2)
-    prior = replace(truth, shm_timeshared_alpha=1e-6)
+    prior = replace(truth, shm_timeshared_alpha=1e-6, timeshared_call_overhead=0.0)
     measured = _ring_times(replace(truth, links=(LinkCost(1e-3, 1e-9),)), 4) + _shm_times(truth, 4)
     model, summary = calibrate(measured, Topology.flat(4), 4, prior, MIB)
     assert model.shm_timeshared_alpha == pytest.approx(400e-6, rel=1e-6)
+    assert model.timeshared_call_overhead == pytest.approx(2e-3, rel=1e-6)
     assert model.shm == truth.shm and model.call_overhead == truth.call_overhead
     assert model.links == truth.links and model.native_overhead == truth.native_overhead
     assert summary["shm"]["ranks_per_core"] == 2  # type: ignore[index]

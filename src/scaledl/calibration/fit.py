@@ -241,8 +241,9 @@ def _fit_shm(
     and the planned path's for the others, all five by non-negative least squares in relative
     error; a parameter no measurement pays (no collective but allreduce, no size beyond the
     cache) keeps the prior's value.  On ranks that outnumber the cores, only the cost of a wait
-    (``shm_timeshared_alpha``) is fitted, the rest taken from the prior stretched by ranks per
-    core: such a run cannot tell a core's speed from its sharing.
+    (``shm_timeshared_alpha``) and what a planned call adds (``timeshared_call_overhead``) are
+    fitted, the rest taken from the prior stretched by ranks per core: such a run cannot tell
+    a core's speed from its sharing.
     """
     model = replace(model, cache_bytes=last_level_cache() or model.cache_bytes)
     rows = []
@@ -296,18 +297,22 @@ _SHM_PARAMETERS = ("direct_call_overhead", "call_overhead", "shm.alpha", "shm.be
 def _fit_timeshared(
     rows: Sequence[tuple[Collective, ShmTerms, float, int]], model: CostModel
 ) -> tuple[CostModel, dict[str, object]]:
-    """``shm_timeshared_alpha`` alone, on a run whose ranks outnumber the cores: minimise
-    ``sum((rest + alpha x waits) / measured - 1)^2`` with ``rest`` the prior's other terms."""
-    ratios = []
+    """On a run whose ranks outnumber the cores: ``shm_timeshared_alpha`` per wait and
+    ``timeshared_call_overhead`` per planned call, by non-negative least squares in relative
+    error, the prior's other terms (stretched by ranks per core) taken as known."""
+    columns, known, seconds = [], [], []
     for collective, terms, measured, world_size in rows:
-        rest = (terms.seconds(replace(model, shm_timeshared_alpha=0.0))
-                + shm_call_time(collective, world_size, model))
-        ratios.append((terms.waits / measured, rest / measured))
-    denominator = sum(w * w for w, _ in ratios)
-    alpha = max(0.0, sum(w * (1 - r) for w, r in ratios) / denominator) if denominator else 0.0
-    fitted = replace(model, shm_timeshared_alpha=alpha)
-    return fitted, {"timeshared_alpha_s": alpha, "host_cores": model.host_cores,
-                    "ranks_per_core": rows[0][1].contention,
+        untimed = replace(model, shm_timeshared_alpha=0.0, timeshared_call_overhead=0.0)
+        known.append(terms.seconds(untimed) + shm_call_time(collective, world_size, untimed))
+        columns.append([terms.waits, float(collective is not Collective.ALLREDUCE)])
+        seconds.append(measured)
+    matrix, measured_s = np.array(columns), np.array(seconds)
+    weights = 1 / measured_s
+    solution, _ = nnls(matrix * weights[:, None], (measured_s - np.array(known)) * weights)
+    alpha, planned = (float(v) for v in solution)
+    fitted = replace(model, shm_timeshared_alpha=alpha, timeshared_call_overhead=planned)
+    return fitted, {"timeshared_alpha_s": alpha, "timeshared_call_overhead_s": planned,
+                    "host_cores": model.host_cores, "ranks_per_core": rows[0][1].contention,
                     "rms_relative_error": _rms(fitted, rows), "points": len(rows)}
 
 
@@ -414,6 +419,7 @@ def describe(summary: dict[str, Any]) -> str:
     if "timeshared_alpha_s" in shm:
         text += (f"; shared memory with {shm['ranks_per_core']:.1f} ranks per core: "
                  f"{shm['timeshared_alpha_s'] * 1e6:.1f} us per wait, "
+                 f"{shm['timeshared_call_overhead_s'] * 1e6:.1f} us more per planned call, "
                  f"fit error {shm['rms_relative_error']:.0%}")
     native = summary.get("native") or {}
     if "native_beta_factor" in native:

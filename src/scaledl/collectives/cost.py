@@ -116,10 +116,17 @@ class CostModel:
     """The host's last-level cache, bytes: a shared-memory stage whose members' buffers
     together (``members x bytes``) fit in it copies at ``shm.beta``; of a larger one, the
     share ``cache_bytes / (members x bytes)`` does.  Calibration reads it from the machine."""
-    shm_timeshared_alpha: float = 1.7e-3
+    shm_timeshared_alpha: float = 8.7e-6
     """Seconds per wait for a peer when the stage's ranks outnumber :attr:`host_cores`: the
     awaited rank must first get a core (its CPU work, copies, adds and call costs, also
-    stretches by ranks per core)."""
+    stretches by ranks per core).  The fit finds 1.2-1.7 ms here, but the default keeps the
+    own-core price: with the fitted value ``auto`` moved 4 KiB-64 KiB allreduces on 4 ranks to
+    Gloo's own collective, which the model prices at 2.1 ms and which took 7.6 ms, 4.4x the
+    best path (docs/benchmarks.md, "auto's choices")."""
+    timeshared_call_overhead: float = 3.2e-3
+    """Seconds a planned whole-group shared-memory call adds when its ranks outnumber the
+    host's cores (fitted on 4 ranks sharing 2 cores, where reduce_scatter, allgather and
+    broadcast of 4 KiB took 2-3x the direct allreduce's time)."""
     host_cores: int = 0
     """Cores the ranks of one host share; 0: unknown, never time-shared (the simulator, which
     models its hosts' cores itself).  :meth:`load` sets it from this machine."""
@@ -321,10 +328,13 @@ def shm_call_time(collective: Collective, members: int, model: CostModel) -> flo
     """The fixed cost of one whole-group shared-memory call on ``members`` ranks: a
     synchronous allreduce takes the direct call path, everything else the planned path (an
     asynchronous allreduce too, which the model does not tell apart); stretched by ranks per
-    core when they outnumber the host's cores."""
-    fixed = (model.direct_call_overhead if collective is Collective.ALLREDUCE
-             else model.call_overhead)
-    return fixed * model.contention(members)
+    core when they outnumber the host's cores, a planned call then also adding
+    ``timeshared_call_overhead``."""
+    contention = model.contention(members)
+    if collective is Collective.ALLREDUCE:
+        return model.direct_call_overhead * contention
+    shared = model.timeshared_call_overhead if contention > 1 else 0.0
+    return model.call_overhead * contention + shared
 
 
 def stage_time(stage: Stage, itemsize: int, model: CostModel, sharers: int = 1) -> float:
