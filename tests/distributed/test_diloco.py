@@ -5,7 +5,8 @@ The reference keeps both workers' models in one process: each takes its inner SG
 rank's batches; at a fragment's sync step its pseudo-gradient ``mean_i(anchor - x_i)`` is taken
 (rounded to bfloat16 per worker and averaged in bfloat16 where the run sends bfloat16), and
 ``overlap`` steps later the fragment's own outer Nesterov SGD steps the anchor and every worker
-takes ``mixing * x_i + (1 - mixing) * anchor``.
+takes ``mixing * x_i + (1 - mixing) * anchor``.  With a synchronous warm-up of ``warmup`` steps
+both workers first step on their averaged gradients, and the sync steps count from its end.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tests.harness import run_ranks
 
 pytestmark = pytest.mark.distributed
 
-WORLD, STEPS, TAU, OUTER_LR, OUTER_MU = 2, 11, 4, 0.7, 0.9
+WORLD, STEPS, TAU, OUTER_LR, OUTER_MU, WARMUP = 2, 11, 4, 0.7, 0.9, 3
 Make = Callable[[nn.Module, torch.optim.Optimizer], Any]
 
 CASES: dict[str, tuple[Make, dict[str, Any]]] = {
@@ -42,10 +43,22 @@ CASES: dict[str, tuple[Make, dict[str, Any]]] = {
     "streaming-bf16": (lambda m, o: StreamingDiLoCo(m, o, tau=TAU, fragments=3,
                                                     outer_dtype="bfloat16"),
                        {"fragments": 3, "overlap": 1, "mixing": 0.0, "bf16": True}),
+    # warm-up 3: DiLoCo syncs at steps 7 and 11; streaming's fragments at 5 (due 6), 7, 9, 11
+    "diloco-warmup": (lambda m, o: DiLoCo(m, o, tau=TAU, sync_warmup_steps=WARMUP),
+                      {"fragments": 1, "overlap": 0, "mixing": 0.0, "bf16": False,
+                       "warmup": WARMUP}),
+    "streaming-warmup": (lambda m, o: StreamingDiLoCo(m, o, tau=TAU, fragments=2,
+                                                      sync_warmup_steps=WARMUP),
+                         {"fragments": 2, "overlap": 1, "mixing": 0.0, "bf16": False,
+                          "warmup": WARMUP}),
 }
+RESUME_AT = {"streaming": 2, "streaming-warmup": 5}
+"""Steps before the checkpoint: an exchange in flight (streaming), mid-warm-up (diloco-warmup:
+2 of 3), default 2."""
 
 
-def _reference(fragments: int, overlap: int, mixing: float, bf16: bool) -> list[list[float]]:
+def _reference(fragments: int, overlap: int, mixing: float, bf16: bool,
+               warmup: int = 0) -> list[list[float]]:
     """Both workers' final parameters, computed in one process."""
     models = [_model(0), _model(0)]  # the strategy starts every rank from rank 0's model
     optimizers = [torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM) for m in models]
@@ -56,10 +69,20 @@ def _reference(fragments: int, overlap: int, mixing: float, bf16: bool) -> list[
     outer = [torch.optim.SGD([p], lr=OUTER_LR, momentum=OUTER_MU, nesterov=True) for p in slices]
     pending: list[tuple[int, int, torch.Tensor]] = []
     for step in range(STEPS):
-        for rank, (model, optimizer) in enumerate(zip(models, optimizers)):
+        for rank, model in enumerate(models):
             _local_step(model, rank, step)
+        if step < warmup:  # synchronous SGD: both step on the mean gradient
+            for params in zip(*(m.parameters() for m in models)):
+                mean = sum(p.grad for p in params) / WORLD
+                for p in params:
+                    p.grad = mean.clone()
+        for optimizer in optimizers:
             optimizer.step()
         done = step + 1
+        if done <= warmup:
+            with torch.no_grad():
+                anchor.copy_(flats[0])
+            continue
         with torch.no_grad():
             for fragment, _, delta in [p for p in pending if p[1] == done]:
                 a, b = bounds[fragment]
@@ -69,7 +92,7 @@ def _reference(fragments: int, overlap: int, mixing: float, bf16: bool) -> list[
                     flat[a:b].mul_(mixing).add_(anchor[a:b], alpha=1 - mixing)
             pending = [p for p in pending if p[1] != done]
             for fragment, (a, b) in enumerate(bounds):
-                if done % TAU != fragment * TAU // fragments:
+                if (done - warmup) % TAU != fragment * TAU // fragments:
                     continue
                 dtype = torch.bfloat16 if bf16 else torch.float32
                 deltas = [(anchor[a:b] - flat[a:b]).to(dtype) for flat in flats]
@@ -105,9 +128,10 @@ def _suite(rank: int, world_size: int) -> dict[str, Any]:
         out[name] = _values(flatten_parameters(model))
         out[name + "-bytes"] = (strategy.stats.bytes, strategy.max_step_bytes)
         # resume after 2 steps (streaming: fragment 1 synced at step 2, its exchange in flight)
-        _, before = _train(make, rank, 0, 2)
+        at = RESUME_AT.get(name, 2)
+        _, before = _train(make, rank, 0, at)
         state = _checkpoint_everywhere(before, gather=True)
-        resumed, _ = _train(make, rank, 2, STEPS, state)
+        resumed, _ = _train(make, rank, at, STEPS, state)
         out[name + "-resume"] = (_hex(flatten_parameters(model)),
                                  _hex(flatten_parameters(resumed)))
     out["evaluation-buffers"] = _evaluation_buffers(rank)
@@ -171,6 +195,22 @@ def test_streaming_sends_a_fragment_per_step(runs: list[dict[str, Any]]) -> None
     _, bf16_peak = runs[0]["streaming-bf16-bytes"]
     largest = max(b - a for a, b in split_fragments([p.numel() for p in Net().parameters()], 3))
     assert bf16_peak == 2 * largest <= diloco_peak / 3
+    # each warm-up step sends the gradient once, then an outer step every TAU steps
+    warm_bytes, warm_peak = runs[0]["diloco-warmup-bytes"]
+    assert warm_peak == 4 * numel
+    assert warm_bytes == 4 * numel * (WARMUP + (STEPS - WARMUP) // TAU)
+
+
+def test_sync_warmup_steps_refused_below_zero_before_workers_start() -> None:
+    message = "sync_warmup_steps -1 must be an integer >= 0"
+    with pytest.raises(ValueError, match=message):
+        validate_config(build_config({}, {"strategy": "diloco", "model": "mlp",
+                                          "sync_warmup_steps": -1}), 2)
+    with pytest.raises(ValueError, match=message):
+        DiLoCo(Net(), torch.optim.SGD(Net().parameters(), lr=LR), sync_warmup_steps=-1)
+    with pytest.raises(ValueError, match="sync_warmup_steps 5 does not apply to .*allreduce"):
+        validate_config(build_config({}, {"strategy": "allreduce", "model": "mlp",
+                                          "sync_warmup_steps": 5}), 2)
 
 
 @pytest.mark.parametrize("option, message", [

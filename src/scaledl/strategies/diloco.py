@@ -31,6 +31,14 @@ arXiv 2501.18512) makes three changes, each a knob here:
 * *low-precision outer gradients*: the pseudo-gradient travels as bfloat16 (``outer_dtype``),
   halving the bytes; the anchor and the outer optimizer stay float32.
 
+**Synchronous warm-up** (``sync_warmup_steps`` W, default 0): the first W steps average the
+gradients over the workers before every inner step (synchronous SGD with the inner optimizer, and
+the anchor follows the model); the local phases start after them, so the outer steps fall at steps
+``W + H, W + 2H, ...``.  This is Lin et al.'s post-local SGD (2020, "Don't Use Large Mini-Batches,
+Use Local SGD", ICLR, arXiv 1808.07217: local SGD after a synchronous first phase) and stands in
+for the trained starting model of Douillard et al.  Each warm-up step sends the model's gradient
+once (``n`` bytes, float32), counted in the bytes.
+
 With one fragment and no overlap streaming DiLoCo is DiLoCo, bit for bit.  Each fragment has
 its own outer optimizer (one per fragment: a fragment's momentum moves only at its own syncs).
 
@@ -80,6 +88,13 @@ DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9
 
 OuterOptimizerFactory = Callable[[list[nn.Parameter]], Optimizer]
 """Builds one fragment's outer optimizer on its slice of the anchor (one flat parameter)."""
+
+
+def check_warmup(steps: int) -> None:
+    """One-line error for a synchronous warm-up that is not a whole number of steps >= 0."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"sync_warmup_steps {steps!r} must be an integer >= 0 (synchronous "
+                         "steps before DiLoCo's local phases; 0: none)")
 
 
 def check_outer(outer_lr: float, outer_momentum: float) -> None:
@@ -142,8 +157,13 @@ class DiLoCoOptions(PeriodicOptions):
     outer_dtype: str | None = option(str, "precision of the pseudo-gradient on the wire: "
                                      "float32 or bfloat16 (diloco, streaming-diloco)")
     """``float32`` or ``bfloat16``; ``None``: ``float32``."""
+    sync_warmup_steps: int | None = option(int, "synchronous steps (gradients averaged every step) "
+                                      "before the local phases (diloco, streaming-diloco; "
+                                      "default 0)")
+    """Synchronous warm-up steps; ``None``: 0, local phases from the first step."""
 
     def _check(self) -> None:
+        check_warmup(0 if self.sync_warmup_steps is None else self.sync_warmup_steps)
         check_outer(DEFAULT_OUTER_LR if self.outer_lr is None else self.outer_lr,
                     DEFAULT_OUTER_MOMENTUM if self.outer_momentum is None
                     else self.outer_momentum)
@@ -158,6 +178,7 @@ class DiLoCoOptions(PeriodicOptions):
             "outer_momentum": (DEFAULT_OUTER_MOMENTUM if self.outer_momentum is None
                                else self.outer_momentum),
             "outer_dtype": self.outer_dtype or "float32",
+            "sync_warmup_steps": self.sync_warmup_steps or 0,
         }
 
 
@@ -219,11 +240,14 @@ class DiLoCo(PeriodicStrategy):
     def __init__(
         self, module: nn.Module, optimizer: Optimizer, *, tau: int = DEFAULT_H,
         outer_lr: float = DEFAULT_OUTER_LR, outer_momentum: float = DEFAULT_OUTER_MOMENTUM,
-        outer_dtype: str = "float32",
+        outer_dtype: str = "float32", sync_warmup_steps: int = 0,
         outer_optimizer: OuterOptimizerFactory | None = None, algorithm: str = "auto",
         topology: Topology | None = None, group: dist.ProcessGroup | None = None,
         timeline: SpanRecorder | None = None,
     ) -> None:
+        check_warmup(sync_warmup_steps)
+        self.sync_warmup_steps = sync_warmup_steps
+        """Synchronous steps (averaged gradients) before the local phases start."""
         self._configure(module, tau, outer_lr, outer_momentum, outer_dtype)
         super().__init__(module, optimizer, tau, group, timeline)
         self.algorithm = algorithm
@@ -269,13 +293,24 @@ class DiLoCo(PeriodicStrategy):
 
     # -- the algorithm ---------------------------------------------------------------------------
     def syncing_fragments(self, done: int) -> list[int]:
-        """The fragments whose exchange starts once ``done`` inner steps are done."""
+        """The fragments whose exchange starts once ``done`` steps are done (the local phases
+        count from the end of the warm-up)."""
+        local = done - self.sync_warmup_steps
         return [f for f, offset in enumerate(self.offsets)
-                if done >= 1 and done % self.tau == offset]
+                if local >= 1 and local % self.tau == offset]
 
     def step(self) -> None:
-        """The inner step; then the outer steps due now, then the exchanges that start now."""
+        """A warm-up step (averaged gradients, the anchor follows), or the inner step; then the
+        outer steps due now, then the exchanges that start now."""
         self._begin_step()
+        if self.steps < self.sync_warmup_steps:
+            self._average_gradients()
+            self.optimizer.step()
+            self.steps += 1
+            # Every worker took the same step from the same model, so the global model is
+            # the worker's: the first outer step's pseudo-gradient starts from here.
+            self.anchor.copy_(self.flat.detach())
+            return
         self.optimizer.step()
         self.steps += 1
         due = [e for e in self._pending if e.due == self.steps]
@@ -291,6 +326,29 @@ class DiLoCo(PeriodicStrategy):
             else:
                 self._pending.append(exchange)
         self.max_step_bytes = max(self.max_step_bytes, started)
+
+    @torch.no_grad()
+    def _average_gradients(self) -> None:
+        """Allreduce-average the gradients (one flat float32 buffer; a parameter without a
+        gradient contributes zeros), as synchronous SGD does, and put them back."""
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in params])
+        handle = collectives.allreduce(flat, "avg", algorithm=self.algorithm,
+                                       topology=self.topology, group=self.group, async_op=True)
+        assert handle is not None  # async_op=True always returns one
+        nbytes = flat.numel() * flat.element_size()
+        self._account("warm-up gradients", handle, nbytes)
+        self.max_step_bytes = max(self.max_step_bytes, nbytes)
+        offset = 0
+        for p in params:
+            numel = p.numel()
+            averaged = flat[offset:offset + numel].view_as(p)
+            if p.grad is None:
+                p.grad = averaged.clone()
+            else:
+                p.grad.copy_(averaged)
+            offset += numel
 
     @torch.no_grad()
     def _launch(self, fragment: int) -> _Exchange:
@@ -356,7 +414,7 @@ class DiLoCo(PeriodicStrategy):
         self.synchronize()
         return {
             "anchor": self.anchor.clone(), "outer": [o.state_dict() for o in self.outer],
-            "bounds": [list(b) for b in self.bounds],
+            "bounds": [list(b) for b in self.bounds], "sync_warmup_steps": self.sync_warmup_steps,
             "pending": [{"fragment": e.fragment, "due": e.due, "buffer": e.buffer.clone()}
                         for e in self._pending],
         }
@@ -368,6 +426,11 @@ class DiLoCo(PeriodicStrategy):
             raise ValueError(f"checkpoint holds no {self.name} state for fragments "
                              f"{self.bounds}; resume with the strategy, model and fragments "
                              "it was written with")
+        saved_warmup = int(state.get("sync_warmup_steps", 0))
+        if saved_warmup != self.sync_warmup_steps:
+            raise ValueError(f"checkpoint was written with sync_warmup_steps {saved_warmup}, "
+                             f"this run has {self.sync_warmup_steps}; resume with "
+                             f"--sync-warmup-steps {saved_warmup}")
         self.anchor.copy_(state["anchor"])
         for outer, saved in zip(self.outer, state["outer"]):
             outer.load_state_dict(saved)
