@@ -19,7 +19,8 @@ from pathlib import Path
 
 from scaledl.bench.methods import METHODS, BenchSpec, Method
 from scaledl.bench.methods_data import write_validation_split
-from scaledl.bench.methods_run import run_method
+from scaledl.bench.methods_run import Runs
+from scaledl.strategies.catalogue import option_fields
 
 SPEC = BenchSpec(workers=4, epochs=6, dataset="digits", batch_size=8, eval_every=5, target=0.95)
 
@@ -49,6 +50,15 @@ for inner in (0.001, 0.003, 0.01):
     for outer_lr, outer_mu in ((0.7, 0.9), (1.0, 0.5)):
         add(f"diloco adamw {inner} outer {outer_lr}/{outer_mu}", "diloco", inner,
             optimizer="adamw", outer_lr=outer_lr, outer_momentum=outer_mu)
+# A synchronous warm-up (post-local SGD, Lin et al. 2020): W steps of averaged gradients first.
+# Within 6 epochs (270 steps) the >= 10x byte target allows W <= 14.
+for warmup in (5, 10, 14):
+    add(f"diloco lr 0.05 outer 0.7/0.9 warm-up {warmup}", "diloco", 0.05,
+        sync_warmup_steps=warmup)
+    add(f"diloco lr 0.1 mu 0.9 outer 0.5/0.9 warm-up {warmup}", "diloco", 0.1,
+        outer_lr=0.5, outer_momentum=0.9, sync_warmup_steps=warmup)
+    add(f"diloco adamw 0.003 outer 0.7/0.9 warm-up {warmup}", "diloco", 0.003,
+        optimizer="adamw", sync_warmup_steps=warmup)
 
 
 TABLE = (
@@ -74,6 +84,7 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="comma list of substrings of names, or "
                         "'table': the configurations of docs/benchmarks.md")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
     args = parser.parse_args()
     spec = SPEC
     if args.split == "validation":
@@ -89,7 +100,11 @@ def main() -> None:
         name, seed = job
         method, lr, options = CONFIGS[name]
         folder = args.out / args.split / name.replace(" ", "_").replace("/", "-") / f"seed-{seed}"
-        result = run_method(method_of(method, options), replace(spec, lr=lr, seed=seed), folder)
+        # The pools take strategy options only; a run that sets the optimizer or its momentum
+        # runs as its own scaledl train process.
+        pooled = all(key in option_fields() for key, _ in options)
+        runner = runs if pooled else alone
+        result = runner.run(method_of(method, options), replace(spec, lr=lr, seed=seed), folder)
         curve = [(round(p["epoch"], 2), round(p["accuracy"], 3)) for p in result.curve]
         line = {"name": name, "seed": seed, "status": result.status, "reason": result.reason,
                 "epochs_to_target": result.epochs_to_target,
@@ -99,8 +114,14 @@ def main() -> None:
               f"final {result.final_accuracy}", flush=True)
         return line
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        lines = list(pool.map(one, jobs))
+    # Pools of rank processes kept between runs (scaledl.bench.methods_pool): a run gives what
+    # it gives as its own process, without 30-45 s of start-up each.
+    runs, alone = Runs(), Runs(pool=False)
+    try:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            lines = list(pool.map(one, jobs))
+    finally:
+        runs.close()
     (args.out / f"sweep-{args.split}.json").write_text(json.dumps(lines, indent=1))
 
 
