@@ -59,6 +59,13 @@ for warmup in (5, 10, 14):
         outer_lr=0.5, outer_momentum=0.9, sync_warmup_steps=warmup)
     add(f"diloco adamw 0.003 outer 0.7/0.9 warm-up {warmup}", "diloco", 0.003,
         optimizer="adamw", sync_warmup_steps=warmup)
+# The warm-up steps run at the inner lr, which the outer step's amplification keeps small
+# (0.05, an eighth of synchronous SGD's 0.4): larger inner rates with a milder outer step.
+for inner in (0.2, 0.4):
+    add(f"diloco lr {inner} outer 1.0/0.0 warm-up 10", "diloco", inner, outer_lr=1.0,
+        outer_momentum=0.0, sync_warmup_steps=10)
+    add(f"diloco lr {inner} outer 0.7/0.5 warm-up 10", "diloco", inner, outer_lr=0.7,
+        outer_momentum=0.5, sync_warmup_steps=10)
 
 
 TABLE = (
