@@ -60,6 +60,7 @@ class ParallelConfig:
     fragments: int | None = None
     overlap_steps: int | None = None
     sync_warmup_steps: int | None = None
+    sync_warmup_lr_scale: float | None = None
 
     def __post_init__(self) -> None:
         check_types(self)
