@@ -44,9 +44,10 @@ CASES: dict[str, tuple[Make, dict[str, Any]]] = {
                                                     outer_dtype="bfloat16"),
                        {"fragments": 3, "overlap": 1, "mixing": 0.0, "bf16": True}),
     # warm-up 3: DiLoCo syncs at steps 7 and 11; streaming's fragments at 5 (due 6), 7, 9, 11
-    "diloco-warmup": (lambda m, o: DiLoCo(m, o, tau=TAU, sync_warmup_steps=WARMUP),
+    "diloco-warmup": (lambda m, o: DiLoCo(m, o, tau=TAU, sync_warmup_steps=WARMUP,
+                                          sync_warmup_lr_scale=2.0),
                       {"fragments": 1, "overlap": 0, "mixing": 0.0, "bf16": False,
-                       "warmup": WARMUP}),
+                       "warmup": WARMUP, "warmup_lr_scale": 2.0}),
     "streaming-warmup": (lambda m, o: StreamingDiLoCo(m, o, tau=TAU, fragments=2,
                                                       sync_warmup_steps=WARMUP),
                          {"fragments": 2, "overlap": 1, "mixing": 0.0, "bf16": False,
@@ -58,7 +59,7 @@ RESUME_AT = {"streaming": 2, "streaming-warmup": 5}
 
 
 def _reference(fragments: int, overlap: int, mixing: float, bf16: bool,
-               warmup: int = 0) -> list[list[float]]:
+               warmup: int = 0, warmup_lr_scale: float = 1.0) -> list[list[float]]:
     """Both workers' final parameters, computed in one process."""
     models = [_model(0), _model(0)]  # the strategy starts every rank from rank 0's model
     optimizers = [torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM) for m in models]
@@ -77,6 +78,7 @@ def _reference(fragments: int, overlap: int, mixing: float, bf16: bool,
                 for p in params:
                     p.grad = mean.clone()
         for optimizer in optimizers:
+            optimizer.param_groups[0]["lr"] = LR * (warmup_lr_scale if step < warmup else 1.0)
             optimizer.step()
         done = step + 1
         if done <= warmup:
@@ -201,13 +203,16 @@ def test_streaming_sends_a_fragment_per_step(runs: list[dict[str, Any]]) -> None
     assert warm_bytes == 4 * numel * (WARMUP + (STEPS - WARMUP) // TAU)
 
 
-def test_sync_warmup_steps_refused_below_zero_before_workers_start() -> None:
+def test_sync_warmup_bad_values_refused_before_workers_start() -> None:
     message = "sync_warmup_steps -1 must be an integer >= 0"
     with pytest.raises(ValueError, match=message):
         validate_config(build_config({}, {"strategy": "diloco", "model": "mlp",
                                           "sync_warmup_steps": -1}), 2)
     with pytest.raises(ValueError, match=message):
         DiLoCo(Net(), torch.optim.SGD(Net().parameters(), lr=LR), sync_warmup_steps=-1)
+    with pytest.raises(ValueError, match="sync_warmup_lr_scale 0.0 must be positive"):
+        validate_config(build_config({}, {"strategy": "diloco", "model": "mlp",
+                                          "sync_warmup_lr_scale": 0.0}), 2)
     with pytest.raises(ValueError, match="sync_warmup_steps 5 does not apply to .*allreduce"):
         validate_config(build_config({}, {"strategy": "allreduce", "model": "mlp",
                                           "sync_warmup_steps": 5}), 2)

@@ -37,7 +37,9 @@ the anchor follows the model); the local phases start after them, so the outer s
 ``W + H, W + 2H, ...``.  This is Lin et al.'s post-local SGD (2020, "Don't Use Large Mini-Batches,
 Use Local SGD", ICLR, arXiv 1808.07217: local SGD after a synchronous first phase) and stands in
 for the trained starting model of Douillard et al.  Each warm-up step sends the model's gradient
-once (``n`` bytes, float32), counted in the bytes.
+once (``n`` bytes, float32), counted in the bytes.  ``sync_warmup_lr_scale`` multiplies the
+inner learning rate during the warm-up (default 1): DiLoCo's inner rate is tuned small because
+the outer step amplifies it, while the synchronous steps have no outer step.
 
 With one fragment and no overlap streaming DiLoCo is DiLoCo, bit for bit.  Each fragment has
 its own outer optimizer (one per fragment: a fragment's momentum moves only at its own syncs).
@@ -95,6 +97,13 @@ def check_warmup(steps: int) -> None:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"sync_warmup_steps {steps!r} must be an integer >= 0 (synchronous "
                          "steps before DiLoCo's local phases; 0: none)")
+
+
+def check_warmup_lr_scale(scale: float) -> None:
+    """One-line error for a warm-up learning-rate multiple that is not positive."""
+    if not scale > 0:
+        raise ValueError(f"sync_warmup_lr_scale {scale} must be positive, e.g. 8 (the inner "
+                         "learning rate's multiple during the synchronous warm-up; 1: same)")
 
 
 def check_outer(outer_lr: float, outer_momentum: float) -> None:
@@ -161,9 +170,15 @@ class DiLoCoOptions(PeriodicOptions):
                                       "before the local phases (diloco, streaming-diloco; "
                                       "default 0)")
     """Synchronous warm-up steps; ``None``: 0, local phases from the first step."""
+    sync_warmup_lr_scale: float | None = option(float, "multiple of the learning rate during "
+                                                "the synchronous warm-up (diloco, "
+                                                "streaming-diloco; default 1)")
+    """The inner learning rate's multiple during the warm-up; ``None``: 1."""
 
     def _check(self) -> None:
         check_warmup(0 if self.sync_warmup_steps is None else self.sync_warmup_steps)
+        check_warmup_lr_scale(1.0 if self.sync_warmup_lr_scale is None
+                              else self.sync_warmup_lr_scale)
         check_outer(DEFAULT_OUTER_LR if self.outer_lr is None else self.outer_lr,
                     DEFAULT_OUTER_MOMENTUM if self.outer_momentum is None
                     else self.outer_momentum)
@@ -179,6 +194,7 @@ class DiLoCoOptions(PeriodicOptions):
                                else self.outer_momentum),
             "outer_dtype": self.outer_dtype or "float32",
             "sync_warmup_steps": self.sync_warmup_steps or 0,
+            "sync_warmup_lr_scale": self.sync_warmup_lr_scale or 1.0,
         }
 
 
@@ -241,12 +257,16 @@ class DiLoCo(PeriodicStrategy):
         self, module: nn.Module, optimizer: Optimizer, *, tau: int = DEFAULT_H,
         outer_lr: float = DEFAULT_OUTER_LR, outer_momentum: float = DEFAULT_OUTER_MOMENTUM,
         outer_dtype: str = "float32", sync_warmup_steps: int = 0,
+        sync_warmup_lr_scale: float = 1.0,
         outer_optimizer: OuterOptimizerFactory | None = None, algorithm: str = "auto",
         topology: Topology | None = None, group: dist.ProcessGroup | None = None,
         timeline: SpanRecorder | None = None,
     ) -> None:
         check_warmup(sync_warmup_steps)
         self.sync_warmup_steps = sync_warmup_steps
+        check_warmup_lr_scale(sync_warmup_lr_scale)
+        self.sync_warmup_lr_scale = float(sync_warmup_lr_scale)
+        """The inner learning rate's multiple during the warm-up."""
         """Synchronous steps (averaged gradients) before the local phases start."""
         self._configure(module, tau, outer_lr, outer_momentum, outer_dtype)
         super().__init__(module, optimizer, tau, group, timeline)
@@ -305,7 +325,13 @@ class DiLoCo(PeriodicStrategy):
         self._begin_step()
         if self.steps < self.sync_warmup_steps:
             self._average_gradients()
+            rates = [group["lr"] for group in self.optimizer.param_groups]
+            for group, rate in zip(self.optimizer.param_groups, rates):
+                group["lr"] = rate * self.sync_warmup_lr_scale
             self.optimizer.step()
+            # the run's schedule owns the rate: give it back as it was written
+            for group, rate in zip(self.optimizer.param_groups, rates):
+                group["lr"] = rate
             self.steps += 1
             # Every worker took the same step from the same model, so the global model is
             # the worker's: the first outer step's pseudo-gradient starts from here.
