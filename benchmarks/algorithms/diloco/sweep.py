@@ -61,6 +61,10 @@ for warmup in (5, 10, 14):
         optimizer="adamw", sync_warmup_steps=warmup)
 # The warm-up steps run at the inner lr, which the outer step's amplification keeps small
 # (0.05, an eighth of synchronous SGD's 0.4): larger inner rates with a milder outer step.
+# ... or the warm-up at synchronous SGD's own rate (0.4 = 8 x 0.05), DiLoCo's inner rate after.
+for scale, warmup in ((8, 5), (8, 10), (8, 14), (4, 10), (4, 14)):
+    add(f"diloco lr 0.05 outer 0.7/0.9 warm-up {warmup} at x{scale}", "diloco", 0.05,
+        sync_warmup_steps=warmup, sync_warmup_lr_scale=scale)
 for inner in (0.2, 0.4):
     add(f"diloco lr {inner} outer 1.0/0.0 warm-up 10", "diloco", inner, outer_lr=1.0,
         outer_momentum=0.0, sync_warmup_steps=10)
