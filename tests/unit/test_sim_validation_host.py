@@ -69,19 +69,20 @@ def test_the_core_per_rank_files_replay_to_the_documented_score(
     for rate in ("100mbit", "1gbit", "10gbit"):
         held = [r for r in rows if r["rate"] == rate and r["held_out"]]
         score[rate] = (sum(abs(r["error"]) <= 0.15 for r in held), len(held))
-    assert score == {"100mbit": (21, 24), "1gbit": (54, 54), "10gbit": (105, 126)}
+    assert score == {"100mbit": (22, 24), "1gbit": (54, 54), "10gbit": (104, 126)}
 
 
 def test_the_vms_constants_as_they_are_predict_the_core_per_rank_files(
         scripts: dict[str, ModuleType]) -> None:
-    """Without the call cost that two cores per rank do not pay: 31, 72 and 86 of 36, 72, 144
-    (docs/simulation.md, "With a core per rank"; 33, 70 and 52 when every call paid)."""
+    """Without the call cost that two cores per rank do not pay: 32, 71 and 53 of 36, 72, 144
+    with the shared-memory defaults refitted on 2026-11-28 (docs/validation.md, "With a core
+    per rank", below its table; 31, 72 and 86 with the earlier ones)."""
     raw = HERE / "raw-h100"
     machine = replace(scripts["host"].load_host(raw), constants={})
     rows = scripts["analyze"].collectives(raw, machine)
     score = {rate: sum(abs(r["error"]) <= 0.15 for r in rows if r["rate"] == rate)
              for rate in ("100mbit", "1gbit", "10gbit")}
-    assert score == {"100mbit": 31, "1gbit": 72, "10gbit": 86}
+    assert score == {"100mbit": 32, "1gbit": 71, "10gbit": 53}
 
 
 def test_fit_host_leaves_the_call_out_with_two_cores_per_rank(
