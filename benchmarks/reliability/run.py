@@ -72,7 +72,7 @@ BAD_INPUT_TESTS = [
     "tests/unit/test_bench_algorithms.py::test_cli_bad_input_is_one_line",
     "tests/unit/test_sim_cli.py::test_user_errors_are_one_line",
     "tests/unit/test_cluster_runner.py::test_cli_errors",
-    "tests/unit/test_cluster_signals.py::test_cli_rejects_bad_timeout_and_rates",
+    "tests/e2e/test_cluster_signals.py::test_cli_rejects_bad_timeout_and_rates",
     "tests/unit/test_cli_debug.py",
     "tests/distributed/test_bad_input.py",
 ]
