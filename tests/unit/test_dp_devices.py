@@ -37,6 +37,9 @@ def test_a_model_on_the_named_gpu_gets_its_inputs_and_output_placed() -> None:
                            "got bool True"),
     ({CPU, GPU0}, None, None, "the model's tensors are on cpu, cuda:0; DataParallel averages a "
                               "model on one kind of device"),
+    ({torch.device("meta")}, None, None, "the model has tensors on the meta device (shapes "
+                                         "without values)"),
+    ({CPU, torch.device("meta")}, None, None, "model.to_empty(device='cpu')"),
 ])
 def test_what_ddp_leaves_to_the_first_forward_is_refused(
     devices: set[torch.device], ids: object, output: object, message: str,

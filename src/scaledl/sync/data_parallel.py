@@ -209,6 +209,10 @@ def _placement(
     the whole model is on; None: left where they are).  Unlike DDP, a model that is not on
     ``device_ids[0]`` is refused here rather than failing at its first forward."""
     kinds = sorted({d.type for d in devices})
+    if "meta" in kinds:
+        raise ValueError("the model has tensors on the meta device (shapes without values), "
+                         "which cannot be averaged; give them values before wrapping, e.g. "
+                         "model.to_empty(device='cpu') then load or initialise the weights")
     if len(kinds) > 1:
         raise ValueError(f"the model's tensors are on {', '.join(sorted(map(str, devices)))}; "
                          "DataParallel averages a model on one kind of device, so move it "
