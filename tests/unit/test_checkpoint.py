@@ -12,7 +12,8 @@ import torch
 
 from scaledl.train import checkpoint as ckpt
 from scaledl.train.checkpoint import (
-    CHECKPOINT_VERSION, capture_rng, checkpoint_path, latest_checkpoint, list_checkpoints,
+    CHECKPOINT_VERSION, LATEST_NAME, capture_rng, checkpoint_file, checkpoint_path,
+    latest_checkpoint, list_checkpoints,
     load_checkpoint, load_latest, prune_checkpoints, restore_rng, save_checkpoint,
     write_checkpoint,
 )
@@ -106,9 +107,38 @@ def test_wrong_content(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="format version"):
         load_checkpoint(path)
     torch.save({**_state(), "extra": np.zeros(2)}, path)  # not loadable with weights_only
-    with pytest.raises(ValueError, match=f"{path} cannot be loaded safely") as info:
+    with pytest.raises(ValueError, match=f"{path} holds an object other than tensors and plain "
+                                         r"values \(numpy[\w.]+\), so it cannot be loaded "
+                                         "safely") as info:
         load_checkpoint(path)
-    assert "\n" not in str(info.value)
+    assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
+    assert "weights_only" not in str(info.value)  # torch's advice to load it unsafely
+
+
+def test_a_file_torch_did_not_write_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "notackpt.pt"
+    path.write_text("garbage\n")
+    with pytest.raises(ValueError) as info:
+        load_checkpoint(path)
+    assert str(info.value) == (f"{path} is not a checkpoint (torch.save did not write it); pass "
+                               "a checkpoint file of a run, its run directory, or 'auto'")
+
+
+def test_a_run_directory_or_its_latest_pointer_means_its_newest_checkpoint(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    for step in (4, 8):
+        write_checkpoint(run, step, _state(step=step))
+    assert load_checkpoint(run)["step"] == 8
+    assert load_checkpoint(run / LATEST_NAME)["step"] == 8
+    assert checkpoint_file(run / LATEST_NAME) == latest_checkpoint(run)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match=f"run directory {empty} holds no checkpoint"):
+        load_checkpoint(empty)
+    (empty / LATEST_NAME).write_text("checkpoint-step000099.pt")
+    with pytest.raises(ValueError, match="names no checkpoint that exists; pass a checkpoint"):
+        load_checkpoint(empty / LATEST_NAME)
 
 
 def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,6 +35,7 @@ import os
 import pickle
 import random
 import re
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -47,7 +48,7 @@ from scaledl.train.checkpoint_values import DIGEST_ALGORITHM, state_digest
 
 __all__ = [
     "CHECKPOINT_VERSION", "REQUIRED_KEYS", "CHECKSUM_KEY", "LATEST_NAME", "save_checkpoint",
-    "load_checkpoint", "checkpoint_path", "write_checkpoint", "list_checkpoints",
+    "load_checkpoint", "checkpoint_file", "checkpoint_path", "write_checkpoint", "list_checkpoints",
     "latest_checkpoint", "load_latest", "prune_checkpoints", "capture_rng", "restore_rng",
 ]
 
@@ -90,23 +91,47 @@ def save_checkpoint(path: str | Path, state: Mapping[str, Any]) -> None:
     _atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True`` onto the CPU and verify its checksum;
-    ``ValueError`` naming the path when it is missing, unreadable, truncated, corrupt or not a
-    scaledl checkpoint.  The returned dict has no :data:`CHECKSUM_KEY`."""
+def checkpoint_file(path: str | Path) -> Path:
+    """The checkpoint file ``path`` means: ``path`` itself, or for a run directory or its
+    :data:`LATEST_NAME` pointer, the newest checkpoint of that run; ``ValueError`` naming the
+    path when there is none."""
     path = Path(path)
+    if path.is_dir():
+        found = latest_checkpoint(path)
+        if found is None:
+            raise ValueError(f"run directory {path} holds no checkpoint; pass a checkpoint file, "
+                             "or train with --checkpoint-every first")
+        return found
+    if path.name == LATEST_NAME and path.is_file():
+        pointed = _pointed(path.parent)
+        if pointed is None:
+            raise ValueError(f"{path} names no checkpoint that exists; pass a checkpoint file, "
+                             "or 'auto' to resume from the newest good one")
+        return pointed
     if not path.is_file():
         raise ValueError(
             f"checkpoint {path} does not exist; pass an existing checkpoint file, or 'auto' "
             "to resume from the latest one in the run directory"
         )
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True`` onto the CPU and verify its checksum;
+    ``ValueError`` naming the path when it is missing, unreadable, truncated, corrupt or not a
+    scaledl checkpoint.  The returned dict has no :data:`CHECKSUM_KEY`."""
+    path = checkpoint_file(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else "unpickling failed"
+        if not zipfile.is_zipfile(path):
+            raise ValueError(f"{path} is not a checkpoint (torch.save did not write it); pass a "
+                             "checkpoint file of a run, its run directory, or 'auto'") from None
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
+        what = f" ({found.group(1)})" if found else ""
         raise ValueError(
-            f"checkpoint {path} cannot be loaded safely ({first}); write it with "
-            "save_checkpoint, which stores only tensors and plain values"
+            f"checkpoint {path} holds an object other than tensors and plain values{what}, so "
+            "it cannot be loaded safely; write it with save_checkpoint"
         ) from None
     except Exception as error:  # torch reports truncation as RuntimeError, EOFError, ...
         raise ValueError(

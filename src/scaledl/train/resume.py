@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scaledl.train.checkpoint import (
-    LATEST_NAME, list_checkpoints, load_checkpoint, load_latest,
+    LATEST_NAME, checkpoint_file, list_checkpoints, load_checkpoint, load_latest,
 )
 from scaledl.train.config import TrainConfig
 from scaledl.train.finish import REPORTS_DIR
@@ -60,7 +60,8 @@ def find_resume(config: TrainConfig, out: Path, job: str | None) -> Resume:
         return Resume(None, None)
     if resume == "auto":
         return Resume(None, None) if latest is None else Resume(*latest)
-    return Resume(Path(resume), load_checkpoint(resume))
+    path = checkpoint_file(resume)  # a file, a run directory or its 'latest' pointer
+    return Resume(path, load_checkpoint(path))
 
 
 def clear_old_run(out: Path) -> None:
