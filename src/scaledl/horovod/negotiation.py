@@ -61,7 +61,8 @@ class Problem(str, enum.Enum):
     SPLITS_SUM = "passed splits that are negative or do not add up to the tensor's first dimension"
     NOT_DIVISIBLE = ("passed no splits and a first dimension that the process set's size does "
                      "not divide; pass splits=")
-    ROOT = "passed a root rank that is not in the process set"
+    ROOT = ("passed root_rank={root}, which is not a rank of the process set; pass the global "
+            "rank of one of its members")
     SPARSE = "passed a sparse tensor; pass tensor.to_dense()"
     ROOT_TYPE = "passed a root_rank that is not an int; pass a global rank such as 0"
 
@@ -90,7 +91,7 @@ class Request:
 
     def signature(self) -> Signature:
         """The call's signature (the problem's text formatted with this rank's dtype)."""
-        problem = (self.problem.value.format(dtype=dtype_text(self.dtype))
+        problem = (self.problem.value.format(dtype=dtype_text(self.dtype), root=self.root)
                    if self.problem is not Problem.NONE else None)
         op = OP_NAMES[ReduceOperation(self.op)] if self.op >= 0 else None
         # a call of several tensors (its detail lists them) shows their total elements
