@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -245,6 +246,13 @@ def init(
     if dist.is_initialized():
         rank, world_size = dist.get_rank(), dist.get_world_size()
         resolved_backend, launcher, timeout_text = str(dist.get_backend()), "existing group", "kept"
+        ignored = [f"{name}={value!r}" for name, value in
+                   (("backend", backend if backend not in (None, resolved_backend) else None),
+                    ("timeout", timeout)) if value is not None]
+        if ignored:
+            warnings.warn(f"scaledl.init: the process group already exists (backend "
+                          f"{resolved_backend}), so {' and '.join(ignored)} changed nothing; call "
+                          "scaledl.shutdown() first to join with them", stacklevel=2)
         local_world_size = _local_world_size_hint(world_size, env)
         requested = _requested_topology(topology, world_size, rank, env)
     else:

@@ -5,6 +5,8 @@ Every test passes its own ``environ`` mapping; none touches ``os.environ``.
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -241,10 +243,15 @@ def test_init_single_process_and_reuse(clean_group: None, caplog: pytest.LogCapt
     tensor = torch.ones(3)
     dist.all_reduce(tensor)
     group = dist.group.WORLD
-    with caplog.at_level("INFO", logger="scaledl.bootstrap"):
-        again = bootstrap.init(environ={}, topology="1", timeout=5)
+    with caplog.at_level("INFO", logger="scaledl.bootstrap"), pytest.warns(
+            UserWarning, match=r"already exists \(backend gloo\), so backend='nccl' and "
+                               r"timeout=5 changed nothing; call scaledl.shutdown\(\) first"):
+        again = bootstrap.init(environ={}, topology="1", timeout=5, backend="nccl")
     assert again.explicit and dist.group.WORLD is group
     assert "launcher=existing group" in caplog.text and "timeout=kept" in caplog.text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the group's own backend, no timeout: nothing to say
+        bootstrap.init(environ={}, backend="gloo")
     bootstrap.shutdown()
     assert not dist.is_initialized()
     bootstrap.shutdown()  # a second shutdown is harmless
