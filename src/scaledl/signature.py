@@ -31,6 +31,7 @@ import enum
 import functools
 import hashlib
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -433,5 +434,26 @@ def agree(
     error: type[Exception] = CallMismatch,
 ) -> list[Row]:
     """Exchange ``mine`` with every rank; return every rank's row, or raise ``error`` on every
-    rank naming both sides of the first difference (see :func:`settle`)."""
-    return settle(mine, exchange(mine.encode()), exchange, ranks=ranks, fix=fix, error=error)
+    rank naming both sides of the first difference (see :func:`settle`).  A rank whose peers
+    never make the call (they exited, or are busy elsewhere past the group's timeout) gets
+    ``error`` saying so, not the backend's transport error."""
+    try:
+        values = exchange(mine.encode())
+    except RuntimeError as failure:  # Gloo's and NCCL's errors are RuntimeErrors
+        reason = _lost_peers(failure)
+        if reason is None:
+            raise
+        raise error(f"{mine.kind.value}: the other ranks of the group did not make this call "
+                    f"({reason}); {fix}") from None
+    return settle(mine, values, exchange, ranks=ranks, fix=fix, error=error)
+
+
+def _lost_peers(failure: RuntimeError) -> str | None:
+    """Why a backend's collective failed, when the peers are at fault: gone, or not there in
+    time; None for any other error."""
+    text = str(failure)
+    if re.search(r"Connection (closed|reset) by peer|Broken pipe", text):
+        return "a peer closed its connection: it exited or crashed"
+    if re.search(r"[Tt]imed out|[Tt]imeout", text):
+        return "no answer within the group's timeout"
+    return None

@@ -110,3 +110,20 @@ def test_explain_on_one_rank_says_there_is_nothing_to_communicate() -> None:
     """It said 'auto chose ring' with every algorithm at 0.0 us."""
     [text] = run_ranks(1, _explain_alone, timeout=60)
     assert text.startswith("auto: a group of one rank has nothing to communicate"), text
+
+
+def _wrap_on_rank_zero_only(rank: int, world_size: int) -> str:
+    scaledl.init()  # as a user's script starts: every rank joins and agrees on the layout
+    if rank != 0:
+        return ""  # this rank leaves: its group closes and its peer's exchange fails
+    try:
+        scaledl.DataParallel(torch.nn.Linear(4, 4))
+    except ValueError as error:
+        return str(error)
+    return "NO ERROR"
+
+
+def test_a_wrap_that_only_one_rank_makes_is_named_not_a_transport_error() -> None:
+    message = run_ranks(2, _wrap_on_rank_zero_only, timeout=60)[0]
+    assert message.startswith("wrapping a model: the other ranks of the group did not make this "
+                              "call (a peer closed its connection: it exited or crashed)"), message
