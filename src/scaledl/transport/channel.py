@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import timedelta
@@ -49,9 +50,13 @@ _GENERATIONS: dict[str, itertools.count[int]] = {}
 
 
 def first_line(error: BaseException) -> str:
-    """The first line of an error's message (torch errors carry long C++ traces)."""
+    """The first line of an error's message (torch errors carry long C++ traces), without
+    Gloo's source location and its advice to read the remote worker's logs."""
     text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
+    if not text:
+        return type(error).__name__
+    line = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text[0])
+    return line.split(". This is typically caused by", 1)[0] or text[0]
 
 
 def group_timeout(group: dist.ProcessGroup) -> float:

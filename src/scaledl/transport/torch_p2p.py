@@ -108,9 +108,20 @@ class TorchTransport(Transport):
         queued, self._queued = self._queued, []
         if not queued:
             return
-        works = self.channel.post([
-            (h.kind == "send", h.tensor, h.peer, h.tag) for h in queued
-        ])
+        try:
+            works = self.channel.post([
+                (h.kind == "send", h.tensor, h.peer, h.tag) for h in queued
+            ])
+        except TransportError:
+            raise
+        except RuntimeError as error:  # a peer that is gone refuses the post itself
+            peers = sorted({h.peer_global for h in queued})
+            named = f"rank{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
+            raise TransportError(
+                f"posting {len(queued)} transfers with {named} failed: {first_line(error)}; "
+                "the peer may have died or fallen out of step (every rank must run the same "
+                "collectives in order; rerun with SCALEDL_DEBUG=1 to compare every rank's calls)"
+            ) from error
         # A coalescing backend returns one work for the whole batch.
         for index, handle in enumerate(queued):
             handle.work = works[index] if len(works) == len(queued) else works[0]
