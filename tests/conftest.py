@@ -9,6 +9,7 @@ The CUDA checks are ``benchmarks/device/check.sh``.
 """
 
 import os
+import signal
 
 import pytest
 
@@ -28,3 +29,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     with open(path, "a", encoding="utf-8") as log:
         log.write(f"== {report.nodeid} ({report.when})\n{report.longreprtext}\n"
                   f"{report.capstderr[-4000:]}\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Take Ctrl-C as a terminal gives it, even when a shell started the suite in the background:
+    a non-interactive shell starts an asynchronous command (``cmd &``) with SIGINT ignored, every
+    process the tests start inherits that, and the tests of what Ctrl-C does (to the CLI, to a
+    cluster, to this process) then see nothing happen."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
