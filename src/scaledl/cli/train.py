@@ -334,24 +334,20 @@ def _check_restartable(env: Mapping[str, str]) -> None:
 def _worker(config: TrainConfig) -> int:
     import scaledl
     from scaledl import bootstrap
-    from scaledl.train.device import BACKENDS, check_device
-    from scaledl.train.optim import check_optim_for_strategy
-    from scaledl.train.precision import check_precision
-    from scaledl.train.trainer import Trainer
+    from scaledl.train.device import BACKENDS
+    from scaledl.train.in_group import check_rank_config, train_in_group
     from scaledl.cli.progress import RichProgress
 
     die_with_launcher()
     _check_restartable(os.environ)
     # under torchrun, mpirun or srun no preflight ran: every rank checks, before joining
-    check_optim_for_strategy(config)
-    check_precision(config.run.precision, config.run.device, config.parallel.strategy)
-    check_device(config)
+    check_rank_config(config)
     device = _rank_device(config.run.device)
     topology = bootstrap.init(backend=BACKENDS[config.run.device],
                               timeout=config.parallel.timeout_s, topology=config.parallel.topology)
-    config = config.with_workers(topology.world_size)
     try:
-        result = Trainer(config, topology, RichProgress(), device).run()
+        # the one path of every run, the bench's pooled ones too: rank 0 writes summary.json
+        result = train_in_group(config, topology, device, RichProgress())
     except (ValueError, TypeError):
         raise
     except RuntimeError as error:
@@ -379,12 +375,9 @@ def _rank_device(device: str) -> Any:
 
 
 def _report(result: dict[str, Any], config: TrainConfig) -> None:
-    from scaledl.train.metrics import SUMMARY_NAME
-
+    """Rank 0's summary table (``summary.json`` holds the same numbers, written by
+    :func:`~scaledl.train.in_group.train_in_group`)."""
     out = Path(result["out"])
-    (out / SUMMARY_NAME).write_text(json.dumps(
-        {"config": config.to_dict(), "result": result}, indent=2, default=str
-    ))
     servers = result["world_size"] - result["workers"]
     ranks = f"{result['workers']} workers" + (
         f" + {servers} server{'s' if servers > 1 else ''}" if servers else "")

@@ -53,7 +53,8 @@ METRICS_NAME = "metrics.jsonl"
 """File name of the step metrics in a run directory."""
 
 SUMMARY_NAME = "summary.json"
-"""File name of the summary ``scaledl train`` writes into a run directory when the run ends."""
+"""File name of a finished run's summary in its run directory, written by rank 0 through
+:func:`scaledl.train.in_group.write_summary` (``scaledl train`` and the bench's pooled runs)."""
 
 
 class MetricsWriter:
