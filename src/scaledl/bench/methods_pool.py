@@ -292,8 +292,8 @@ def serve(directory: Path, owner: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m scaledl.bench.methods_pool DIRECTORY OWNER_PID`` (what :class:`Pool`
-    starts under ``scaledl run``)."""
+    """``python -m scaledl.bench.methods_pool DIRECTORY OWNER_PID``: a pooled rank's private
+    entry point, which :class:`Pool` starts under ``scaledl run`` (not a user command)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or not args[1].isdigit():
         sys.stderr.write("usage: python -m scaledl.bench.methods_pool DIRECTORY OWNER_PID\n")
