@@ -7,6 +7,9 @@ differ."""
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -117,6 +120,19 @@ def _direct_cases(rank: int, p: int) -> dict[str, object]:
     assert handle is not None
     handle.wait()
     failures += [] if torch.all(queued == p) and torch.all(after == 2 * p) else ["async order"]
+
+    # an overflow to inf is the caller's, as in torch: no NumPy warning or error whatever
+    # NumPy's error state, which is the caller's again afterwards (both paths, both sizes)
+    for numel in (1000, 40000):
+        huge = torch.full((numel,), 3e38)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with np.errstate(all="raise"):
+                for _ in range(2):
+                    scaledl.allreduce(huge)
+                kept_state = np.geterr()["over"]
+        failures += [] if bool(torch.isinf(huge).all()) else [f"overflow {numel}"]
+        failures += [] if kept_state == "raise" else [f"error state {kept_state}"]
 
     # debug mode's agreement check runs on every call: no direct path for its communicator
     group = dist.new_group(list(range(p)))

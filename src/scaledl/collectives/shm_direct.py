@@ -98,15 +98,19 @@ class DirectAllreduce:
         if piece is None:
             return self._windowed(tensor)
         with comm.run_lock:  # also guards the cached view against another thread's call
-            out = self._view(tensor)
-            if out is None:
-                return False
+            known = self._tensor  # :meth:`_view`'s first look, inline (the same tensor again)
+            if known is not None and known() is tensor and tensor.data_ptr() == self._pointer:
+                out = self._array
+            else:
+                view = self._view(tensor)
+                if view is None:
+                    return False
+                out = view
             at_collective()  # fault-injection hook point (SCALEDL_FAULT, see scaledl.faults)
-            group = self.group
             try:
-                fold_piece(group, piece, out, self.ufunc, self.word, self.describe)
+                fold_piece(self.group, piece, out, self.ufunc, self.word, self.describe)
             except BaseException as error:  # as Paths does: the peers must stop waiting
-                group.abort(f"{type(error).__name__}: {error}")
+                self.group.abort(f"{type(error).__name__}: {error}")
                 raise
             if self.finish is not None:
                 self.finish(out, comm.world_size, out=out)
@@ -133,10 +137,7 @@ class DirectAllreduce:
 
     def _view(self, tensor: torch.Tensor) -> np.ndarray | None:
         """A NumPy view of ``tensor``'s memory (None when it lies in a shared arena, which the
-        in-place path reduces, or NumPy cannot view it)."""
-        known = self._tensor
-        if known is not None and known() is tensor and tensor.data_ptr() == self._pointer:
-            return self._array
+        in-place path reduces, or NumPy cannot view it); remembered for the next call."""
         if self.group.arenas and self.group.locate(tensor) is not None:
             return None
         try:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from scaledl.collectives.ops import ReduceOp
+from scaledl.collectives.ops import ReduceOp, quiet_floats
 from scaledl.collectives.schedule import split
 from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup, SmallPiece
 
@@ -161,7 +161,7 @@ def split_piece(group: ShmGroup, prepared: SmallPiece, data: np.ndarray, ufunc: 
     windows, counts = group.small_arrive(prepared, data, skip=(own_lo, own_hi))
     into = windows[position][own_lo:own_hi]
     source = data[own_lo:own_hi]
-    with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
+    with quiet_floats():
         for index, window in enumerate(windows):
             if index != position:
                 ufunc(source, window[own_lo:own_hi], out=into)
@@ -183,7 +183,7 @@ def _combine_into(op: ReduceOp, into: torch.Tensor, a: torch.Tensor, b: torch.Te
     """``into = a op b`` in one pass where NumPy has the type, on this thread."""
     ufunc = UFUNCS[op]
     if a.dtype in NUMPY_DTYPES:
-        with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
+        with quiet_floats():
             ufunc(a.numpy(), b.numpy(), out=into.numpy())
     else:
         copy(into, a)
@@ -212,7 +212,7 @@ def fold_piece(
     windows, counts = group.small_arrive(piece, out, word, describe)
     first_is_out = piece.members[0] == group.index
     if out.dtype.kind == "f":
-        with np.errstate(all="ignore"):  # overflow to inf is the caller's, as in torch
+        with quiet_floats():
             _fold(ufunc, out, windows, first_is_out)
     else:
         _fold(ufunc, out, windows, first_is_out)

@@ -469,6 +469,7 @@ class ShmGroup:
         cells = self._cells
         own = cells[self.index]
         calls, pair = self._calls, self._pair
+        ready = 0  # waits found done at the first look (added to self.waits once)
         if word is not None:
             assert describe is not None
             for peer, lines in zip(piece.peers, piece.out_lines):
@@ -490,35 +491,43 @@ class ShmGroup:
             counts.append((peer, count))
         slot = self._next_window
         self._next_window = slot ^ 1 if len(piece.mine) == 2 else (slot + 1) % len(piece.mine)
-        for peer, count in self._readers[slot]:  # :meth:`reached`, its first look inline
+        readers = self._readers
+        for peer, count in readers[slot]:  # :meth:`reached`, its first look inline
             if jitter is None and cells[peer][self._in_lines[peer][RELEASED]] >= count:
-                self.waits.ready += 1
+                ready += 1
             else:
                 self.reached(peer, RELEASED, count, "finish reading this rank's window")
-        self._readers[slot] = counts
+        readers[slot] = counts
+        mine = piece.mine[slot]
         skip_lo, skip_hi = skip
+        # Slice assignment, not np.copyto: the same copy at 0.4 of the call overhead (4 KiB).
         if skip_hi > skip_lo:
-            mine = piece.mine[slot]
-            np.copyto(mine[:skip_lo], data[:skip_lo])
-            np.copyto(mine[skip_hi:], data[skip_hi:])
+            mine[:skip_lo] = data[:skip_lo]
+            mine[skip_hi:] = data[skip_hi:]
         else:
-            np.copyto(piece.mine[slot], data)
-        self.small_publish(ARRIVED + slot, counts, piece)
+            mine[...] = data
+        arrived = ARRIVED + slot  # :meth:`small_publish`, inline
+        for (_, count), lines in zip(counts, piece.out_lines):
+            if jitter is not None:
+                jitter.pause("write")
+            own[lines[arrived]] = count
+        if jitter is not None:
+            jitter.pause("published")
         slot_of = [slot] * len(self.peers)  # the window each member's piece is in
         current = self._current
         for (peer, count), lines in zip(counts, piece.in_lines):
             words = cells[peer]
-            first = lines[ARRIVED]
+            first, second = lines[ARRIVED], lines[ARRIVED + 1]
             if jitter is not None:
                 jitter.pause("read arrived")
             if words[first] == count:
-                self.waits.ready += 1
+                ready += 1
                 slot_of[peer] = 0
-            elif words[lines[ARRIVED + 1]] == count:
-                self.waits.ready += 1
+            elif words[second] == count:
+                ready += 1
                 slot_of[peer] = 1
             else:
-                self._wait(peer, -1, count, "bring its data", (first, lines[ARRIVED + 1]))
+                self._wait(peer, -1, count, "bring its data", (first, second))
                 slot_of[peer] = 0 if words[first] == count else 1
             if current is not None:  # :meth:`_verify`, inline while the words match
                 number = calls[peer]
@@ -527,6 +536,8 @@ class ShmGroup:
                 if (words[lines[CALL + (number & 1)]] != number
                         or words[lines[DESCRIBED + (number & 1)]] != current[0]):
                     self._verify(peer)
+        if ready:
+            self.waits.ready += ready
         windows = [window[slot_of[member]]
                    for member, window in zip(piece.members, piece.windows)]
         return windows, counts

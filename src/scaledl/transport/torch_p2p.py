@@ -61,13 +61,16 @@ class _TorchHandle:
 
 def resolve_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     """``group``, or the default group; a clear error when torch.distributed is not set up."""
-    resolved = group if group is not None else dist.group.WORLD
-    if resolved is None or not dist.is_initialized():
-        raise RuntimeError(
-            "torch.distributed is not initialised; call scaledl.init() (or "
-            "torch.distributed.init_process_group) first"
-        )
-    return resolved
+    if group is None:
+        world = dist.group.WORLD  # None until torch.distributed is initialised
+        if world is not None:
+            return world
+    elif dist.is_initialized():
+        return group
+    raise RuntimeError(
+        "torch.distributed is not initialised; call scaledl.init() (or "
+        "torch.distributed.init_process_group) first"
+    )
 
 
 def _ordered_by_env() -> bool:
