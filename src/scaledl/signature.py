@@ -31,12 +31,13 @@ import enum
 import functools
 import hashlib
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+
+from scaledl.backend_errors import classify
 
 __all__ = ["Kind", "DTYPES", "OPS", "Signature", "Row", "Exchange", "CallMismatch", "agree",
            "settle", "over_group", "dtype_text", "digest", "ALLGATHER"]
@@ -440,20 +441,9 @@ def agree(
     try:
         values = exchange(mine.encode())
     except RuntimeError as failure:  # Gloo's and NCCL's errors are RuntimeErrors
-        reason = _lost_peers(failure)
+        reason = classify(failure).reason  # the peers are at fault: gone, or not there in time
         if reason is None:
             raise
         raise error(f"{mine.kind.value}: the other ranks of the group did not make this call "
                     f"({reason}); {fix}") from None
     return settle(mine, values, exchange, ranks=ranks, fix=fix, error=error)
-
-
-def _lost_peers(failure: RuntimeError) -> str | None:
-    """Why a backend's collective failed, when the peers are at fault: gone, or not there in
-    time; None for any other error."""
-    text = str(failure)
-    if re.search(r"Connection (closed|reset) by peer|Broken pipe", text):
-        return "a peer closed its connection: it exited or crashed"
-    if re.search(r"[Tt]imed out|[Tt]imeout", text):
-        return "no answer within the group's timeout"
-    return None

@@ -19,7 +19,7 @@ from tests.helpers_imports import modules_loaded_by
 SRC = Path(__file__).resolve().parents[2] / "src" / "scaledl"
 
 LAYERS: dict[str, float] = {
-    "torch_version": -1, "files": -1, "json_fields": -1,
+    "torch_version": -1, "files": -1, "json_fields": -1, "backend_errors": -1,
     "topology": 0, "launchers": 0.5, "signature": 0.75,
     "bootstrap": 1, "processes": 1, "faults": 1,
     "transport": 2,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from scaledl.transport.base import TransportError
-from scaledl.transport.channel import first_line
+from scaledl.backend_errors import first_line
 from scaledl.transport.torch_p2p import TorchTransport
 
 GLOO = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from scaledl.backend_errors import first_line as backend_first_line
+
 __all__ = ["is_factory_spec", "load_factory", "call_factory", "first_line"]
 
 
@@ -29,9 +31,11 @@ def is_factory_spec(name: str) -> bool:
 
 
 def first_line(error: BaseException) -> str:
-    """``Type: first line of the message`` (an error from user code fits one line)."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    """``Type: first line of the message`` (an error from user code fits one line; a backend
+    error the user's code let through loses Gloo's decorations, as everywhere in scaledl)."""
+    if not str(error).strip():
+        return type(error).__name__
+    return f"{type(error).__name__}: {backend_first_line(error)}"
 
 
 def load_factory(spec: str, what: str) -> Callable[..., Any]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import timedelta
@@ -41,22 +40,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from scaledl.backend_errors import first_line  # re-exported: its home before backend_errors
+
 __all__ = ["Channel", "open_channel", "group_timeout", "first_line"]
 
 log = logging.getLogger(__name__)
 
 _GENERATIONS: dict[str, itertools.count[int]] = {}
 """Channels opened per group name, so a reopened group gets fresh store keys."""
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message (torch errors carry long C++ traces), without
-    Gloo's source location and its advice to read the remote worker's logs."""
-    text = str(error).strip().splitlines()
-    if not text:
-        return type(error).__name__
-    line = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text[0])
-    return line.split(". This is typically caused by", 1)[0] or text[0]
 
 
 def group_timeout(group: dist.ProcessGroup) -> float:

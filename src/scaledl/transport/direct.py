@@ -30,8 +30,8 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from scaledl.backend_errors import first_line
 from scaledl.transport.base import TransportError
-from scaledl.transport.channel import first_line
 from scaledl.transport.shm_jitter import Jitter
 
 _T = TypeVar("_T")

@@ -21,8 +21,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from scaledl.backend_errors import first_line
 from scaledl.transport.base import Handle, Transport, TransportError
-from scaledl.transport.channel import Channel, first_line
+from scaledl.transport.channel import Channel
 
 __all__ = ["TorchTransport", "resolve_group", "ORDERED_ENV"]
 
