@@ -43,7 +43,8 @@ if pinned:
 if mode == "before":
     shm.NAP_MAX_S = shm.NAP_S  # every nap 50 us: the schedule before naps grew
 deadline = [0.0]
-group = SimpleNamespace(_words=[None], _done=lambda *args: time.monotonic() >= deadline[0],
+group = SimpleNamespace(_words=[None], spins=shm.SPINS,
+                        _done=lambda *args: time.monotonic() >= deadline[0],
                         _check_peer=lambda *args: None)
 print("ready", flush=True)
 while True:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
     "Topology", "parse_axes", "TOPOLOGY_ENV", "JobLayout", "record_job", "current_job",
-    "forget_job",
+    "forget_job", "host_cores",
 ]
 
 TOPOLOGY_ENV = "SCALEDL_TOPOLOGY"
@@ -282,3 +283,12 @@ def current_job() -> JobLayout | None:
 def forget_job() -> None:
     """Drop the recorded layout (``scaledl.shutdown()``)."""
     _JOB.clear()
+
+
+def host_cores() -> int:
+    """Cores this process may run on (its CPU affinity): the cores a host's ranks share, as far
+    as one rank can tell."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return os.cpu_count() or 1

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from scaledl.transport import shm
 from scaledl.transport.shm import (
-    NAP_FRACTION, NAP_MAX_S, NAP_S, YIELD_S, ShmGroup, WaitCounts, nap_seconds,
+    NAP_FRACTION, NAP_MAX_S, NAP_S, SPINS, YIELD_S, ShmGroup, WaitCounts, nap_seconds,
+    spins_for,
 )
 
 
@@ -61,7 +62,7 @@ def _wait_for(arrive: float, monkeypatch: pytest.MonkeyPatch) -> _Clock:
     monkeypatch.setattr(shm.time, "monotonic", clock.monotonic)
     monkeypatch.setattr(shm.time, "sleep", clock.sleep)
     monkeypatch.setattr(shm.os, "sched_yield", clock.sched_yield)
-    group = SimpleNamespace(_words=[words], _done=ShmGroup._done, waits=WaitCounts(),
+    group = SimpleNamespace(_words=[words], _done=ShmGroup._done, waits=WaitCounts(), spins=SPINS,
                             _check_peer=lambda *args: None, _pause=lambda point: None)
     ShmGroup._wait(group, 0, 0, 1, "arrive")  # type: ignore[arg-type]
     return clock
@@ -84,3 +85,10 @@ def test_arrival_noticed_within_a_fraction_of_the_wait(
 def test_short_wait_only_yields(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _wait_for(YIELD_S / 2, monkeypatch)
     assert clock.naps == 0
+
+
+def test_waits_spin_only_while_every_rank_has_a_core() -> None:
+    """A rank that spins holds the core its late peer needs once the host's ranks outnumber
+    the cores: there the wait yields at once."""
+    assert spins_for(2, 2) == SPINS and spins_for(1, 16) == SPINS
+    assert spins_for(3, 2) == 0 and spins_for(4, 2) == 0

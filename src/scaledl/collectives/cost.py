@@ -36,7 +36,7 @@ from pathlib import Path
 
 from scaledl.collectives.shm_ops import direct_limit
 from scaledl.collectives.schedule import Action, Collective, Path as StagePath, Schedule, Stage
-from scaledl.topology import Topology
+from scaledl.topology import Topology, host_cores
 
 __all__ = [
     "LinkCost", "CostModel", "stage_time", "shm_terms", "ShmTerms", "shm_call_time",
@@ -231,14 +231,6 @@ def reduce_scatter_is_allreduce(backend: str) -> bool:
     """True where the backend's own reduce_scatter is an allreduce of the whole buffer and a
     copy: Gloo (NCCL and MPI have their own)."""
     return backend == "gloo"
-
-
-def host_cores() -> int:
-    """Cores this process may run on (its CPU affinity), the cores a host's ranks share."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no affinity call on this platform
-        return os.cpu_count() or 1
 
 
 def calibration_path() -> Path:

@@ -59,18 +59,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from scaledl.topology import host_cores
 from scaledl.transport.base import TransportError
 from scaledl.transport.shm_jitter import Jitter
 from scaledl.transport.shm_segment import Segment, process_alive
 
 __all__ = [
-    "ShmGroup", "Peer", "CHECK_S", "control_lines", "nap_seconds", "WaitCounts", "SmallPiece",
+    "ShmGroup", "Peer", "CHECK_S", "control_lines", "nap_seconds", "spins_for", "WaitCounts",
+    "SmallPiece",
 ]
 
 CHECK_S = 0.05
 """Seconds between liveness checks of an awaited peer (a death is noticed within this)."""
 SPINS = 200
-"""Checks before the first yield (a few microseconds)."""
+"""Checks before the first yield (a few microseconds), when every rank of the host has a core
+of its own (:attr:`ShmGroup.spins`)."""
 YIELD_S = 0.002
 """Seconds of yielding the CPU (``sched_yield``) before waiting turns into naps."""
 NAP_S = 50e-6
@@ -116,6 +119,12 @@ class WaitCounts:
     """Seconds spent in waits that ended while yielding."""
     nap_seconds: float = 0.0
     """Seconds spent in waits that ended after naps."""
+
+
+def spins_for(ranks: int, cores: int) -> int:
+    """Checks a wait spins before it yields, for ``ranks`` ranks of a host on ``cores`` cores:
+    :data:`SPINS`, or none when the ranks outnumber the cores (:attr:`ShmGroup.spins`)."""
+    return SPINS if ranks <= cores else 0
 
 
 def nap_seconds(waited: float) -> float:
@@ -196,6 +205,13 @@ class ShmGroup:
     _small: dict[tuple[object, ...], SmallPiece] = field(init=False, default_factory=dict)
     waits: WaitCounts = field(init=False, default_factory=WaitCounts)
     """How the waits for peers ended (spinning, yielding, napping)."""
+    spins: int = field(init=False, default=SPINS)
+    """Checks of an awaited word before the wait yields the CPU: :data:`SPINS` while the
+    host's ranks have a core each, none when they outnumber the cores this rank may use.  A
+    rank that spins then holds the core the awaited peer needs: with 4 ranks on 2 cores a
+    4 KiB allreduce took 2.8x and a 64 KiB one 2.1x the time that yielding at once takes,
+    while on 2 ranks yielding at once cost 0-10% (docs/benchmarks.md, "What a waiting rank
+    costs"); ``sched_yield`` returns at once when nothing else wants the core."""
 
     def __post_init__(self) -> None:
         self._pair = [0] * len(self.peers)
@@ -214,6 +230,7 @@ class ShmGroup:
                         for peer in self.peers]
         self._windows = [[torch.from_numpy(array) for array in arrays] for arrays in self._arrays]
         self.jitter = Jitter.from_environment(self.peers[self.index].global_rank)
+        self.spins = spins_for(len(self.peers), host_cores())
 
     # -- layout -----------------------------------------------------------------------------
     def local_index(self, rank: int) -> int:
@@ -568,14 +585,14 @@ class ShmGroup:
         waits = self.waits
         self._pause("wait")
         if either is None:
-            for _ in range(SPINS):
+            for _ in range(self.spins):
                 if words[line] >= count:
                     waits.spun += 1
                     self._pause("waited")
                     return
         else:
             first, second = either
-            for _ in range(SPINS):
+            for _ in range(self.spins):
                 if words[first] == count or words[second] == count:
                     waits.spun += 1
                     self._pause("waited")
