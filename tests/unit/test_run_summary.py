@@ -39,6 +39,19 @@ def test_summary_is_the_config_and_the_result_in_json(tmp_path: Path) -> None:
     assert summary["config"]["model"]["name"] == "lenet"
 
 
+def test_a_diverged_loss_is_written_as_null_so_the_file_stays_json(tmp_path: Path) -> None:
+    """``json.dumps`` writes a NaN loss as ``NaN``, which JSON readers (``jq``, browsers,
+    ``json.loads(..., parse_constant=...)``-free tools) refuse; metrics.jsonl writes null."""
+    config = build_config({}, {"out": str(tmp_path)}).with_workers(2)
+    result = {**_result(tmp_path), "final_loss": float("nan"), "losses": [1.5, float("inf")],
+              "test_accuracy": torch.tensor(0.5)}
+    text = write_summary(result, config).read_text()
+    summary = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+    assert summary["result"]["final_loss"] is None
+    assert summary["result"]["losses"] == [1.5, None]
+    assert summary["result"]["test_accuracy"] == 0.5
+
+
 class _FakeTrainer:
     """Stands in for :class:`~scaledl.train.trainer.Trainer` (no process group needed): records
     the config it was given and returns a fixed result, or raises."""

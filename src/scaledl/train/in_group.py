@@ -19,7 +19,7 @@ import torch
 
 from scaledl.topology import Topology
 from scaledl.train.config import TrainConfig
-from scaledl.train.metrics import SUMMARY_NAME
+from scaledl.train.metrics import SUMMARY_NAME, json_ready
 from scaledl.train.progress import StepProgress
 
 __all__ = ["check_rank_config", "train_in_group", "write_summary"]
@@ -29,11 +29,12 @@ def write_summary(result: dict[str, Any], config: TrainConfig) -> Path:
     """Write a finished run's ``summary.json`` into its run directory (``result["out"]``) and
     return its path: ``{"config": config.to_dict(), "result": result}``, where ``result`` is
     rank 0's :meth:`~scaledl.train.trainer.Trainer.run`; values JSON has no type for (paths)
-    are written as strings.  Pass the config with its worker count filled in
-    (:meth:`TrainConfig.with_workers`), as :func:`train_in_group` does."""
+    are written as strings, and a non-finite number (a diverged loss) as null.  Pass the
+    config with its worker count filled in (:meth:`TrainConfig.with_workers`), as
+    :func:`train_in_group` does."""
     path = Path(result["out"]) / SUMMARY_NAME
-    path.write_text(json.dumps({"config": config.to_dict(), "result": result}, indent=2,
-                               default=str))
+    record = json_ready({"config": config.to_dict(), "result": result}, unknown=str)
+    path.write_text(json.dumps(record, indent=2, allow_nan=False))
     return path
 
 

@@ -34,7 +34,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,7 +44,7 @@ from typing import Any, TextIO
 __all__ = [
     "MetricsWriter", "read_metrics", "StepTimer", "StepTimes", "RunStats", "RunSummary",
     "METRICS_NAME", "overlap_note",
-    "SUMMARY_NAME",
+    "SUMMARY_NAME", "json_ready",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class MetricsWriter:
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one record; values must be numbers, strings, bools, None, lists or dicts
         (tensors and numpy values are converted with ``.tolist()``)."""
-        line = json.dumps(_plain(record), allow_nan=False, separators=(",", ":"))
+        line = json.dumps(json_ready(record), allow_nan=False, separators=(",", ":"))
         with self._lock:
             if self._file is None:
                 raise ValueError(f"metrics file {self.path} is closed; open a new MetricsWriter")
@@ -163,20 +163,24 @@ def _keep_until(path: Path, step: int) -> None:
     os.replace(tmp, path)
 
 
-def _plain(value: Any) -> Any:
-    """JSON-ready copy: ``.item()`` for tensors/numpy scalars, ``None`` for non-finite floats."""
+def json_ready(value: Any, unknown: Callable[[Any], Any] | None = None) -> Any:
+    """JSON-ready copy: ``.item()`` for tensors/numpy scalars, ``None`` for non-finite floats
+    (JSON has no NaN: ``json.dumps`` would write ``NaN``, which JSON readers refuse), paths as
+    strings; any other value goes through ``unknown``, or is refused when it is None."""
     if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
+        return {str(key): json_ready(item, unknown) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
+        return [json_ready(item, unknown) for item in value]
     if hasattr(value, "tolist") and not isinstance(value, (int, float)):
-        return _plain(value.tolist())  # tensors and numpy values
+        return json_ready(value.tolist(), unknown)  # tensors and numpy values
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Path):
         return str(value)
+    if unknown is not None:
+        return unknown(value)
     raise TypeError(f"metric value {value!r} of type {type(value).__name__} is not JSON; "
                     "pass numbers, strings, lists or dicts")
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -29,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from scaledl.train.metrics import json_ready
 
 __all__ = ["Timeline", "merge_timelines", "load_timeline", "TIMELINE_NAME"]
 
@@ -129,7 +130,7 @@ class Timeline:
     def _append(self, event: dict[str, Any], lane: str | None, args: dict[str, Any]) -> None:
         lane = threading.current_thread().name if lane is None else lane
         if args:
-            event["args"] = {key: _plain(value) for key, value in args.items()}
+            event["args"] = {key: json_ready(value, unknown=str) for key, value in args.items()}
         with self._lock:
             if self._full:
                 return
@@ -210,16 +211,6 @@ def merge_timelines(paths: Sequence[str | Path], out_path: str | Path) -> Path:
         "traceEvents": merged, "displayTimeUnit": "ms",
         "otherData": {"ranks": ranks, "origin_wall_s": base},
     })
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> Path:
