@@ -7,10 +7,20 @@ also covered end to end by tests/distributed/test_bad_input.py."""
 
 from __future__ import annotations
 
+import _thread
+import signal
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from types import SimpleNamespace
+
 import pytest
+import torch.distributed as dist
 
 from scaledl.backend_errors import FailureKind, classify, first_line
 from scaledl.data.factory import first_line as factory_first_line
+from scaledl.horovod import negotiation
+from scaledl.horovod.errors import HorovodInternalError
 from scaledl.signature import CallMismatch, Kind, Signature, agree
 from scaledl.transport import channel
 
@@ -87,3 +97,107 @@ def test_agree_lets_any_other_backend_error_through() -> None:
 
     with pytest.raises(RuntimeError, match="^Tensors must be contiguous$"):
         agree(Signature(Kind.BARRIER), exchange)
+
+
+class _Failing:
+    """A negotiation allgather whose wait raises the backend's ``text``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __call__(self, *args: object, **kwargs: object) -> _Failing:
+        return self
+
+    def wait(self) -> None:
+        raise RuntimeError(self.text)
+
+
+class _Interrupted:
+    """A negotiation allgather that waits inside Gloo for rank 1 while Ctrl-C reaches the
+    process and then rank 1's process ends (its group is destroyed): the interrupt stays pending
+    until Gloo's wait fails with "Connection closed by peer", as under ``scaledl run``."""
+
+    def __init__(self, groups: dict[int, dist.ProcessGroup]) -> None:
+        self.groups = groups
+        self.timer: threading.Timer | None = None
+
+    def __call__(self, *args: object, **kwargs: object) -> _Interrupted:
+        return self
+
+    def _interrupt_then_leave(self) -> None:
+        _thread.interrupt_main(signal.SIGINT)
+        del self.groups[1]  # its last reference: the group closes its connections
+
+    def wait(self) -> None:
+        self.timer = threading.Timer(0.2, self._interrupt_then_leave)
+        self.timer.start()
+        self.groups[0].barrier().wait()
+
+
+def _drain() -> None:
+    """A Python call: pending signal handlers run on entry."""
+
+
+@pytest.fixture
+def gloo_pair() -> Iterator[dict[int, dist.ProcessGroup]]:
+    """A real two-rank Gloo group whose ranks are threads of this process (a 5 s timeout):
+    threads, so the interrupt reaches the waiting rank at a chosen moment; the same race between
+    real processes is tests/e2e/test_run_interrupt_horovod.py."""
+    store, groups = dist.HashStore(), {}
+
+    def join(rank: int) -> None:
+        groups[rank] = dist.ProcessGroupGloo(store, rank, 2, timedelta(seconds=5))
+
+    threads = [threading.Thread(target=join, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    yield groups
+    groups.clear()
+
+
+def _negotiate(monkeypatch: pytest.MonkeyPatch, failing: _Failing | _Interrupted) -> None:
+    monkeypatch.setattr(negotiation, "_ALLGATHER", failing)
+    context = SimpleNamespace(ranks=(0, 3), rank=1, size=2, control=None)
+    negotiation.negotiate(context, negotiation.Request(Kind.BARRIER))  # type: ignore[arg-type]
+
+
+def test_a_horovod_call_whose_peer_is_gone_says_so_without_gloos_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(HorovodInternalError) as error:
+        _negotiate(monkeypatch, _Failing(CLOSED))
+    assert str(error.value) == (
+        "barrier on rank 3: the ranks of process set [0, 3] did not all reach it (a peer closed "
+        "its connection: it exited or crashed): Connection closed by peer [127.0.0.1]:21163")
+    assert error.value.__cause__ is None and error.value.__suppress_context__
+
+
+def test_a_horovod_call_keeps_any_other_backend_error_as_its_cause(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(HorovodInternalError) as error:
+        _negotiate(monkeypatch, _Failing("Tensors must be contiguous"))
+    assert str(error.value).endswith(
+        "(a rank died, timed out or issued fewer collectives): Tensors must be contiguous")
+    assert isinstance(error.value.__cause__, RuntimeError)
+
+
+@pytest.mark.timeout(30)
+def test_an_interrupted_rank_whose_peer_left_first_raises_a_bare_interrupt(
+        monkeypatch: pytest.MonkeyPatch, gloo_pair: dict[int, dist.ProcessGroup]) -> None:
+    """Ctrl-C while the rank waits inside Gloo fires once Gloo's error is back in Python: the
+    interrupt must not carry that error as its context (Python would print Gloo's text above
+    it, as under ``scaledl run``: tests/e2e/test_run_interrupt_horovod.py)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupted = _Interrupted(gloo_pair)
+    try:
+        with pytest.raises(KeyboardInterrupt) as error:
+            _negotiate(monkeypatch, interrupted)
+    finally:  # an interrupt still pending must not reach pytest: run it with a no-op handler
+        if interrupted.timer is not None:
+            interrupted.timer.join()
+        signal.signal(signal.SIGINT, lambda number, frame: None)
+        _drain()
+        signal.signal(signal.SIGINT, previous)
+    assert error.traceback[-1].name != "wait", "the interrupt came before Gloo's wait"
+    assert error.value.__context__ is None and error.value.__cause__ is None

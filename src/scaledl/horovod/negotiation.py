@@ -19,10 +19,12 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
 
+from scaledl.backend_errors import classify
 from scaledl.horovod.errors import HorovodInternalError, MismatchError
 from scaledl.horovod.process_sets import SetContext
 from scaledl.horovod.reduce_ops import ReduceOperation
@@ -150,21 +152,38 @@ class Pending:
         mine = torch.tensor(self._signature.encode(), dtype=torch.int64)
         self._everyone = torch.empty(context.size * ROW_LENGTH, dtype=torch.int64)
         self._work: dist.Work | None = None
+        failed: RuntimeError | None = None
         try:
             self._work = _ALLGATHER(self._everyone, mine, group=context.control, async_op=True)
         except RuntimeError as error:
-            raise self._failure(error) from error
+            failed = error  # raised below, outside the handler (see _fail)
+        if failed is not None:
+            self._fail(failed)
 
-    def _failure(self, error: BaseException) -> HorovodInternalError:
-        context, text = self._context, str(error).splitlines()
-        return HorovodInternalError(
+    def _fail(self, error: RuntimeError) -> NoReturn:
+        """Raise the backend's ``error`` as a :class:`HorovodInternalError` in words.
+
+        Called outside the ``except`` block that caught ``error``, on purpose: when Ctrl-C
+        stops a job, the rank interrupted first exits and closes its connections, and a rank
+        waiting inside Gloo sees "Connection closed by peer" before Python runs its own pending
+        interrupt, which then fires at the next call.  Inside the handler that interrupt would
+        carry Gloo's error as its context, and Python would print both; here it is a plain
+        ``KeyboardInterrupt``, as in any script stopped by Ctrl-C.  A lost or late peer is named
+        as such (:mod:`scaledl.backend_errors`), without the backend's error chained; any other
+        backend error stays chained as the cause."""
+        context, failure = self._context, classify(error)
+        why = failure.reason or "a rank died, timed out or issued fewer collectives"
+        raised = HorovodInternalError(
             f"{self._request.kind.value} on rank {context.ranks[context.rank]}: the ranks of "
-            f"process set {list(context.ranks)} did not all reach it (a rank died, timed out or "
-            f"issued fewer collectives): {text[0] if text else repr(error)}")
+            f"process set {list(context.ranks)} did not all reach it ({why}): {failure.line}")
+        if failure.reason is None:
+            raise raised from error
+        raise raised from None
 
     def result(self) -> Agreement:
         """Wait for every member's row; raise ``MismatchError`` unless all calls match."""
         context = self._context
+        failed: RuntimeError | None = None
         try:
             if self._work is not None:
                 self._work.wait()
@@ -172,7 +191,9 @@ class Pending:
             agreement = judge(self._signature, values, over_group(context.control),
                               context.ranks)
         except RuntimeError as error:
-            raise self._failure(error) from error
+            failed = error  # raised below, outside the handler (see _fail)
+        if failed is not None:
+            self._fail(failed)
         if self._request.kind is not Kind.JOIN:
             verdict = agreement.verdict()
             if verdict is not None:
