@@ -10,7 +10,7 @@ from __future__ import annotations
 import _thread
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -182,9 +182,19 @@ def test_a_horovod_call_keeps_any_other_backend_error_as_its_cause(
     assert isinstance(error.value.__cause__, RuntimeError)
 
 
+def _agree(monkeypatch: pytest.MonkeyPatch, interrupted: _Interrupted) -> None:
+    def exchange(values: object) -> list[list[int]]:
+        interrupted.wait()
+        return []
+
+    agree(Signature(Kind.WRAP_MODEL), exchange)
+
+
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("call", [_negotiate, _agree], ids=["negotiation", "agree"])
 def test_an_interrupted_rank_whose_peer_left_first_raises_a_bare_interrupt(
-        monkeypatch: pytest.MonkeyPatch, gloo_pair: dict[int, dist.ProcessGroup]) -> None:
+        monkeypatch: pytest.MonkeyPatch, gloo_pair: dict[int, dist.ProcessGroup],
+        call: Callable[[pytest.MonkeyPatch, _Interrupted], None]) -> None:
     """Ctrl-C while the rank waits inside Gloo fires once Gloo's error is back in Python: the
     interrupt must not carry that error as its context (Python would print Gloo's text above
     it, as under ``scaledl run``: tests/e2e/test_run_interrupt_horovod.py)."""
@@ -192,7 +202,7 @@ def test_an_interrupted_rank_whose_peer_left_first_raises_a_bare_interrupt(
     interrupted = _Interrupted(gloo_pair)
     try:
         with pytest.raises(KeyboardInterrupt) as error:
-            _negotiate(monkeypatch, interrupted)
+            call(monkeypatch, interrupted)
     finally:  # an interrupt still pending must not reach pytest: run it with a no-op handler
         if interrupted.timer is not None:
             interrupted.timer.join()
