@@ -36,6 +36,7 @@ MODES = ("none", "before", "scaledl", "nap1ms", "yield")
 _WAITER = """
 import os, sys, time
 from types import SimpleNamespace
+import numpy as np
 from scaledl.transport import shm
 mode, period, pinned = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
 if pinned:
@@ -43,7 +44,10 @@ if pinned:
 if mode == "before":
     shm.NAP_MAX_S = shm.NAP_S  # every nap 50 us: the schedule before naps grew
 deadline = [0.0]
-group = SimpleNamespace(_words=[None], spins=shm.SPINS,
+# The wait's own code on a word that never arrives, ended by the clock instead (``_done``);
+# it spins first, as it does when every rank has a core (``ShmGroup.spins``).
+group = SimpleNamespace(_words=[np.zeros(1, np.int64)], spins=shm.SPINS,
+                        waits=shm.WaitCounts(), _pause=lambda point: None,
                         _done=lambda *args: time.monotonic() >= deadline[0],
                         _check_peer=lambda *args: None)
 print("ready", flush=True)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = [
     "Topology", "parse_axes", "TOPOLOGY_ENV", "JobLayout", "record_job", "current_job",
@@ -285,10 +286,46 @@ def forget_job() -> None:
     _JOB.clear()
 
 
-def host_cores() -> int:
-    """Cores this process may run on (its CPU affinity): the cores a host's ranks share, as far
-    as one rank can tell."""
+def host_cores(pids: Iterable[int] = (0,)) -> int:
+    """Cores the processes ``pids`` (0: this one) may run on together: the union of their CPU
+    affinities (ranks bound to a core each by ``mpirun`` or ``srun`` still count a core each),
+    at most the CPU quota of this process's cgroup (``docker --cpus``, which no affinity
+    shows).  A process that is gone, or a platform without affinities, counts as every core."""
+    cores: set[int] = set()
     try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no affinity call on this platform
-        return os.cpu_count() or 1
+        for pid in pids:
+            cores |= os.sched_getaffinity(pid)
+    except (AttributeError, OSError):  # no affinity call here, or the process is gone
+        cores = set()
+    count = len(cores) or os.cpu_count() or 1
+    quota = _cgroup_cpus()
+    return max(1, min(count, quota)) if quota is not None else count
+
+
+def _cgroup_cpus() -> int | None:
+    """Whole cores the cgroup's CPU quota allows (rounded up), or None without a quota."""
+    for path, parse in ((Path("/sys/fs/cgroup/cpu.max"), _cpu_max),
+                        (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), _cfs_quota)):
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        return parse(text, path)
+    return None
+
+
+def _cpu_max(text: str, path: Path) -> int | None:
+    """cgroup v2's ``cpu.max``: ``"max 100000"`` or ``"<quota> <period>"``."""
+    fields = text.split()
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    return -(-int(fields[0]) // int(fields[1]))
+
+
+def _cfs_quota(text: str, path: Path) -> int | None:
+    """cgroup v1's ``cpu.cfs_quota_us`` (-1: none) over ``cpu.cfs_period_us``."""
+    quota = int(text.strip())
+    if quota <= 0:
+        return None
+    period = int((path.parent / "cpu.cfs_period_us").read_text().strip())
+    return -(-quota // period)

@@ -133,6 +133,12 @@ def _direct_cases(rank: int, p: int) -> dict[str, object]:
                 kept_state = np.geterr()["over"]
         failures += [] if bool(torch.isinf(huge).all()) else [f"overflow {numel}"]
         failures += [] if kept_state == "raise" else [f"error state {kept_state}"]
+    unit = float(np.finfo(np.float32).smallest_subnormal)
+    for _ in range(2):  # AVG's division of subnormals underflows: the caller's too
+        tiny = torch.full((1000,), unit if rank == 0 else 2 * unit)
+        with np.errstate(all="raise"):
+            scaledl.allreduce(tiny, op="avg")
+        failures += [] if bool((tiny <= 2 * unit).all()) else ["avg of subnormals"]
 
     # debug mode's agreement check runs on every call: no direct path for its communicator
     group = dist.new_group(list(range(p)))

@@ -207,11 +207,11 @@ class ShmGroup:
     """How the waits for peers ended (spinning, yielding, napping)."""
     spins: int = field(init=False, default=SPINS)
     """Checks of an awaited word before the wait yields the CPU: :data:`SPINS` while the
-    host's ranks have a core each, none when they outnumber the cores this rank may use.  A
-    rank that spins then holds the core the awaited peer needs: with 4 ranks on 2 cores a
-    4 KiB allreduce took 2.8x and a 64 KiB one 2.1x the time that yielding at once takes,
-    while on 2 ranks yielding at once cost 0-10% (docs/benchmarks.md, "What a waiting rank
-    costs"); ``sched_yield`` returns at once when nothing else wants the core."""
+    host's ranks have a core each, none when they outnumber the cores they may run on
+    together (:func:`~scaledl.topology.host_cores` of their pids).  A rank that spins holds
+    the core the awaited peer needs: with 4 ranks on 2 cores, yielding at once took a third
+    of the time at 4 KiB (docs/benchmarks.md, "What a waiting rank costs");
+    ``sched_yield`` returns at once when nothing else wants the core."""
 
     def __post_init__(self) -> None:
         self._pair = [0] * len(self.peers)
@@ -230,7 +230,7 @@ class ShmGroup:
                         for peer in self.peers]
         self._windows = [[torch.from_numpy(array) for array in arrays] for arrays in self._arrays]
         self.jitter = Jitter.from_environment(self.peers[self.index].global_rank)
-        self.spins = spins_for(len(self.peers), host_cores())
+        self.spins = spins_for(len(self.peers), host_cores(peer.pid for peer in self.peers))
 
     # -- layout -----------------------------------------------------------------------------
     def local_index(self, rank: int) -> int:
@@ -486,7 +486,8 @@ class ShmGroup:
         cells = self._cells
         own = cells[self.index]
         calls, pair = self._calls, self._pair
-        ready = 0  # waits found done at the first look (added to self.waits once)
+        ready = 0  # waits found done at the first look (added to self.waits once, at the end;
+        # a wait that fails loses this call's count, which is only diagnostics)
         if word is not None:
             assert describe is not None
             for peer, lines in zip(piece.peers, piece.out_lines):
@@ -517,7 +518,8 @@ class ShmGroup:
         readers[slot] = counts
         mine = piece.mine[slot]
         skip_lo, skip_hi = skip
-        # Slice assignment, not np.copyto: the same copy at 0.4 of the call overhead (4 KiB).
+        # Slice assignment, not np.copyto: the same copy at 0.4 of the call overhead (4 KiB);
+        # ``data`` has the piece's dtype (pieces are made per dtype), so nothing is cast.
         if skip_hi > skip_lo:
             mine[:skip_lo] = data[:skip_lo]
             mine[skip_hi:] = data[skip_hi:]

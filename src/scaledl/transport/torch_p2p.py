@@ -63,7 +63,7 @@ class _TorchHandle:
 def resolve_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     """``group``, or the default group; a clear error when torch.distributed is not set up."""
     if group is None:
-        world = dist.group.WORLD  # None until torch.distributed is initialised
+        world = dist.group.WORLD  # None before init_process_group and after its destroy
         if world is not None:
             return world
     elif dist.is_initialized():
