@@ -17,15 +17,26 @@ need two things from such an error, and :func:`classify` gives both: what kind o
 call" instead of quoting a socket, and one clean line of it for a message that already names the
 peer.  Nothing else in scaledl matches backend text, so a change in the backend's wording is
 fixed here once.
+
+A caller turns such an error into its own outside the ``except`` block that caught it
+(:func:`attempt`), because of Ctrl-C: the rank interrupted first exits and closes its
+connections, and a rank waiting inside the backend gets "Connection closed by peer" before
+Python runs its own interrupt, pending since the signal came, at the next call.  Inside the
+handler that interrupt would carry the backend's error as its context, and Python would print
+Gloo's text above the ``KeyboardInterrupt`` of a job the user stopped on purpose.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["FailureKind", "BackendFailure", "classify", "first_line"]
+__all__ = ["FailureKind", "BackendFailure", "classify", "first_line", "attempt"]
+
+_T = TypeVar("_T")
 
 
 class FailureKind(enum.Enum):
@@ -97,3 +108,14 @@ def classify(error: BaseException) -> BackendFailure:
     else:
         kind = FailureKind.OTHER
     return BackendFailure(kind, first_line(error))
+
+
+def attempt(call: Callable[[], _T]) -> _T | RuntimeError:
+    """``call()``'s result, or the ``RuntimeError`` it raised (how torch reports a backend's
+    failure), returned instead of raised, so the caller handles it outside any ``except`` block
+    and a pending Ctrl-C surfaces as a bare ``KeyboardInterrupt`` (see the module's text).
+    Other exceptions propagate."""
+    try:
+        return call()
+    except RuntimeError as error:
+        return error  # no call between here and the caller: the interrupt cannot fire in here

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from scaledl.backend_errors import classify
+from scaledl.backend_errors import attempt, classify
 
 __all__ = ["Kind", "DTYPES", "OPS", "Signature", "Row", "Exchange", "CallMismatch", "agree",
            "settle", "over_group", "dtype_text", "digest", "ALLGATHER"]
@@ -438,19 +438,11 @@ def agree(
     rank naming both sides of the first difference (see :func:`settle`).  A rank whose peers
     never make the call (they exited, or are busy elsewhere past the group's timeout) gets
     ``error`` saying so, not the backend's transport error."""
-    failed: RuntimeError | None = None
-    try:
-        values = exchange(mine.encode())
-    except RuntimeError as failure:  # Gloo's and NCCL's errors are RuntimeErrors
-        failed = failure
-    if failed is not None:
-        # Judged outside the except block: under Ctrl-C the rank interrupted first exits, and
-        # this rank's own interrupt, pending while it waited inside the backend, fires at the
-        # next call; inside the handler it would carry the backend's "Connection closed by
-        # peer" as its context, and Python would print that too.
-        reason = classify(failed).reason  # the peers are at fault: gone, or not there in time
+    values = attempt(lambda: exchange(mine.encode()))  # judged outside any except block
+    if isinstance(values, RuntimeError):  # Gloo's and NCCL's errors are RuntimeErrors
+        reason = classify(values).reason  # the peers are at fault: gone, or not there in time
         if reason is None:
-            raise failed
+            raise values
         raise error(f"{mine.kind.value}: the other ranks of the group did not make this call "
                     f"({reason}); {fix}") from None
     return settle(mine, values, exchange, ranks=ranks, fix=fix, error=error)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch.distributed as dist
 
-from scaledl.backend_errors import FailureKind, classify, first_line
+from scaledl.backend_errors import FailureKind, attempt, classify, first_line
 from scaledl.data.factory import first_line as factory_first_line
 from scaledl.horovod import negotiation
 from scaledl.horovod.errors import HorovodInternalError
@@ -74,6 +74,20 @@ def test_a_user_error_keeps_its_type_and_loses_gloos_decoration() -> None:
     assert factory_first_line(RuntimeError("")) == "RuntimeError"
     assert factory_first_line(RuntimeError(CLOSED)) == \
         "RuntimeError: Connection closed by peer [127.0.0.1]:21163"
+
+
+def test_attempt_returns_a_backend_failure_and_lets_the_rest_through() -> None:
+    def fails() -> int:
+        raise RuntimeError(CLOSED)
+
+    def wrong() -> int:
+        raise ValueError("bad argument")
+
+    assert attempt(lambda: 7) == 7
+    failure = attempt(fails)
+    assert isinstance(failure, RuntimeError) and str(failure) == CLOSED
+    with pytest.raises(ValueError, match="bad argument"):
+        attempt(wrong)
 
 
 @pytest.mark.parametrize(("text", "reason"), [

@@ -24,7 +24,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from scaledl.backend_errors import classify
+from scaledl.backend_errors import attempt, classify
 from scaledl.horovod.errors import HorovodInternalError, MismatchError
 from scaledl.horovod.process_sets import SetContext
 from scaledl.horovod.reduce_ops import ReduceOperation
@@ -151,26 +151,20 @@ class Pending:
         self._signature = request.signature()
         mine = torch.tensor(self._signature.encode(), dtype=torch.int64)
         self._everyone = torch.empty(context.size * ROW_LENGTH, dtype=torch.int64)
-        self._work: dist.Work | None = None
-        failed: RuntimeError | None = None
-        try:
-            self._work = _ALLGATHER(self._everyone, mine, group=context.control, async_op=True)
-        except RuntimeError as error:
-            failed = error  # raised below, outside the handler (see _fail)
-        if failed is not None:
-            self._fail(failed)
+        started = attempt(lambda: _ALLGATHER(self._everyone, mine, group=context.control,
+                                             async_op=True))
+        if isinstance(started, RuntimeError):
+            self._fail(started)
+        self._work: dist.Work | None = started
 
     def _fail(self, error: RuntimeError) -> NoReturn:
         """Raise the backend's ``error`` as a :class:`HorovodInternalError` in words.
 
-        Called outside the ``except`` block that caught ``error``, on purpose: when Ctrl-C
-        stops a job, the rank interrupted first exits and closes its connections, and a rank
-        waiting inside Gloo sees "Connection closed by peer" before Python runs its own pending
-        interrupt, which then fires at the next call.  Inside the handler that interrupt would
-        carry Gloo's error as its context, and Python would print both; here it is a plain
-        ``KeyboardInterrupt``, as in any script stopped by Ctrl-C.  A lost or late peer is named
-        as such (:mod:`scaledl.backend_errors`), without the backend's error chained; any other
-        backend error stays chained as the cause."""
+        Called outside the ``except`` block that caught ``error`` (:func:`attempt`), so a
+        Ctrl-C that reaches this rank while its peer, interrupted first, has already closed the
+        connection is a bare ``KeyboardInterrupt``, as in any script, not one printed under
+        Gloo's "Connection closed by peer".  A lost or late peer is named as such, without the
+        backend's error chained; any other backend error stays chained as the cause."""
         context, failure = self._context, classify(error)
         why = failure.reason or "a rank died, timed out or issued fewer collectives"
         raised = HorovodInternalError(
@@ -180,20 +174,19 @@ class Pending:
             raise raised from error
         raise raised from None
 
+    def _gather(self) -> Agreement:
+        """Every member's row (the backend's error when a member is missing)."""
+        context = self._context
+        if self._work is not None:
+            self._work.wait()
+        values = self._everyone.view(context.size, ROW_LENGTH).tolist()
+        return judge(self._signature, values, over_group(context.control), context.ranks)
+
     def result(self) -> Agreement:
         """Wait for every member's row; raise ``MismatchError`` unless all calls match."""
-        context = self._context
-        failed: RuntimeError | None = None
-        try:
-            if self._work is not None:
-                self._work.wait()
-            values = self._everyone.view(context.size, ROW_LENGTH).tolist()
-            agreement = judge(self._signature, values, over_group(context.control),
-                              context.ranks)
-        except RuntimeError as error:
-            failed = error  # raised below, outside the handler (see _fail)
-        if failed is not None:
-            self._fail(failed)
+        agreement = attempt(self._gather)
+        if isinstance(agreement, RuntimeError):
+            self._fail(agreement)
         if self._request.kind is not Kind.JOIN:
             verdict = agreement.verdict()
             if verdict is not None:
