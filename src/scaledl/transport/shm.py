@@ -35,7 +35,9 @@ Counters are written after the data they announce; on x86 (total store order) th
 the other cores see, so no fence is needed.  Python has no memory barrier to order them on weaker
 CPUs, so the shared-memory path is offered on x86 only.
 
-Every wait spins briefly, then yields the CPU (and the GIL), then naps, checks every
+Every wait spins briefly (not at all when the host's ranks outnumber their cores: the
+spinning rank would hold the core its peer needs; :attr:`ShmGroup.spins`), then yields the CPU
+(and the GIL), then naps, checks every
 ``CHECK_S`` seconds that the awaited peer still runs (its pid and start time), and gives up
 after the group's timeout; both end in a :class:`~scaledl.transport.base.TransportError` naming
 the peer.  Naps grow with the wait (:func:`nap_seconds`): every wake-up of a napping rank
