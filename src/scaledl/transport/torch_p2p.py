@@ -21,7 +21,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from scaledl.backend_errors import first_line
+from scaledl.backend_errors import attempt, first_line
 from scaledl.transport.base import Handle, Transport, TransportError
 from scaledl.transport.channel import Channel
 
@@ -45,19 +45,19 @@ class _TorchHandle:
         if self.work is None:
             raise TransportError("wait() called before commit(): commit the transport first")
         limit = timeout if timeout is not None else self.default_timeout
-        try:
-            if limit is None:
-                self.work.wait()
-            else:
-                self.work.wait(timedelta(seconds=limit))
-        except RuntimeError as error:
+        work = self.work
+        # outside any except block: a Ctrl-C pending since the wait began stays a bare
+        # KeyboardInterrupt (scaledl.backend_errors)
+        outcome = attempt(lambda: work.wait() if limit is None
+                          else work.wait(timedelta(seconds=limit)))
+        if isinstance(outcome, RuntimeError):
             direction = "to" if self.kind == "send" else "from"
             raise TransportError(
                 f"{self.kind} of {self.tensor.numel()} elements {direction} rank "
-                f"{self.peer_global} failed: {first_line(error)}; the peer may have died or "
+                f"{self.peer_global} failed: {first_line(outcome)}; the peer may have died or "
                 "fallen out of step (every rank must run the same collectives in order; rerun "
                 "with SCALEDL_DEBUG=1 to compare every rank's calls)"
-            ) from error
+            ) from outcome
 
 
 def resolve_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
@@ -112,20 +112,19 @@ class TorchTransport(Transport):
         queued, self._queued = self._queued, []
         if not queued:
             return
-        try:
-            works = self.channel.post([
-                (h.kind == "send", h.tensor, h.peer, h.tag) for h in queued
-            ])
-        except TransportError:
-            raise
-        except RuntimeError as error:  # a peer that is gone refuses the post itself
+        works = attempt(lambda: self.channel.post([  # outside any except block, as in wait
+            (h.kind == "send", h.tensor, h.peer, h.tag) for h in queued
+        ]))
+        if isinstance(works, TransportError):
+            raise works
+        if isinstance(works, RuntimeError):  # a peer that is gone refuses the post itself
             peers = sorted({h.peer_global for h in queued})
             named = f"rank{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
             raise TransportError(
-                f"posting {len(queued)} transfers with {named} failed: {first_line(error)}; "
+                f"posting {len(queued)} transfers with {named} failed: {first_line(works)}; "
                 "the peer may have died or fallen out of step (every rank must run the same "
                 "collectives in order; rerun with SCALEDL_DEBUG=1 to compare every rank's calls)"
-            ) from error
+            ) from works
         # A coalescing backend returns one work for the whole batch.
         for index, handle in enumerate(queued):
             handle.work = works[index] if len(works) == len(queued) else works[0]
