@@ -22,6 +22,7 @@ from rich import filesize
 from rich.console import Console
 from rich.table import Table
 
+from scaledl.backend_errors import first_line
 from scaledl.bootstrap import DEFAULT_TIMEOUT_S
 from scaledl.launch.local import run_distributed, under_launcher
 from scaledl.launch.policy import SHARED_STORE_ENV, FaultPolicy, die_with_launcher
@@ -351,8 +352,7 @@ def _worker(config: TrainConfig) -> int:
     except (ValueError, TypeError):
         raise
     except RuntimeError as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        log.error("training stopped on rank %d: %s", topology.rank, first)
+        log.error("training stopped on rank %d: %s", topology.rank, first_line(error))
         return 1
     finally:
         scaledl.shutdown()
