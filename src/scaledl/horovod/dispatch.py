@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from scaledl import collectives
+from scaledl.backend_errors import attempt, classify
 from scaledl.collectives import CollectiveHandle
 from scaledl.collectives.communicator import communicator_for
 from scaledl.horovod.errors import HorovodInternalError
@@ -36,12 +37,19 @@ Start = Callable[[bool], "CollectiveHandle | None"]
 
 
 def _start(what: str, start: Start, blocking: bool) -> CollectiveHandle | None:
-    try:
-        return start(not blocking)
-    except RuntimeError as error:
-        if isinstance(error, HorovodInternalError):
-            raise
-        raise HorovodInternalError(f"{what} failed: {error}") from error
+    """``start(async_op)``; a failure becomes Horovod's ``HorovodInternalError`` (what elastic
+    training catches), judged outside any ``except`` block so that a Ctrl-C pending meanwhile
+    surfaces as a bare ``KeyboardInterrupt`` (:func:`~scaledl.backend_errors.attempt`), naming
+    a lost or late peer in words and any other failure by its first line."""
+    outcome = attempt(lambda: start(not blocking))
+    if not isinstance(outcome, RuntimeError):
+        return outcome
+    if isinstance(outcome, HorovodInternalError):
+        raise outcome
+    failure = classify(outcome)
+    if failure.reason is not None:
+        raise HorovodInternalError(f"{what} failed: {failure.reason}") from None
+    raise HorovodInternalError(f"{what} failed: {failure.line}") from outcome
 
 
 def submit_native(
