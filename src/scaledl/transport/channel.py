@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from scaledl.backend_errors import first_line  # re-exported: its home before backend_errors
+from scaledl.backend_errors import attempt, first_line  # first_line re-exported: its old home
 
 __all__ = ["Channel", "open_channel", "group_timeout", "first_line"]
 
@@ -130,9 +130,9 @@ class Channel(ABC):
         """Release the connection (default: nothing to do)."""
 
     def _wait(self, work: dist.Work, what: str) -> None:
-        try:
-            work.wait(timedelta(seconds=self.timeout))
-        except RuntimeError as error:
+        # judged outside any except block, so a Ctrl-C pending meanwhile is a bare interrupt
+        error = attempt(lambda: work.wait(timedelta(seconds=self.timeout)))
+        if isinstance(error, RuntimeError):
             from scaledl.transport.base import TransportError
 
             raise TransportError(
