@@ -140,6 +140,17 @@ def _direct_cases(rank: int, p: int) -> dict[str, object]:
             scaledl.allreduce(tiny, op="avg")
         failures += [] if bool((tiny <= 2 * unit).all()) else ["avg of subnormals"]
 
+    # a lazily negated tensor (x.conj().imag: its memory holds the negatives of what it
+    # shows) is reduced as the values it shows, on either path and size; the group stays usable
+    for numel in (1, 1000, 40000):
+        for _ in range(2):
+            z = torch.complex(torch.zeros(numel), torch.full((numel,), float(rank + 1)))
+            negated = z.conj().imag
+            scaledl.allreduce(negated)
+            failures += [] if negated.is_neg() else [f"negated {numel}: not lazily negated"]
+            want = -float(sum(range(1, p + 1)))
+            failures += [] if bool(torch.all(negated == want)) else [f"negated {numel}"]
+
     # debug mode's agreement check runs on every call: no direct path for its communicator
     group = dist.new_group(list(range(p)))
     checked = communicator_for(group)

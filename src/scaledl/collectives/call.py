@@ -184,10 +184,20 @@ def whole_group_stage(schedule: Schedule) -> Stage | None:
 
 
 def flat_view(tensor: torch.Tensor, comm: Communicator) -> tuple[torch.Tensor, bool]:
-    """A flat contiguous working view of ``tensor`` and whether it must be copied back."""
+    """A flat contiguous working view of ``tensor`` and whether it must be copied back.
+
+    A tensor whose negation or conjugation is still lazy (``x.conj().imag``: torch's negative
+    and conjugate bits) is worked on as a resolved copy: its memory holds the values' negatives,
+    which the transports (NumPy views, the backend's buffers) would read as they are."""
     needs_host = tensor.is_cuda and comm.backend != "nccl"
-    if tensor.is_contiguous() and not needs_host:
+    lazy = tensor.is_neg() or tensor.is_conj()
+    if tensor.is_contiguous() and not needs_host and not lazy:
         return tensor.detach().view(-1), False
     flat = tensor.detach().reshape(-1)
-    flat = flat.cpu() if needs_host else flat.clone()
+    if needs_host:
+        flat = flat.cpu()
+    if flat.is_neg() or flat.is_conj():
+        flat = flat.resolve_conj().resolve_neg()
+    elif not needs_host:
+        flat = flat.clone()
     return flat.contiguous(), True

@@ -87,9 +87,10 @@ class DirectAllreduce:
 
     def run(self, tensor: torch.Tensor) -> bool:
         """Allreduce ``tensor`` in place; False (having done nothing) when it must take the
-        whole path: not a contiguous CPU tensor, requiring grad, in a shared arena, or jobs are
-        queued on the communicator (which run first, in order)."""
-        if not tensor.is_cpu or tensor.requires_grad or not tensor.is_contiguous():
+        whole path: not a contiguous CPU tensor, requiring grad, negated lazily, in a shared
+        arena, or jobs are queued on the communicator (which run first, in order)."""
+        if (not tensor.is_cpu or tensor.requires_grad or not tensor.is_contiguous()
+                or tensor.is_neg()):  # a lazy negation: the whole path resolves it first
             return False
         comm = self.comm
         if not comm.idle:
