@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -119,3 +121,40 @@ def test_a_peer_that_left_is_named_as_such_not_as_dead() -> None:
     assert left == "left"
     assert "rank 0 left the group (it finished or shut down)" in waiting, waiting
     assert "different numbers of collective calls" in waiting
+
+
+def _one_rank_fails(rank: int, p: int) -> str:
+    scaledl.init()
+    x = torch.ones(64)
+    scaledl.allreduce(x, algorithm="shm")
+    if rank == 0:
+        # what the interpreter does for an uncaught exception before the exit handlers close
+        # the groups (checked for real by the next test)
+        sys.last_value = ValueError("a bug in rank 0's script")
+        try:
+            scaledl.shutdown()
+        finally:
+            del sys.last_value
+        return "failed"
+    try:
+        scaledl.allreduce(x, algorithm="shm")
+    except Exception as error:  # noqa: BLE001 - the message is the result
+        return str(error)
+    return "no error"
+
+
+def test_a_peer_that_exited_on_an_error_is_named_as_such() -> None:
+    failed, waiting = run_ranks(2, _one_rank_fails, timeout=60, env={"SCALEDL_TIMEOUT": "30"})
+    assert failed == "failed"
+    assert "rank 0 exited after an error of its own" in waiting, waiting
+    assert "different numbers" not in waiting
+
+
+def test_the_interpreter_keeps_an_uncaught_error_for_the_exit_handlers() -> None:
+    """What :func:`scaledl.transport.shm._exiting_on_error` reads at exit."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('seen', getattr(sys, 'last_value', None)))\n"
+            "raise ValueError('uncaught')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 1 and "seen uncaught" in done.stdout, done

@@ -53,6 +53,7 @@ its peers stop waiting at once.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,8 +88,9 @@ NAP_MAX_S = 1e-3
 """The longest nap: a waiter wakes at most a thousand times a second."""
 ABORTED = 0
 """Line of the segment's own word: 0 while the rank takes part, :data:`FAILED` once it failed
-inside a collective, :data:`LEFT` once it closed the group (finished, or shut down)."""
-FAILED, LEFT = 1, 2
+inside a collective, :data:`LEFT` once it closed the group (finished, or shut down), and
+:data:`ERRORED` once it closed it on its way out after an uncaught error of its own."""
+FAILED, LEFT, ERRORED = 1, 2, 3
 ARRIVED, REDUCED, RELEASED, WHERE, CALL, DESCRIBED, SHARED = 0, 2, 3, 4, 5, 7, 9
 PAIR_LINES = 10
 """Control lines per peer: arrived (two windows), reduced, released, where a piece that lives
@@ -121,6 +123,12 @@ class WaitCounts:
     """Seconds spent in waits that ended while yielding."""
     nap_seconds: float = 0.0
     """Seconds spent in waits that ended after naps."""
+
+
+def _exiting_on_error() -> bool:
+    """True while the interpreter exits because of an uncaught exception: Python keeps it in
+    ``sys.last_value`` before the exit handlers (which close the groups) run."""
+    return getattr(sys, "last_value", None) is not None
 
 
 def spins_for(ranks: int, cores: int) -> int:
@@ -640,6 +648,10 @@ class ShmGroup:
         state = self._words[peer][self._abort_line(peer)]
         if state == FAILED:
             self._fail(f"rank {rank} aborted the shared-memory collective after an error")
+        if state == ERRORED:
+            self._fail(f"rank {rank} exited after an error of its own (its output names it) "
+                       f"while rank {self.peers[self.index].global_rank} waits for it in a "
+                       "shared-memory collective")
         if state == LEFT:
             self._fail(f"rank {rank} left the group (it finished or shut down) while rank "
                        f"{self.peers[self.index].global_rank} waits for it in a shared-memory "
@@ -670,10 +682,11 @@ class ShmGroup:
                                  f"({self._broken}); restart the job")
 
     def close(self) -> None:
-        """Tell the peers this rank has left (a peer still waiting for it then says so), drop
-        the views and unmap every segment."""
+        """Tell the peers this rank has left, and whether after an uncaught error (a peer still
+        waiting for it then says which), drop the views and unmap every segment."""
         if self._words and self._broken is None:
-            self._words[self.index][self.own.control(ABORTED)] = LEFT
+            self._words[self.index][self.own.control(ABORTED)] = (
+                ERRORED if _exiting_on_error() else LEFT)
         self._windows = []
         self._words = []
         self._cells = []
