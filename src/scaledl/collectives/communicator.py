@@ -322,6 +322,8 @@ class Communicator:
 
 
 _COMMUNICATORS: dict[int, tuple[dist.ProcessGroup, Communicator]] = {}
+_CREATING = threading.Lock()
+"""Held while a communicator is created: one creation at a time in a process."""
 
 
 def communicator_for(group: dist.ProcessGroup | None) -> Communicator:
@@ -329,14 +331,22 @@ def communicator_for(group: dist.ProcessGroup | None) -> Communicator:
 
     Creating one is a collective of the group's members (it opens scaledl's channel and
     exchanges who everyone is), so every member must reach its first scaledl call on the group.
+    Threads whose first calls race on one group share the one communicator (each opening its
+    own would wait for peers under store keys the other ranks never use); threads that make
+    their first calls on different groups must reach them in the same order on every rank, as
+    torch asks of ``new_group``, or the creations wait for each other until the timeout.
     """
     existing = existing_communicator(group)
     if existing is not None:
         return existing
-    resolved = resolve_group(group)
-    comm = Communicator(resolved)
-    _COMMUNICATORS[id(resolved)] = (resolved, comm)
-    return comm
+    with _CREATING:
+        existing = existing_communicator(group)
+        if existing is not None:
+            return existing
+        resolved = resolve_group(group)
+        comm = Communicator(resolved)
+        _COMMUNICATORS[id(resolved)] = (resolved, comm)
+        return comm
 
 
 def existing_communicator(group: dist.ProcessGroup | None) -> Communicator | None:
