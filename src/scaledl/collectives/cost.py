@@ -34,7 +34,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from scaledl.collectives.shm_ops import direct_limit
+from scaledl.collectives.shm_ops import direct_limit, stream_piece
 from scaledl.collectives.schedule import Action, Collective, Path as StagePath, Schedule, Stage
 from scaledl.topology import Topology, host_cores
 
@@ -116,17 +116,17 @@ class CostModel:
     """The host's last-level cache, bytes: a shared-memory stage whose members' buffers
     together (``members x bytes``) fit in it copies at ``shm.beta``; of a larger one, the
     share ``cache_bytes / (members x bytes)`` does.  Calibration reads it from the machine."""
-    shm_timeshared_alpha: float = 8.7e-6
+    shm_timeshared_alpha: float = 62.4e-6
     """Seconds per wait for a peer when the stage's ranks outnumber :attr:`host_cores`: the
     awaited rank must first get a core (its CPU work, copies, adds and call costs, also
-    stretches by ranks per core).  The fit finds 1.2-1.7 ms here, but the default keeps the
-    own-core price: with the fitted value ``auto`` moved 4 KiB-64 KiB allreduces on 4 ranks to
-    Gloo's own collective, which the model prices at 2.1 ms and which took 7.6 ms, 4.4x the
-    best path (docs/benchmarks.md, "auto's choices")."""
-    timeshared_call_overhead: float = 3.2e-3
+    stretches by ranks per core).  Fitted on 4 ranks sharing 2 cores on a quiet machine after
+    waits stopped spinning there (:attr:`~scaledl.transport.shm.ShmGroup.spins`; 1.2 ms while
+    they spun; benchmarks/auto/raw-yield-2026-11-28, docs/benchmarks.md "auto's choices")."""
+    timeshared_call_overhead: float = 272e-6
     """Seconds a planned whole-group shared-memory call adds when its ranks outnumber the
-    host's cores (fitted on 4 ranks sharing 2 cores, where reduce_scatter, allgather and
-    broadcast of 4 KiB took 2-3x the direct allreduce's time)."""
+    host's cores (fitted with :attr:`shm_timeshared_alpha`; 3.2 ms while waits spun, which sent
+    small reduce_scatter, allgather and broadcast calls to Gloo's rounds at 1.6-6.4x the
+    shared-memory path's time)."""
     host_cores: int = 0
     """Cores the ranks of one host share; 0: unknown, never time-shared (the simulator, which
     models its hosts' cores itself).  :meth:`load` sets it from this machine."""
@@ -287,6 +287,8 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> ShmTerms:
     window = model.shm_window
     if collective is Collective.REDUCE_SCATTER:
         window = max(1, window // members) * members
+    elif collective is Collective.ALLREDUCE:
+        window = stream_piece(window)
     pieces = math.ceil(nbytes / window)
     adds = (members - 1) / members * nbytes * model.gamma
     if collective is Collective.ALLREDUCE and nbytes <= direct_limit(model.shm_window):
