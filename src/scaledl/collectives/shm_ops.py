@@ -34,7 +34,7 @@ from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup, SmallPie
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
     "collect", "copy", "combine", "allreduce_direct", "fold_piece", "split_piece", "DIRECT_BYTES",
-    "direct_limit",
+    "direct_limit", "STREAM_BYTES", "stream_piece",
     "NUMPY_DTYPES", "UFUNCS",
 ]
 
@@ -45,6 +45,23 @@ every rank: two waits instead of three.  Measured with ``benchmarks/paths/mid_si
 protocol's time from 64 KiB to 2 MiB on 2 ranks and 0.26-0.59x at 64 KiB-1 MiB on 4; the split
 protocol reads ``(L - 1) n`` fewer bytes per rank, which wins once a piece no longer fits the
 caches (benchmarks/paths/raw/mid-size-2026-11-28.txt)."""
+
+
+STREAM_BYTES = 4 << 20
+"""An allreduce larger than :func:`direct_limit` streams through the windows in pieces of this
+size, or of a window when windows are smaller (the default window is 4 MiB: one piece per
+window).  ``benchmarks/peers/stream_piece.py`` times other sizes inside 4 MiB windows, on a
+quiet machine (2026-11-28, benchmarks/peers/raw-quiet-yield-2026-11-28/stream-piece-*.txt):
+on 2 ranks pieces of 0.5-2 MiB took 0.96-1.13x the time of 4 MiB ones from 4 to 256 MiB (no
+gain), on 4 ranks sharing the 2 cores pieces of 1 MiB took 0.67-0.81x.  Smaller *windows*
+(``SCALEDL_SHM_WINDOW_MB=1``, ``benchmarks/peers/piece_size.py``) took 0.65-0.75x on 2 ranks
+in the same hour; why pieces of the same size inside larger windows do not is not known yet,
+so the default keeps one piece per window."""
+
+
+def stream_piece(window: int) -> int:
+    """Bytes per piece of an allreduce that streams through windows of ``window`` bytes."""
+    return min(window, STREAM_BYTES)
 
 
 def direct_limit(window: int) -> int:
@@ -108,9 +125,11 @@ def allreduce(
         return
     me = group.index
     position = members.index(me)
-    for a, b in _pieces(lo, hi, _elements(group, buffer)):
+    piece_bytes = stream_piece(group.window)
+    whole = (hi - lo) * buffer.element_size() <= direct_limit(group.window)
+    for a, b in _pieces(lo, hi, max(1, piece_bytes // buffer.element_size())):
         piece = buffer[a:b]
-        if (b - a) * buffer.element_size() <= direct_limit(group.window):
+        if whole or (b - a) * buffer.element_size() <= direct_limit(piece_bytes):
             counts, windows = arrive(group, members, piece)
             copy(piece, windows[members[0]])
             for peer in members[1:]:
@@ -136,11 +155,12 @@ def _allreduce_array(
     """:func:`allreduce` of a NumPy view: NumPy views of the windows throughout, prepared once
     per piece size (:meth:`ShmGroup.small_piece`), no tensor made; the same protocol and the
     same order of the sums as the tensor version, which half precision takes."""
-    limit = direct_limit(group.window)
-    if data.nbytes <= limit:
+    if data.nbytes <= direct_limit(group.window):
         fold_piece(group, group.small_piece(members, data.dtype, data.size), data, ufunc)
         return
-    step = max(1, group.window // data.itemsize)
+    piece_bytes = stream_piece(group.window)
+    limit = direct_limit(piece_bytes)  # a last piece this small is summed whole
+    step = max(1, piece_bytes // data.itemsize)
     for start in range(0, data.size, step):
         piece = data[start:start + step]
         prepared = group.small_piece(members, piece.dtype, piece.size)
