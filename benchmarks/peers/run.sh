@@ -20,7 +20,7 @@ for repeat in $(seq "$repeats"); do
       name="$out/peers-${ranks}ranks-threads-$threads-$repeat"
       if [ "$threads" = 1 ]; then export OMP_NUM_THREADS=1; else unset OMP_NUM_THREADS; fi
       "$mpiexec" -n "$ranks" --oversubscribe python -m scaledl.cli.main bench collectives \
-        --peers mpi,deepspeed,gloo --min-bytes 4K --max-bytes 256M --step-factor 16 \
+        --peers mpi,deepspeed,gloo --min-bytes 4K --max-bytes 256M --step-factor 4 \
         --json "$name.json" "$@" > "$name.txt" 2>&1 || { tail -20 "$name.txt"; exit 1; }
       uptime >> "$out/load.txt"
     done

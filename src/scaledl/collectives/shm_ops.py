@@ -54,7 +54,7 @@ window).  ``benchmarks/peers/stream_piece.py`` times other sizes inside 4 MiB wi
 quiet machine (2026-11-28, benchmarks/peers/raw-quiet-yield-2026-11-28/stream-piece-*.txt):
 on 2 ranks pieces of 0.5-2 MiB took 0.96-1.13x the time of 4 MiB ones from 4 to 256 MiB (no
 gain), on 4 ranks sharing the 2 cores pieces of 1 MiB took 0.67-0.81x.  Smaller *windows*
-(``SCALEDL_SHM_WINDOW_MB=1``, ``benchmarks/peers/piece_size.py``) took 0.65-0.75x on 2 ranks
+(``SCALEDL_SHM_WINDOW_MB=1``, ``benchmarks/peers/piece_size.py``) took 0.65-0.87x on 2 ranks
 in the same hour; why pieces of the same size inside larger windows do not is not known yet,
 so the default keeps one piece per window."""
 
