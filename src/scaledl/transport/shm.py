@@ -127,7 +127,9 @@ class WaitCounts:
 
 def _exiting_on_error() -> bool:
     """True while the interpreter exits because of an uncaught exception: Python keeps it in
-    ``sys.last_value`` before the exit handlers (which close the groups) run."""
+    ``sys.last_value`` before the exit handlers (which close the groups) run.  In an interactive
+    session an earlier error that the prompt reported counts too: the peers then hear of an
+    error where the rank may have finished cleanly, which only changes their message."""
     return getattr(sys, "last_value", None) is not None
 
 
