@@ -100,13 +100,24 @@ def test_arenas_are_unmapped_when_their_wrapper_is_gone() -> None:
                 and f"-p{os.getpid()}" in name]
 
 
-def _one_rank_stops_early(rank: int, p: int) -> str:
+def _rank_0_exits_first(rank: int, p: int, on_error: bool) -> str:
+    """Rank 0 closes its groups after one allreduce, as a rank does at exit (cleanly, having run
+    out of batches one step early; or ``on_error``, after an uncaught exception); rank 1 then
+    makes a second allreduce and returns its error."""
     scaledl.init()
     x = torch.ones(64)
     scaledl.allreduce(x, algorithm="shm")
     if rank == 0:
-        scaledl.shutdown()  # as a rank that ran out of batches one step early would, at exit
-        return "left"
+        if on_error:
+            # what the interpreter does for an uncaught exception before the exit handlers
+            # close the groups (checked for real by the last test)
+            sys.last_value = ValueError("a bug in rank 0's script")
+        try:
+            scaledl.shutdown()
+        finally:
+            if on_error:
+                del sys.last_value
+        return "failed" if on_error else "left"
     started = time.monotonic()
     try:
         scaledl.allreduce(x, algorithm="shm")
@@ -117,34 +128,16 @@ def _one_rank_stops_early(rank: int, p: int) -> str:
 
 
 def test_a_peer_that_left_is_named_as_such_not_as_dead() -> None:
-    left, waiting = run_ranks(2, _one_rank_stops_early, timeout=60, env={"SCALEDL_TIMEOUT": "30"})
+    left, waiting = run_ranks(2, _rank_0_exits_first, False, timeout=60,
+                              env={"SCALEDL_TIMEOUT": "30"})
     assert left == "left"
     assert "rank 0 left the group (it finished or shut down)" in waiting, waiting
     assert "different numbers of collective calls" in waiting
 
 
-def _one_rank_fails(rank: int, p: int) -> str:
-    scaledl.init()
-    x = torch.ones(64)
-    scaledl.allreduce(x, algorithm="shm")
-    if rank == 0:
-        # what the interpreter does for an uncaught exception before the exit handlers close
-        # the groups (checked for real by the next test)
-        sys.last_value = ValueError("a bug in rank 0's script")
-        try:
-            scaledl.shutdown()
-        finally:
-            del sys.last_value
-        return "failed"
-    try:
-        scaledl.allreduce(x, algorithm="shm")
-    except Exception as error:  # noqa: BLE001 - the message is the result
-        return str(error)
-    return "no error"
-
-
 def test_a_peer_that_exited_on_an_error_is_named_as_such() -> None:
-    failed, waiting = run_ranks(2, _one_rank_fails, timeout=60, env={"SCALEDL_TIMEOUT": "30"})
+    failed, waiting = run_ranks(2, _rank_0_exits_first, True, timeout=60,
+                                env={"SCALEDL_TIMEOUT": "30"})
     assert failed == "failed"
     assert "rank 0 exited after an error of its own" in waiting, waiting
     assert "different numbers" not in waiting

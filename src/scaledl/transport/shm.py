@@ -537,13 +537,7 @@ class ShmGroup:
             mine[skip_hi:] = data[skip_hi:]
         else:
             mine[...] = data
-        arrived = ARRIVED + slot  # :meth:`small_publish`, inline
-        for (_, count), lines in zip(counts, piece.out_lines):
-            if jitter is not None:
-                jitter.pause("write")
-            own[lines[arrived]] = count
-        if jitter is not None:
-            jitter.pause("published")
+        self.small_publish(ARRIVED + slot, counts, piece)
         slot_of = [slot] * len(self.peers)  # the window each member's piece is in
         current = self._current
         for (peer, count), lines in zip(counts, piece.in_lines):
