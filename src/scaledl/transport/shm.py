@@ -221,8 +221,9 @@ class ShmGroup:
     """Checks of an awaited word before the wait yields the CPU: :data:`SPINS` while the
     host's ranks have a core each, none when they outnumber the cores they may run on
     together (:func:`~scaledl.topology.host_cores` of their pids).  A rank that spins holds
-    the core the awaited peer needs: with 4 ranks on 2 cores, yielding at once took a third
-    of the time at 4 KiB (docs/benchmarks.md, "What a waiting rank costs");
+    the core the awaited peer needs: with 4 ranks on 2 cores, 200 spins took 1.1-1.8x the
+    time of yielding at once from 4 KiB to 1 MiB (docs/benchmarks.md, "What changed in the
+    shared-memory path");
     ``sched_yield`` returns at once when nothing else wants the core."""
 
     def __post_init__(self) -> None:
