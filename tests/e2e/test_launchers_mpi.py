@@ -16,6 +16,7 @@ emulated hosts, where UTS namespaces cannot be made (they need root).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Callable
@@ -73,6 +74,11 @@ def _openmpi(ranks: int, hosts: str | None, agent: Path | None, export: list[str
         command.append("--allow-run-as-root")
     if hosts:
         command += ["--mca", "plm_rsh_agent", str(agent), "-H", hosts]
+    elif not (shutil.which("ssh") or shutil.which("rsh")):
+        # Open MPI 4 refuses even a one-host job when its remote agent (ssh, else rsh) is not
+        # on PATH, as on the H200 host of benchmarks/device/README.md; a one-host job never
+        # runs the agent, so any program that exists will do
+        command += ["--mca", "plm_rsh_agent", "false"]
     for name in export:
         command += ["-x", name]
     return command
