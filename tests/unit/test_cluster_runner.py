@@ -100,6 +100,8 @@ def test_cli_refusals_and_idempotent_down(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv(STATE_ENV, str(tmp_path))
     monkeypatch.setattr("scaledl.cluster.netns.preflight", lambda: None)
     monkeypatch.setattr("scaledl.cluster.netns.orphan_namespaces", lambda: [])
+    # no namespace is asked of ip: the test runs where iproute2 is missing (the H200 host)
+    monkeypatch.setattr("scaledl.cluster.netns.existing_namespaces", lambda runner=None: set())
     state.allocate(2, None, "tbf", "open", False, set())
     for flag, value in (("--rate", "8kbit"), ("--shaper", "htb")):  # were ignored
         assert main(["cluster", "run", "--name", "open", flag, value, "--", "true"]) == 2
