@@ -37,12 +37,12 @@ from scaledl.collectives.communicator import communicator_for
 KINDS = ("allreduce", "async", "arena", "broadcast", "reduce", "allgather", "reduce_scatter",
          "hierarchical", "torus", "other", "dp")
 SIZES = (0, 1, 3, 1000, 17_000, 40_003)
-"""Elements: empty, one, fewer than the ranks, a direct piece, a piece split into parts
-(> 64 KiB as float32), and one that streams through two 128 KiB windows (a split piece, then a
-small one)."""
+"""Elements: empty, one, fewer than the ranks, a direct piece, a direct piece of half a window
+(as float32), and one that streams through two 128 KiB windows (a piece split into parts, then
+a small one summed whole)."""
 WINDOW_ENV = {"SCALEDL_SHM_WINDOW_MB": "0.125"}
-"""Small windows, so the larger sizes stream through several pieces; larger than the direct
-path's 64 KiB, so that pieces of both kinds run."""
+"""Small windows, so that the larger sizes stream through several pieces and pieces of both
+kinds run."""
 ARENA_NUMELS = (1000, 40_003)
 
 

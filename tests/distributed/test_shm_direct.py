@@ -25,9 +25,10 @@ pytestmark = pytest.mark.distributed
 DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64, torch.float16, torch.bfloat16)
 OPS = ("sum", "avg", "min", "max")
 NUMELS = (1, 1000)
-LIMITS = (16_384, 16_385, 100_003)
-"""Exactly 64 KiB of float32 (the one-piece limit), just over it (the windowed protocol, split
-into parts), and a prime that streams through several 128 KiB windows."""
+LIMITS = (32_768, 32_769, 100_003)
+"""Exactly 128 KiB of float32 (the one-piece limit: a window here), just over it (the windowed
+protocol: a piece split into parts, then a last element summed whole), and a prime that streams
+through several 128 KiB windows."""
 
 
 def _data(rank: int, numel: int, dtype: torch.dtype, salt: int) -> torch.Tensor:

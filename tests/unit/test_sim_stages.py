@@ -17,6 +17,7 @@ from scaledl.collectives.registry import plan
 from scaledl.collectives.cost import LinkCost
 from scaledl.collectives.replay import replay
 from scaledl.collectives.schedule import Collective, Path, Stage
+from scaledl.collectives.shm_ops import stream_piece
 from scaledl.sim.collective import compile_collective
 from scaledl.sim.fastreplay import cost, makespan
 from scaledl.sim.network import LinkClass, Network
@@ -69,7 +70,7 @@ def test_shm_allreduce_stage_matches_its_closed_form() -> None:
     members, numel = 4, 3 << 20
     stage = Stage(Collective.ALLREDUCE, tuple(range(members)), 0, numel, Path.SHM)
     nbytes = numel * 4
-    pieces = math.ceil(nbytes / model.shm_window)
+    pieces = math.ceil(nbytes / stream_piece(model.shm_window))  # 2 MiB pieces, not windows
     cached = 2 * nbytes * min(1.0, model.cache_bytes / (members * nbytes))  # the rest: memory
     want = (3 * pieces * model.shm.alpha + cached * model.shm.beta
             + (2 * nbytes - cached) * model.shm_memory_beta

@@ -3,11 +3,13 @@
 For a group whose ranks all run on one host (CPU tensors, Gloo).  The plan is a single stage
 (:class:`~scaledl.collectives.schedule.Stage`) run by :mod:`scaledl.collectives.shm_ops`; no
 byte goes through the kernel's network stack.  Steps, per piece of at most one window (4 MiB by
-default, ``SCALEDL_SHM_WINDOW_MB``), for allreduce on ``L`` ranks:
+default, ``SCALEDL_SHM_WINDOW_MB``; allreduce streams in pieces of at most 2 MiB,
+:data:`~scaledl.collectives.shm_ops.STREAM_BYTES`), for allreduce on ``L`` ranks:
 
 1. every rank copies its piece into its own window and announces it (a large piece but for
    the rank's own part, which no peer reads);
-2. pieces of at most 1 MiB and a quarter window (the direct path): every rank sums all
+2. a message of at most 1 MiB and a window, or a streamed message's last piece of at most a
+   quarter piece (the direct path): every rank sums all
    windows in rank order straight into its buffer, so every rank holds identical bits; larger
    pieces: rank ``k`` sums part ``k`` of its buffer and of every peer's window into its own
    window and announces it, then every rank copies the ``L`` reduced parts out;

@@ -34,29 +34,33 @@ from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup, SmallPie
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
     "collect", "copy", "combine", "allreduce_direct", "fold_piece", "split_piece", "DIRECT_BYTES",
-    "direct_limit", "STREAM_BYTES", "stream_piece",
+    "direct_limit", "tail_limit", "STREAM_BYTES", "stream_piece",
     "NUMPY_DTYPES", "UFUNCS",
 ]
 
 DIRECT_BYTES = 1 << 20
-"""Pieces up to this size (and a quarter of a window, :func:`direct_limit`) are summed whole by
-every rank: two waits instead of three.  Measured with ``benchmarks/paths/mid_size.py`` (2 and
+"""Messages up to this size (and a window, :func:`direct_limit`) are summed whole by every
+rank: two waits instead of three.  Measured with ``benchmarks/paths/mid_size.py`` (2 and
 4 ranks on this project's 2-core machine, shared): summing whole took 0.65-0.94x the split
 protocol's time from 64 KiB to 2 MiB on 2 ranks and 0.26-0.59x at 64 KiB-1 MiB on 4; the split
 protocol reads ``(L - 1) n`` fewer bytes per rank, which wins once a piece no longer fits the
 caches (benchmarks/paths/raw/mid-size-2026-11-28.txt)."""
 
 
-STREAM_BYTES = 4 << 20
+STREAM_BYTES = 2 << 20
 """An allreduce larger than :func:`direct_limit` streams through the windows in pieces of this
-size, or of a window when windows are smaller (the default window is 4 MiB: one piece per
-window).  ``benchmarks/peers/stream_piece.py`` times other sizes inside 4 MiB windows, on a
-quiet machine (2026-11-28, benchmarks/peers/raw-quiet-yield-2026-11-28/stream-piece-*.txt):
-on 2 ranks pieces of 0.5-2 MiB took 0.96-1.13x the time of 4 MiB ones from 4 to 256 MiB (no
-gain), on 4 ranks sharing the 2 cores pieces of 1 MiB took 0.67-0.81x.  Smaller *windows*
-(``SCALEDL_SHM_WINDOW_MB=1``, ``benchmarks/peers/piece_size.py``) took 0.65-0.87x on 2 ranks
-in the same hour; why pieces of the same size inside larger windows do not is not known yet,
-so the default keeps one piece per window."""
+size, or of a window when windows are smaller (the default window, 4 MiB, holds two).
+``benchmarks/peers/stream_piece.py`` on a quiet machine, 2 ranks, 2026-11-28 16:40 UTC
+(benchmarks/peers/raw-stream-2026-11-28-pm/): pieces of 2 MiB took 0.65-0.90x the time of 4 MiB
+ones from 4 to 256 MiB in two runs, with one thread per rank and with two (3 MiB: 0.86-0.88x;
+at 2 MiB, where both run the same single piece, 1.11-1.16x: the runs' resolution), 1 MiB
+pieces 0.61-0.86x;
+``piece_size.py`` in the same hour, windows of 2 MiB against 4 MiB: 0.70-1.02x from 4 to 256
+MiB (1 MiB windows 0.74-1.14x).  On 4 ranks sharing 2 cores one run to the next differs by up
+to 2x, and no piece size won throughout (2 MiB: 0.89-1.23x).  An earlier quiet run had found
+no gain on 2 ranks (0.96-1.13x); the runs since agree on one.  Why is not measured: on 2 ranks
+a 2 MiB piece and its copies in both ranks' buffers and windows take 8 MiB of the 32 MiB L3, a
+4 MiB one 16 MiB."""
 
 
 def stream_piece(window: int) -> int:
@@ -65,10 +69,16 @@ def stream_piece(window: int) -> int:
 
 
 def direct_limit(window: int) -> int:
-    """The largest piece summed whole, for windows of ``window`` bytes: :data:`DIRECT_BYTES`,
-    or a quarter window when windows are small (as tests make them, so that pieces of both
-    kinds run)."""
-    return min(DIRECT_BYTES, window // 4)
+    """The largest allreduce summed whole, in one piece, for windows of ``window`` bytes:
+    :data:`DIRECT_BYTES`, or a window when windows are smaller."""
+    return min(DIRECT_BYTES, window)
+
+
+def tail_limit(piece_bytes: int) -> int:
+    """The largest last piece of a streamed allreduce (pieces of ``piece_bytes``) that is summed
+    whole: :data:`DIRECT_BYTES`, or a quarter piece when pieces are small, so that a message a
+    little larger than a piece still splits its first piece."""
+    return min(DIRECT_BYTES, piece_bytes // 4)
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
@@ -129,7 +139,7 @@ def allreduce(
     whole = (hi - lo) * buffer.element_size() <= direct_limit(group.window)
     for a, b in _pieces(lo, hi, max(1, piece_bytes // buffer.element_size())):
         piece = buffer[a:b]
-        if whole or (b - a) * buffer.element_size() <= direct_limit(piece_bytes):
+        if whole or (b - a) * buffer.element_size() <= tail_limit(piece_bytes):
             counts, windows = arrive(group, members, piece)
             copy(piece, windows[members[0]])
             for peer in members[1:]:
@@ -159,7 +169,7 @@ def _allreduce_array(
         fold_piece(group, group.small_piece(members, data.dtype, data.size), data, ufunc)
         return
     piece_bytes = stream_piece(group.window)
-    limit = direct_limit(piece_bytes)  # a last piece this small is summed whole
+    limit = tail_limit(piece_bytes)  # a last piece this small is summed whole
     step = max(1, piece_bytes // data.itemsize)
     for start in range(0, data.size, step):
         piece = data[start:start + step]
