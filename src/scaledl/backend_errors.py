@@ -32,9 +32,9 @@ import enum
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
-__all__ = ["FailureKind", "BackendFailure", "classify", "first_line", "attempt"]
+__all__ = ["FailureKind", "BackendFailure", "classify", "first_line", "attempt", "raise_in_words"]
 
 _T = TypeVar("_T")
 
@@ -119,3 +119,21 @@ def attempt(call: Callable[[], _T]) -> _T | RuntimeError:
         return call()
     except RuntimeError as error:
         return error  # no call between here and the caller: the interrupt cannot fire in here
+
+
+def raise_in_words(
+    error: RuntimeError, words: Callable[[BackendFailure], BaseException | None]
+) -> NoReturn:
+    """Raise the caller's own error for a backend's ``error``, which :func:`attempt` returned.
+
+    ``words`` builds it from :func:`classify`'s reading.  For a lost or late peer it is raised
+    without the backend's error chained: the caller's words say all there is, and Gloo's
+    socket text would only bury them.  For any other failure it is raised with ``error`` as
+    its cause, and when ``words`` returns None, ``error`` itself is raised."""
+    failure = classify(error)
+    raised = words(failure)
+    if raised is None:
+        raise error
+    if failure.reason is None:
+        raise raised from error
+    raise raised from None

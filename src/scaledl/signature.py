@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from scaledl.backend_errors import attempt, classify
+from scaledl.backend_errors import attempt, raise_in_words
 
 __all__ = ["Kind", "DTYPES", "OPS", "Signature", "Row", "Exchange", "CallMismatch", "agree",
            "settle", "over_group", "dtype_text", "digest", "ALLGATHER"]
@@ -440,9 +440,8 @@ def agree(
     ``error`` saying so, not the backend's transport error."""
     values = attempt(lambda: exchange(mine.encode()))  # judged outside any except block
     if isinstance(values, RuntimeError):  # Gloo's and NCCL's errors are RuntimeErrors
-        reason = classify(values).reason  # the peers are at fault: gone, or not there in time
-        if reason is None:
-            raise values
-        raise error(f"{mine.kind.value}: the other ranks of the group did not make this call "
-                    f"({reason}); {fix}") from None
+        # in words only when the peers are at fault: gone, or not there in time
+        raise_in_words(values, lambda failure: None if failure.reason is None else error(
+            f"{mine.kind.value}: the other ranks of the group did not make this call "
+            f"({failure.reason}); {fix}"))
     return settle(mine, values, exchange, ranks=ranks, fix=fix, error=error)

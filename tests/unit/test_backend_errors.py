@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from scaledl.backend_errors import FailureKind, attempt, classify, first_line
+from scaledl.backend_errors import FailureKind, attempt, classify, first_line, raise_in_words
 from scaledl.data.factory import first_line as factory_first_line
 from scaledl.horovod import negotiation
 from scaledl.horovod.errors import HorovodInternalError
@@ -91,6 +91,23 @@ def test_attempt_returns_a_backend_failure_and_lets_the_rest_through() -> None:
     assert isinstance(failure, RuntimeError) and str(failure) == CLOSED
     with pytest.raises(ValueError, match="bad argument"):
         attempt(wrong)
+
+
+def test_raise_in_words_chains_the_backend_only_when_it_explains_the_failure() -> None:
+    """A lost or late peer: the caller's error alone.  Anything else: chained to the backend's
+    error, or the backend's error itself when the caller has no words for it."""
+    for text in (CLOSED, TIMED_OUT):
+        with pytest.raises(ValueError, match="the peers are gone") as lost:
+            raise_in_words(RuntimeError(text), lambda failure: ValueError(
+                f"the peers are gone ({failure.reason})"))
+        assert lost.value.__cause__ is None and lost.value.__suppress_context__
+    other = RuntimeError("[x.cc:1] invalid argument")
+    with pytest.raises(ValueError, match="invalid argument") as wrapped:
+        raise_in_words(other, lambda failure: ValueError(failure.line))
+    assert wrapped.value.__cause__ is other
+    with pytest.raises(RuntimeError) as itself:
+        raise_in_words(other, lambda failure: None)
+    assert itself.value is other and itself.value.__context__ is None
 
 
 @pytest.mark.parametrize(("text", "reason"), [

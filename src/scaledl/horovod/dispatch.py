@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from scaledl import collectives
-from scaledl.backend_errors import attempt, classify
+from scaledl.backend_errors import attempt, raise_in_words
 from scaledl.collectives import CollectiveHandle
 from scaledl.collectives.communicator import communicator_for
 from scaledl.horovod.errors import HorovodInternalError
@@ -46,10 +46,8 @@ def _start(what: str, start: Start, blocking: bool) -> CollectiveHandle | None:
         return outcome
     if isinstance(outcome, HorovodInternalError):
         raise outcome
-    failure = classify(outcome)
-    if failure.reason is not None:
-        raise HorovodInternalError(f"{what} failed: {failure.reason}") from None
-    raise HorovodInternalError(f"{what} failed: {failure.line}") from outcome
+    raise_in_words(outcome, lambda failure: HorovodInternalError(
+        f"{what} failed: {failure.reason or failure.line}"))
 
 
 def submit_native(

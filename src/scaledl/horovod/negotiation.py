@@ -24,7 +24,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from scaledl.backend_errors import attempt, classify
+from scaledl.backend_errors import attempt, raise_in_words
 from scaledl.horovod.errors import HorovodInternalError, MismatchError
 from scaledl.horovod.process_sets import SetContext
 from scaledl.horovod.reduce_ops import ReduceOperation
@@ -165,14 +165,12 @@ class Pending:
         connection is a bare ``KeyboardInterrupt``, as in any script, not one printed under
         Gloo's "Connection closed by peer".  A lost or late peer is named as such, without the
         backend's error chained; any other backend error stays chained as the cause."""
-        context, failure = self._context, classify(error)
-        why = failure.reason or "a rank died, timed out or issued fewer collectives"
-        raised = HorovodInternalError(
-            f"{self._request.kind.value} on rank {context.ranks[context.rank]}: the ranks of "
-            f"process set {list(context.ranks)} did not all reach it ({why}): {failure.line}")
-        if failure.reason is None:
-            raise raised from error
-        raise raised from None
+        context, kind = self._context, self._request.kind.value
+        raise_in_words(error, lambda failure: HorovodInternalError(
+            f"{kind} on rank {context.ranks[context.rank]}: the ranks of process set "
+            f"{list(context.ranks)} did not all reach it ("
+            f"{failure.reason or 'a rank died, timed out or issued fewer collectives'}): "
+            f"{failure.line}"))
 
     def _gather(self) -> Agreement:
         """Every member's row (the backend's error when a member is missing)."""
