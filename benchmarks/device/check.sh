@@ -62,12 +62,13 @@ for n in 2 3; do mpirun.openmpi --allow-run-as-root --report-bindings -np $n pyt
 echo "rc $? for $n ranks"; done'
 }
 tests() {  # the suite on the machine's own torch (another release than CI's) beside a GPU
-  # the suite's own dependencies the machine lacks (sybil) come as wheels in .whl, carried:
+  # the suite's own dependencies the machine lacks (sybil, pure Python) come as wheels in .whl,
+  # carried, and are imported from the wheels themselves:
   # python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl sybil
-  if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
-      export PYTHONPATH=/tmp/site:$PYTHONPATH
-  fi
+  local wheels; wheels=$(ls .whl/*.whl 2>/dev/null | paste -sd: -)
+  [ -n "$wheels" ] && export PYTHONPATH=$wheels:$PYTHONPATH
+  python3 -c "import sybil" > "$work/tests-deps.txt" 2>&1 ||
+    echo "== tests: sybil is missing; carry .whl (see check.sh)" | tee -a "$work/tests-deps.txt"
   # -v: every failure is named as it happens, so a run the deadline stops still says which;
   # TESTS names a part of the suite (default: all of it)
   # SCALEDL_FAILURE_LOG: each failure's traceback as it happens (tests/conftest.py), which a

@@ -129,7 +129,8 @@ def raise_in_words(
     ``words`` builds it from :func:`classify`'s reading.  For a lost or late peer it is raised
     without the backend's error chained: the caller's words say all there is, and Gloo's
     socket text would only bury them.  For any other failure it is raised with ``error`` as
-    its cause, and when ``words`` returns None, ``error`` itself is raised."""
+    its cause.  When ``words`` returns None (a caller with nothing to add), ``error`` itself
+    is raised, whatever its kind."""
     failure = classify(error)
     raised = words(failure)
     if raised is None:

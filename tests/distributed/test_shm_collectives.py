@@ -137,8 +137,10 @@ def test_two_groups_at_once_and_back_to_back_with_other_algorithms() -> None:
 
 def _large_default_window(rank: int, p: int) -> bool:
     scaledl.init()
-    numel = 3 * (4 << 20) // 4 + 12_345  # three 4 MiB windows and some
+    numel = 3 * (4 << 20) // 4 + 12_345  # allreduce: six 2 MiB pieces and a small last one
+    one_split_piece = (3 << 19) // 4 + 7  # 1.5 MiB: above the one-piece limit, below a piece
     return _one("allreduce", rank, p, numel, torch.float32, "sum") and _one(
+        "allreduce", rank, p, one_split_piece, torch.float32, "sum") and _one(
         "reduce_scatter", rank, p, numel // 8, torch.float32, "max")
 
 

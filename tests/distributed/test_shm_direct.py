@@ -25,10 +25,13 @@ pytestmark = pytest.mark.distributed
 DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64, torch.float16, torch.bfloat16)
 OPS = ("sum", "avg", "min", "max")
 NUMELS = (1, 1000)
-LIMITS = (32_768, 32_769, 100_003)
-"""Exactly 128 KiB of float32 (the one-piece limit: a window here), just over it (the windowed
-protocol: a piece split into parts, then a last element summed whole), and a prime that streams
-through several 128 KiB windows."""
+WINDOW = 128 << 10
+"""The windows of these tests (``SCALEDL_SHM_WINDOW_MB=0.125``): the one-piece limit here."""
+LIMIT_BYTES = (WINDOW, WINDOW + 1, 400_012)
+"""Exactly the one-piece limit, just over it (the windowed protocol: a piece split into parts,
+then a last element summed whole) and about three windows' worth that streams through them;
+in elements of each dtype that runs them (float32 on NumPy, bfloat16 on torch: the two copies
+of the rule meet at the same edge)."""
 
 
 def _data(rank: int, numel: int, dtype: torch.dtype, salt: int) -> torch.Tensor:
@@ -62,7 +65,9 @@ def _direct_cases(rank: int, p: int) -> dict[str, object]:
     salt = 0
     for dtype in DTYPES:
         for op in OPS:
-            for numel in NUMELS + (LIMITS if dtype in (torch.float32, torch.bfloat16) else ()):
+            size = torch.empty(0, dtype=dtype).element_size()
+            limits = tuple(-(-nbytes // size) for nbytes in LIMIT_BYTES)
+            for numel in NUMELS + (limits if dtype in (torch.float32, torch.bfloat16) else ()):
                 before = whole[0]
                 for _ in range(2):
                     salt += 1

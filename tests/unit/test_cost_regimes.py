@@ -47,6 +47,20 @@ def test_bytes_beyond_the_cache_move_at_memory_speed() -> None:
     assert stage_time(_stage(Collective.BROADCAST, 2, 64 * MIB), 4, TRUTH) == pytest.approx(want)
 
 
+def test_a_streamed_allreduce_prices_its_small_last_piece_as_summed_whole() -> None:
+    """Two 2 MiB pieces split into parts, then a last 1 MiB summed whole by every rank (two
+    waits, one copy, every peer's bytes added), as shm_ops runs them; a last piece larger than
+    half a piece is split like the others."""
+    members, gamma = 4, TRUTH.gamma
+    small_tail = shm_terms(_stage(Collective.ALLREDUCE, members, 5 * MIB), 4, TRUTH)
+    assert small_tail.waits == 3 * 2 + 2
+    assert small_tail.cached_bytes + small_tail.memory_bytes == pytest.approx(2 * 4 * MIB + MIB)
+    assert small_tail.adds == pytest.approx((3 / 4 * 4 * MIB + 3 * MIB) * gamma)
+    large_tail = shm_terms(_stage(Collective.ALLREDUCE, members, 5 * MIB + MIB // 2), 4, TRUTH)
+    assert large_tail.waits == 3 * 3
+    assert large_tail.cached_bytes + large_tail.memory_bytes == pytest.approx(2 * 5.5 * MIB)
+
+
 def test_ranks_beyond_the_cores_pay_the_timeshared_wait_and_stretch_their_work() -> None:
     model = replace(TRUTH, host_cores=2)
     own = shm_terms(_stage(Collective.ALLREDUCE, 2, 4096), 4, model)

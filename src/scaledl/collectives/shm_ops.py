@@ -3,8 +3,9 @@
 Every function acts in place on a slice of the flat working buffer, among ``members`` (local
 indices of the host's ranks, in block order), with the same meaning as a schedule's stage
 (:class:`~scaledl.collectives.schedule.Stage`).  A slice larger than a window streams through
-it in pieces; the two windows of each rank alternate, so a rank copies its next piece in while
-its peers still read the previous one.
+it in pieces (an allreduce larger than :func:`direct_limit`, in pieces of
+:func:`stream_piece`); the two windows of each rank alternate, so a rank copies its next piece
+in while its peers still read the previous one.
 
 Data moves with NumPy (``numpy.copyto``, ``numpy.add`` and friends), which runs on the calling
 thread only: with torch's default intra-op threads a copy or a sum of a large tensor spreads
@@ -49,8 +50,9 @@ caches (benchmarks/paths/raw/mid-size-2026-11-28.txt)."""
 
 STREAM_BYTES = 2 << 20
 """An allreduce larger than :func:`direct_limit` streams through the windows in pieces of this
-size, or of a window when windows are smaller (the default window, 4 MiB, holds two).
-``benchmarks/peers/stream_piece.py`` on a quiet machine, 2 ranks, 2026-11-28 16:40 UTC
+size, or of a window when windows are smaller (with the default 4 MiB windows a piece fills
+half of each window in turn).  ``benchmarks/peers/stream_piece.py`` on a quiet machine, 2 ranks,
+2026-11-28 16:00-16:17 UTC
 (benchmarks/peers/raw-stream-2026-11-28-pm/): pieces of 2 MiB took 0.65-0.90x the time of 4 MiB
 ones from 4 to 256 MiB in two runs, with one thread per rank and with two (3 MiB: 0.86-0.88x;
 at 2 MiB, where both run the same single piece, 1.11-1.16x: the runs' resolution), 1 MiB
@@ -58,9 +60,11 @@ pieces 0.61-0.86x;
 ``piece_size.py`` in the same hour, windows of 2 MiB against 4 MiB: 0.70-1.02x from 4 to 256
 MiB (1 MiB windows 0.74-1.14x).  On 4 ranks sharing 2 cores one run to the next differs by up
 to 2x, and no piece size won throughout (2 MiB: 0.89-1.23x).  An earlier quiet run had found
-no gain on 2 ranks (0.96-1.13x); the runs since agree on one.  Why is not measured: on 2 ranks
-a 2 MiB piece and its copies in both ranks' buffers and windows take 8 MiB of the 32 MiB L3, a
-4 MiB one 16 MiB."""
+no gain on 2 ranks (0.96-1.13x); the three runs since all found one, and the peer sweep after
+the change (benchmarks/peers/raw-stream2m-2026-11-28/) moved scaledl against Open MPI on 2
+ranks from 0.86-0.93x to 1.05-1.21x at 4 MiB and from 2.16-2.32x to 3.13-3.36x at 256 MiB.
+Why is not measured: on 2 ranks a 2 MiB piece and its copies in both ranks' buffers and windows
+take 8 MiB of the 32 MiB L3, a 4 MiB one 16 MiB."""
 
 
 def stream_piece(window: int) -> int:
@@ -76,9 +80,10 @@ def direct_limit(window: int) -> int:
 
 def tail_limit(piece_bytes: int) -> int:
     """The largest last piece of a streamed allreduce (pieces of ``piece_bytes``) that is summed
-    whole: :data:`DIRECT_BYTES`, or a quarter piece when pieces are small, so that a message a
-    little larger than a piece still splits its first piece."""
-    return min(DIRECT_BYTES, piece_bytes // 4)
+    whole, as a message of its size would be: half a piece (1 MiB of the default 2 MiB pieces),
+    and never a whole piece, so that with windows smaller than :data:`DIRECT_BYTES` (as tests
+    make them) full pieces are still split into parts."""
+    return min(DIRECT_BYTES, piece_bytes // 2)
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
