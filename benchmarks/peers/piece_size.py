@@ -1,4 +1,4 @@
-"""Shared-memory allreduce at several window (piece) sizes, interleaved in one job.
+"""Shared-memory collectives at several window (piece) sizes, interleaved in one job.
 
 Run as ranks of one host, e.g.::
 
@@ -9,7 +9,9 @@ opens one group of every rank per window size (setting the variable before each)
 ``scaledl.allreduce(x, algorithm="shm", group=...)`` on each group in turn, round by round on
 the same tensor, so that other load on the machine hits every window size alike.  Rank 0
 prints, per message size, the median time per call for each window and its ratio to the
-default (4 MiB).  A piece streams through a window, so the window is the piece size: the
+default (4 MiB).  ``--collective`` times reduce_scatter, allgather or broadcast instead (the
+message size is the whole buffer: the reduce_scatter input, the allgather output).  A piece
+streams through a window, so the window bounds the piece size: the
 question is whether pieces small enough to stay in L2 (1 MiB per core here) between the copy in,
 the reduction and the copy out beat the fewer waits of large ones.
 """
@@ -20,6 +22,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -35,6 +38,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=0.1,
                         help="seconds per sample (back-to-back calls)")
+    parser.add_argument("--collective", default="allreduce",
+                        choices=("allreduce", "reduce_scatter", "allgather", "broadcast"))
     args = parser.parse_args()
     scaledl.init(backend="gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -46,15 +51,17 @@ def main() -> None:
         scaledl.allreduce(torch.ones(1), algorithm="shm", group=group)  # opens its windows
         groups.append(group)
     if rank == 0:
-        print(f"allreduce float32 on {world_size} ranks, medians of {args.rounds} interleaved "
+        print(f"{args.collective} float32 on {world_size} ranks, medians of {args.rounds} "
+              "interleaved "
               f"samples; window MiB: {', '.join(map(str, windows))}")
     for mib in (float(s) for s in args.sizes.split(",")):
-        x = torch.ones(int(mib * (1 << 20)) // 4)
+        x = torch.ones(int(mib * (1 << 20)) // 4 // world_size * world_size)
+        call = _call(args.collective, x, world_size)
         times: list[list[float]] = [[] for _ in windows]
         calls = []
         for group in groups:  # warm up, and how many calls fill a sample
             start = time.perf_counter()
-            scaledl.allreduce(x, algorithm="shm", group=group)
+            call(group)
             calls.append(time.perf_counter() - start)
         count = torch.tensor([max(1, int(args.seconds / max(min(calls), 1e-6)))])
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
@@ -64,7 +71,7 @@ def main() -> None:
                 dist.barrier()
                 start = time.perf_counter()
                 for _ in range(int(count)):
-                    scaledl.allreduce(x, algorithm="shm", group=group)
+                    call(group)
                 times[index].append((time.perf_counter() - start) / int(count))
         slowest = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
@@ -74,6 +81,18 @@ def main() -> None:
                      for w, m in zip(windows, medians)]
             print(f"  {mib:g} MiB: " + "   ".join(cells))
     scaledl.shutdown()
+
+
+def _call(collective: str, x: torch.Tensor, world_size: int) -> Callable[[object], None]:
+    """One call of ``collective`` on the buffer ``x`` (its whole size), for a given group."""
+    shard = x[:x.numel() // world_size].clone()
+    if collective == "reduce_scatter":
+        return lambda group: scaledl.reduce_scatter(shard, x, algorithm="shm", group=group)
+    if collective == "allgather":
+        return lambda group: scaledl.allgather(x, shard, algorithm="shm", group=group)
+    if collective == "broadcast":
+        return lambda group: scaledl.broadcast(x, algorithm="shm", group=group)
+    return lambda group: scaledl.allreduce(x, algorithm="shm", group=group)
 
 
 if __name__ == "__main__":
