@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -59,6 +61,24 @@ def test_mpi_outside_mpiexec_and_deepspeed_across_hosts_say_why(
     assert opened == []
     assert "not launched by mpirun/mpiexec; run e.g. mpiexec -n 2" in skipped[0]
     assert "needs every rank on one host" in skipped[1]
+
+
+def test_deepspeed_segment_is_the_file_deepspeeds_op_creates(tmp_path: Path) -> None:
+    """DeepSpeed's CPU op names its shared memory ``deepspeed_allreduce_buffer`` + ``_<uid>_
+    <MASTER_ADDR>_<MASTER_PORT>`` + ``_<rank>`` and never unlinks it; the bench removes its
+    own rank's file by that name.  Where DeepSpeed is installed its source is read, so a
+    release that renames the file fails here, not silently in /dev/shm."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}
+    segment = peers.deepspeed_segment(1, env, tmp_path)
+    assert segment == tmp_path / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_29512_1"
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or spec.origin is None:
+        return
+    source = Path(spec.origin).parent / "ops" / "csrc" / "cpu" / "comm" / "shm.cpp"
+    text = " ".join(source.read_text().split())
+    assert '#define SHM_BUFFER_NAME "deepspeed_allreduce_buffer"' in text
+    assert '"%s_%d_%s_%s", SHM_BUFFER_NAME, getuid(), addr_string, port_string);' in text
+    assert 'snprintf(shm_name, NAME_BUF_SIZE, "%s_%d", shm_name_prefix, rank);' in text
 
 
 def _report() -> BenchReport:

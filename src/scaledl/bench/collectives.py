@@ -456,6 +456,19 @@ def run_benchmark(
             echo(line)
         log.info("%s", line)
     run = BenchRun([], [], {peer.name: peer.label for peer in peers}, missing_peers)
+    try:
+        _measure(run, config, peers, topology, echo)
+        if peers:
+            dist.barrier()  # every rank is past its peers' last call before any closes them
+    finally:
+        for peer in peers:
+            peer.close()
+    return run
+
+
+def _measure(run: BenchRun, config: BenchConfig, peers: list[Peer], topology: Topology,
+             echo: Callable[[str], None] | None) -> None:
+    """Time every collective, size and contender of ``config`` into ``run``."""
     for collective, algorithms in config.algorithms.items():
         for nbytes in config.sizes:
             buffers = _Buffers(collective, nbytes, config.torch_dtype, topology.world_size)
@@ -479,7 +492,6 @@ def run_benchmark(
             if peers and collective is Collective.ALLREDUCE:
                 run.copies.append(measure_copies(buffers, topology.rank))
             del buffers, contenders
-    return run
 
 
 def _contenders(

@@ -15,6 +15,8 @@ the machine between two separate jobs.
 - ``gloo``: ``torch.distributed`` on a Gloo group of every rank.
 
 A peer that cannot run is skipped with one line saying how to get it (:func:`open_peers`).
+When the run ends every rank closes its peers (:meth:`Peer.close`): DeepSpeed's op never
+unlinks its shared-memory files, so scaledl removes this rank's one.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import importlib.util
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,7 +35,7 @@ import torch.distributed as dist
 
 from scaledl.collectives.schedule import Collective
 
-__all__ = ["PEERS", "Peer", "open_peers", "parse_peers", "INSTALL"]
+__all__ = ["PEERS", "Peer", "open_peers", "parse_peers", "deepspeed_segment", "INSTALL"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,8 @@ _MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 """Variables that Open MPI's and MPICH's launchers set in every process they start."""
 _MPI_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 _DEEPSPEED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SHM_DIR = Path("/dev/shm")
+"""Where POSIX shared memory objects live (``shm_open``'s names), DeepSpeed's among them."""
 
 Call = Callable[[], object]
 
@@ -60,9 +65,24 @@ class Peer:
     """The collective on ``(full, part)`` as a no-argument call, or None where the peer lacks
     it (the buffers' meaning is :class:`scaledl.bench.collectives` ``_Buffers``')."""
 
+    close: Callable[[], None] = field(default=lambda: None)
+    """Release what the library leaves behind; every rank calls it once, after the last call
+    of every rank (:mod:`scaledl.bench.collectives` puts a barrier before it)."""
+
     def call(self, collective: Collective, full: torch.Tensor, part: torch.Tensor) -> Call | None:
         """The collective on these buffers, or None when this peer does not offer it."""
         return self.make(collective, full, part)
+
+
+def deepspeed_segment(rank: int, environ: dict[str, str] | None = None,
+                      directory: Path = SHM_DIR) -> Path:
+    """The shared-memory file DeepSpeed's CPU op creates for ``rank`` of this job and never
+    unlinks: ``deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>``, the
+    name its ``shm_initialize`` builds (DeepSpeed 0.19, ``csrc/cpu/comm/shm.cpp``)."""
+    env = os.environ if environ is None else environ
+    name = (f"deepspeed_allreduce_buffer_{os.getuid()}_{env.get('MASTER_ADDR', '')}_"
+            f"{env.get('MASTER_PORT', '')}_{rank}")
+    return directory / name
 
 
 def parse_peers(spec: str | None) -> tuple[str, ...]:
@@ -166,7 +186,9 @@ def _open_deepspeed() -> Peer:
             return None
         return lambda: ds_comm.inference_all_reduce(full)
 
-    return Peer("deepspeed", label, make)
+    # Named now, from the variables DeepSpeed read when it joined the ranks.
+    segment = deepspeed_segment(dist.get_rank())
+    return Peer("deepspeed", label, make, close=lambda: segment.unlink(missing_ok=True))
 
 
 def _open_gloo() -> Peer:
