@@ -27,7 +27,9 @@ from scaledl.sim.reproduce import (
 from scaledl.sim.trust import load_errors, published_errors, trait_table
 from tests.unit import sim_golden
 
-pytestmark = pytest.mark.timeout(600)  # the fixtures predict every case twice: ~90 s of CPU
+# The fixtures predict every case twice, ~70-90 s of CPU; one xdist worker runs the whole file
+# (pyproject's --dist loadfile), so the other never repeats that work.
+pytestmark = pytest.mark.timeout(600)
 
 CASES = published_cases()
 FAMILIES = published_families()
