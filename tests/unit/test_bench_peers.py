@@ -79,6 +79,9 @@ def test_deepspeed_segment_is_the_file_deepspeeds_op_creates(tmp_path: Path) -> 
     assert '#define SHM_BUFFER_NAME "deepspeed_allreduce_buffer"' in text
     assert '"%s_%d_%s_%s", SHM_BUFFER_NAME, getuid(), addr_string, port_string);' in text
     assert 'snprintf(shm_name, NAME_BUF_SIZE, "%s_%d", shm_name_prefix, rank);' in text
+    interface = " ".join((source.parent / "shm_interface.cpp").read_text().split())
+    assert 'auto addr_string = std::getenv("MASTER_ADDR");' in interface
+    assert 'auto port_string = std::getenv("MASTER_PORT");' in interface
 
 
 def _report() -> BenchReport:

@@ -451,15 +451,15 @@ def run_benchmark(
     if config.chunk_bytes is not None:
         comm.chunk_bytes = config.chunk_bytes
     peers, missing_peers = open_peers(config.peers, comm.fabric.one_host)
-    for line in missing_peers:
-        if echo is not None:
-            echo(line)
-        log.info("%s", line)
-    run = BenchRun([], [], {peer.name: peer.label for peer in peers}, missing_peers)
     try:
-        _measure(run, config, peers, topology, echo)
         if peers:
-            dist.barrier()  # every rank is past its peers' last call before any closes them
+            dist.barrier()  # every rank has opened every peer before any rank may close one
+        for line in missing_peers:
+            if echo is not None:
+                echo(line)
+            log.info("%s", line)
+        run = BenchRun([], [], {peer.name: peer.label for peer in peers}, missing_peers)
+        _measure(run, config, peers, topology, echo)
     finally:
         for peer in peers:
             peer.close()

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from scaledl.collectives.schedule import Collective
+from scaledl.launchers import read_launch_env
 
 __all__ = ["PEERS", "Peer", "open_peers", "parse_peers", "deepspeed_segment", "INSTALL"]
 
@@ -66,8 +67,9 @@ class Peer:
     it (the buffers' meaning is :class:`scaledl.bench.collectives` ``_Buffers``')."""
 
     close: Callable[[], None] = field(default=lambda: None)
-    """Release what the library leaves behind; every rank calls it once, after the last call
-    of every rank (:mod:`scaledl.bench.collectives` puts a barrier before it)."""
+    """Release what the library leaves behind; every rank calls it once, when its run ends or
+    fails, and only after every rank has opened every peer (:mod:`scaledl.bench.collectives`
+    puts a barrier there: DeepSpeed's op waits without end for a peer's file that is gone)."""
 
     def call(self, collective: Collective, full: torch.Tensor, part: torch.Tensor) -> Call | None:
         """The collective on these buffers, or None when this peer does not offer it."""
@@ -104,12 +106,17 @@ def open_peers(names: tuple[str, ...], one_host: bool) -> tuple[list[Peer], list
     """
     peers: list[Peer] = []
     skipped: list[str] = []
-    for name in names:
-        reason = _missing(name, one_host)
-        if reason is not None:
-            skipped.append(f"peer {name} skipped: {reason}")
-            continue
-        peers.append(_OPENERS[name]())
+    try:
+        for name in names:
+            reason = _missing(name, one_host)
+            if reason is not None:
+                skipped.append(f"peer {name} skipped: {reason}")
+                continue
+            peers.append(_OPENERS[name]())
+    except BaseException:
+        for peer in peers:  # what the peers opened so far would outlive the failed run
+            peer.close()
+        raise
     return peers, skipped
 
 
@@ -171,6 +178,12 @@ def _open_deepspeed() -> Peer:
     # runs on the CPU accelerator only when asked (else it looks for CUDA first).
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ["LOCAL_SIZE"] = str(dist.get_world_size())
+    # Its op names its shared memory after MASTER_ADDR and MASTER_PORT, which mpiexec does not
+    # set: without them every job of a user would share one name (deepspeed_segment).  The
+    # rendezvous port is this job's alone while it runs.
+    launch = read_launch_env()
+    os.environ.setdefault("MASTER_ADDR", launch.master_addr or "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(launch.master_port))
     # Imported by name: DeepSpeed ships no type information, and is optional.
     deepspeed = importlib.import_module("deepspeed")
     ds_comm = importlib.import_module("deepspeed.comm")
@@ -186,8 +199,11 @@ def _open_deepspeed() -> Peer:
             return None
         return lambda: ds_comm.inference_all_reduce(full)
 
-    # Named now, from the variables DeepSpeed read when it joined the ranks.
+    # Named now, from the variables DeepSpeed read when it joined the ranks; only a file its op
+    # made (the torch fallback makes none).
     segment = deepspeed_segment(dist.get_rank())
+    if not (ds_op and segment.exists()):
+        return Peer("deepspeed", label, make)
     return Peer("deepspeed", label, make, close=lambda: segment.unlink(missing_ok=True))
 
 
