@@ -31,7 +31,7 @@ from dataclasses import dataclass
 __all__ = [
     "LaunchEnv", "read_launch_env", "first_slurm_host", "detect_launcher", "in_srun_step",
     "host_name", "DEFAULT_PORT", "HOSTNAME_ENV", "LOOPBACK", "RANK_VARIABLES", "launcher_rank",
-    "LAUNCH_VARIABLES",
+    "LAUNCH_VARIABLES", "LAUNCH_ID_ENV",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,10 @@ DEFAULT_PORT = 29500
 HOSTNAME_ENV = "SCALEDL_HOSTNAME"
 """Host name used for topology discovery instead of the machine's (``scaledl cluster`` sets it:
 its emulated hosts are network namespaces that all share the machine's real host name)."""
+
+LAUNCH_ID_ENV = "SCALEDL_LAUNCH_ID"
+"""Identity of one ``scaledl`` launch, the same for every worker and every restart (set by
+scaledl's own launchers, read by :func:`scaledl.train.restarts.job_id`)."""
 
 LOOPBACK = "127.0.0.1"
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000

@@ -12,7 +12,8 @@ import torch
 from scaledl.train.checkpoint import checkpoint_path, write_checkpoint
 from scaledl.train.config import build_config
 from scaledl.train.metrics import MetricsWriter
-from scaledl.train.restarts import LAUNCH_ID_ENV, job_id, restart_record, restart_totals
+from scaledl.launchers import LAUNCH_ID_ENV
+from scaledl.train.restarts import job_id, restart_record, restart_totals
 from scaledl.train.resume import JOB_KEY, find_resume
 from scaledl.train.sample_log import SampleLog, effective_samples
 

@@ -42,7 +42,7 @@ from scaledl.launch.policy import (
 )
 from scaledl.faults import RELAUNCH_ENV
 from scaledl.processes import signals_raise, stop_process_groups
-from scaledl.train.restarts import LAUNCH_ID_ENV
+from scaledl.launchers import LAUNCH_ID_ENV
 
 __all__ = ["launch_agents"]
 

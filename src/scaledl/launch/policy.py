@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaledl.processes import die_with_parent
-from scaledl.train.restarts import LAUNCH_ID_ENV
+from scaledl.launchers import LAUNCH_ID_ENV
 
 __all__ = [
     "FaultPolicy", "JobOutcome", "die_with_launcher", "launch_environment", "supported_options",

@@ -28,12 +28,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from scaledl.launchers import LAUNCH_ID_ENV
 from scaledl.train.metrics import read_metrics
 
-__all__ = ["LAUNCH_ID_ENV", "job_id", "restart_record", "restart_totals", "RESTART_KIND"]
+__all__ = ["job_id", "restart_record", "restart_totals", "RESTART_KIND"]
 
-LAUNCH_ID_ENV = "SCALEDL_LAUNCH_ID"
-"""Identity of one ``scaledl`` launch, the same for every worker and every restart."""
 RESTART_KIND = "restart"
 """``kind`` of a restart record in ``metrics.jsonl``."""
 
