@@ -34,7 +34,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from scaledl.collectives.shm_ops import direct_limit, stream_piece, tail_limit
+from scaledl.collectives.shm_ops import allreduce_pieces
 from scaledl.collectives.schedule import Action, Collective, Path as StagePath, Schedule, Stage
 from scaledl.topology import Topology, host_cores
 
@@ -271,18 +271,16 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> ShmTerms:
     """The waits, bytes copied (in and beyond the cache) and seconds of adds of a
     shared-memory stage on ``L`` members.
 
-    Per piece of at most one window (for allreduce, of
-    :func:`~scaledl.collectives.shm_ops.stream_piece`), allreduce and reduce wait three times
-    and copy the piece twice (in, out) and add ``(L-1)/L`` of it, but for an allreduce's last
-    piece of at most :func:`~scaledl.collectives.shm_ops.tail_limit`, which is summed whole
-    like a small message (below); reduce_scatter waits once, copies its share in and
-    adds it (a piece holds a window's worth of every member's part); allgather and broadcast
-    wait once and copy once (in on one side, out on the others).  An allreduce of at most
-    :func:`~scaledl.collectives.shm_ops.direct_limit` waits twice and every rank adds the
-    whole of every peer's piece; in 4- and 8-byte types (the direct path) it copies once, the
-    sum reading the windows straight into the buffer.  Of the bytes copied, the share
-    ``cache_bytes / (L x bytes)`` (at most all) moves at the cache's speed, the rest at main
-    memory's.
+    Per piece of at most one window, reduce waits three times, copies the piece twice (in,
+    out) and adds ``(L-1)/L`` of it; reduce_scatter waits once, copies its share in and adds
+    it (a piece holds a window's worth of every member's part); allgather and broadcast wait
+    once and copy once (in on one side, out on the others).  An allreduce runs the pieces of
+    :func:`~scaledl.collectives.shm_ops.allreduce_pieces`: a split piece costs what reduce's
+    does; what is summed whole (a small message, or a streamed one's small last piece) waits
+    twice and every rank adds the whole of every peer's piece, and in 4- and 8-byte types
+    (the NumPy path) it copies once, the sum reading the windows straight into the buffer.
+    Of the bytes copied, the share ``cache_bytes / (L x bytes)`` (at most all) moves at the
+    cache's speed, the rest at main memory's.
     """
     nbytes = stage.numel * itemsize
     members = len(stage.members)
@@ -290,17 +288,12 @@ def shm_terms(stage: Stage, itemsize: int, model: CostModel) -> ShmTerms:
     window = model.shm_window
     if collective is Collective.REDUCE_SCATTER:
         window = max(1, window // members) * members
-    elif collective is Collective.ALLREDUCE:
-        window = stream_piece(window)
     pieces = math.ceil(nbytes / window)
     adds = (members - 1) / members * nbytes * model.gamma
-    if collective is Collective.ALLREDUCE and nbytes <= direct_limit(model.shm_window):
-        waits, copied = 2, nbytes if itemsize >= 4 else 2 * nbytes
-        adds = (members - 1) * nbytes * model.gamma
-    elif collective is Collective.ALLREDUCE:  # split pieces, and a last one summed whole
-        split_pieces, tail = divmod(nbytes, window)
-        if tail > tail_limit(window):
-            split_pieces, tail = split_pieces + 1, 0
+    if collective is Collective.ALLREDUCE:  # split pieces, then what is summed whole
+        step, split_end = allreduce_pieces(stage.numel, itemsize, window)
+        split_pieces = math.ceil(split_end / step)
+        tail = (stage.numel - split_end) * itemsize
         waits = 3 * split_pieces + (2 if tail else 0)
         copied = 2 * (nbytes - tail) + (tail if itemsize >= 4 else 2 * tail)
         adds = ((members - 1) / members * (nbytes - tail) + (members - 1) * tail) * model.gamma

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -35,7 +35,8 @@ from scaledl.transport.shm import ARRIVED, REDUCED, RELEASED, ShmGroup, SmallPie
 __all__ = [
     "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "arrive", "reduce_part",
     "collect", "copy", "combine", "allreduce_direct", "fold_piece", "split_piece", "DIRECT_BYTES",
-    "direct_limit", "tail_limit", "STREAM_BYTES", "stream_piece",
+    "direct_limit", "tail_limit", "STREAM_BYTES", "stream_piece", "AllreducePieces",
+    "allreduce_pieces",
     "NUMPY_DTYPES", "UFUNCS",
 ]
 
@@ -84,6 +85,32 @@ def tail_limit(piece_bytes: int) -> int:
     and never a whole piece, so that with windows smaller than :data:`DIRECT_BYTES` (as tests
     make them) full pieces are still split into parts."""
     return min(DIRECT_BYTES, piece_bytes // 2)
+
+
+class AllreducePieces(NamedTuple):
+    """How an allreduce of a message goes through the windows, in elements: pieces of ``step``
+    over ``[0, split)``, each split into one part per member (reduced by its owner, then
+    copied out by all), and ``[split, numel)`` as one piece summed whole by every rank (empty
+    when ``split`` is the whole message).  :func:`allreduce_pieces` is the one rule; the
+    protocol runs it and the cost model prices it."""
+
+    step: int
+    split: int
+
+
+def allreduce_pieces(numel: int, itemsize: int, window: int) -> AllreducePieces:
+    """The pieces of an allreduce of ``numel`` elements of ``itemsize`` bytes through windows
+    of ``window`` bytes: the whole message summed whole up to :func:`direct_limit`; beyond
+    it, pieces of :func:`stream_piece` split into parts, but for a last piece of at most
+    :func:`tail_limit`, which is summed whole as a message of its size would be."""
+    if numel * itemsize <= direct_limit(window):
+        return AllreducePieces(max(1, numel), 0)
+    piece_bytes = stream_piece(window)
+    step = max(1, piece_bytes // itemsize)
+    last = numel - (numel - 1) // step * step  # the last piece's elements (1..step)
+    if last * itemsize <= tail_limit(piece_bytes):
+        return AllreducePieces(step, numel - last)
+    return AllreducePieces(step, numel)
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
@@ -140,17 +167,9 @@ def allreduce(
         return
     me = group.index
     position = members.index(me)
-    piece_bytes = stream_piece(group.window)
-    whole = (hi - lo) * buffer.element_size() <= direct_limit(group.window)
-    for a, b in _pieces(lo, hi, max(1, piece_bytes // buffer.element_size())):
+    step, split_end = allreduce_pieces(hi - lo, buffer.element_size(), group.window)
+    for a, b in _pieces(lo, lo + split_end, step):
         piece = buffer[a:b]
-        if whole or (b - a) * buffer.element_size() <= tail_limit(piece_bytes):
-            counts, windows = arrive(group, members, piece)
-            copy(piece, windows[members[0]])
-            for peer in members[1:]:
-                combine(op, piece, windows[peer])
-            group.publish(RELEASED, counts)
-            continue
         parts = split(0, b - a, len(members))
         own_lo, own_hi = parts[position]
         counts, windows = arrive(group, members, piece, skip=(own_lo, own_hi))
@@ -162,6 +181,13 @@ def allreduce(
         group.publish(REDUCED, counts)
         collect(group, members, windows, counts, parts, piece)
         group.publish(RELEASED, counts)
+    if lo + split_end < hi:  # summed whole: the message, or its small last piece
+        piece = buffer[lo + split_end:hi]
+        counts, windows = arrive(group, members, piece)
+        copy(piece, windows[members[0]])
+        for peer in members[1:]:
+            combine(op, piece, windows[peer])
+        group.publish(RELEASED, counts)
 
 
 def _allreduce_array(
@@ -170,19 +196,13 @@ def _allreduce_array(
     """:func:`allreduce` of a NumPy view: NumPy views of the windows throughout, prepared once
     per piece size (:meth:`ShmGroup.small_piece`), no tensor made; the same protocol and the
     same order of the sums as the tensor version, which half precision takes."""
-    if data.nbytes <= direct_limit(group.window):
-        fold_piece(group, group.small_piece(members, data.dtype, data.size), data, ufunc)
-        return
-    piece_bytes = stream_piece(group.window)
-    limit = tail_limit(piece_bytes)  # a last piece this small is summed whole
-    step = max(1, piece_bytes // data.itemsize)
-    for start in range(0, data.size, step):
-        piece = data[start:start + step]
-        prepared = group.small_piece(members, piece.dtype, piece.size)
-        if piece.nbytes <= limit:
-            fold_piece(group, prepared, piece, ufunc)
-        else:
-            split_piece(group, prepared, piece, ufunc)
+    step, split_end = allreduce_pieces(data.size, data.itemsize, group.window)
+    for start in range(0, split_end, step):
+        piece = data[start:min(split_end, start + step)]
+        split_piece(group, group.small_piece(members, piece.dtype, piece.size), piece, ufunc)
+    if split_end < data.size:  # summed whole: the message, or its small last piece
+        piece = data[split_end:]
+        fold_piece(group, group.small_piece(members, piece.dtype, piece.size), piece, ufunc)
 
 
 def split_piece(group: ShmGroup, prepared: SmallPiece, data: np.ndarray, ufunc: np.ufunc) -> None:
