@@ -56,3 +56,11 @@ def announce(group: ShmGroup, members: Sequence[int], stage: Stage, dtype: torch
     root = group.local_index(stage.root) if stage.collective in _ROOTED else -1
     word = call_word(stage.collective, stage.hi - stage.lo, dtype, op, root)
     group.announce(members, word, lambda other: describe(other, group))
+    if stage.hi <= stage.lo:
+        # No data moves, so nothing in the stage waits for the peers: wait for their
+        # announcements instead.  Every call must wait for something each peer writes in it,
+        # or this rank could announce its next-but-one call over the slot a late peer has yet
+        # to check (docs/algorithms.md, the invariants table).
+        for peer in members:
+            if peer != group.index:
+                group.agreed(peer)
