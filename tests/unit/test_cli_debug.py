@@ -1,4 +1,5 @@
-"""SCALEDL_DEBUG means the same in the CLI as in the collectives: 0/false/off are off.
+"""The CLI's one-line errors: SCALEDL_DEBUG means the same in the CLI as in the collectives
+(0/false/off are off), and a misspelt subcommand names every subcommand.
 
 Before the fix the CLI treated any non-empty value (``0`` included) as on and printed a traceback
 instead of the one-line error.
@@ -25,3 +26,14 @@ def test_debug_on_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCALEDL_DEBUG", "1")
     with pytest.raises(ValueError, match="unknown model 'nope'"):  # needs no iproute2 or root
         main(["simulate", "--model", "nope"])
+
+
+def test_a_misspelt_subcommand_names_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    """A first word that is no subcommand gets the full parser (a subcommand gets only its
+    own, tests/unit/test_layering.py), so the error lists them all, in ``--help``'s order."""
+    from scaledl.cli.main import COMMANDS
+
+    assert main(["trian"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid choice: 'trian'" in err
+    assert "(choose from " + ", ".join(f"'{name}'" for name in COMMANDS) + ")" in err

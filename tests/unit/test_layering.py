@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from scaledl.cli.main import COMMANDS
 from tests.helpers_imports import modules_loaded_by
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "scaledl"
@@ -163,6 +164,25 @@ def test_the_cli_every_worker_imports_leaves_out_what_training_does_not_use() ->
     assert modules_loaded_by("import scaledl.cli.main", ("scipy", "sklearn", "matplotlib")) == []
 
 
+def test_a_subcommand_loads_no_other_subcommand() -> None:
+    """Every worker of ``scaledl train`` and every restart pays for what the CLI imports: the
+    other four subcommands (their parsers import the bench, the simulator and the cluster) are
+    a fifth of a second of each worker's start-up, so a subcommand imports only its own."""
+    statements = ("import contextlib, io\nfrom scaledl.cli.main import main\n"
+                  "with contextlib.redirect_stdout(io.StringIO()):\n"
+                  "    try:\n        main(['train', '--help'])\n"
+                  "    except SystemExit:\n        pass")
+    assert modules_loaded_by(statements, tuple(COMMANDS.values())) == ["scaledl.cli.train"]
+
+
+def test_an_elastic_agent_loads_no_training_code() -> None:
+    """``scaledl train`` starts one elastic agent per worker (scaledl.launch.agents); each
+    imports torch's agent, and only that."""
+    loaded = modules_loaded_by("import scaledl.launch.agent_main",
+                               ("scaledl.train", "scaledl.strategies", "scaledl.models"))
+    assert loaded == []
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(SRC.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -226,6 +246,7 @@ def test_no_modules_import_each_other() -> None:
     paths = {_module_name(p): p for p in SRC.rglob("*.py")}
     known = set(paths)
     edges = {name: _runtime_imports(path, known) - {name} for name, path in paths.items()}
+    edges["scaledl.cli.main"] |= set(COMMANDS.values())  # imported by name, on demand
     assert _cycles(edges) == []
 
 

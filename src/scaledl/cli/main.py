@@ -33,6 +33,9 @@ COMMANDS = {"train": "scaledl.cli.train", "run": "scaledl.cli.run",
 def commands(names: Sequence[str] | None = None) -> tuple[ModuleType, ...]:
     """The modules of the subcommands ``names`` (default: all), imported on first call: they
     load torch, which :func:`main` does inside its Ctrl-C handler."""
+    unknown = [name for name in names or () if name not in COMMANDS]
+    if unknown:
+        raise ValueError(f"no scaledl subcommand {unknown[0]!r}; choose from {', '.join(COMMANDS)}")
     return tuple(importlib.import_module(COMMANDS[name]) for name in names or COMMANDS)
 
 

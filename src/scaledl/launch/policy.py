@@ -17,7 +17,7 @@ from scaledl.launchers import LAUNCH_ID_ENV
 
 __all__ = [
     "FaultPolicy", "JobOutcome", "die_with_launcher", "launch_environment", "supported_options",
-    "check_nproc", "LAUNCH_ID_ENV", "INTERRUPTED", "SHUTDOWN_GRACE_S", "SHARED_STORE_ENV",
+    "check_nproc", "INTERRUPTED", "SHUTDOWN_GRACE_S", "SHARED_STORE_ENV",
 ]
 
 INTERRUPTED = 130

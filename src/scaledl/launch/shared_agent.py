@@ -12,8 +12,9 @@ import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 
+from scaledl.launchers import LAUNCH_ID_ENV
 from scaledl.launch.policy import (
-    INTERRUPTED, LAUNCH_ID_ENV, SHARED_STORE_ENV, SHUTDOWN_GRACE_S, JobOutcome, check_nproc,
+    INTERRUPTED, SHARED_STORE_ENV, SHUTDOWN_GRACE_S, JobOutcome, check_nproc,
     launch_environment, supported_options,
 )
 
