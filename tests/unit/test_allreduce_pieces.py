@@ -1,9 +1,12 @@
 """The one rule for how an allreduce goes through the shared-memory windows
 (:func:`scaledl.collectives.shm_ops.allreduce_pieces`), which the protocol runs and the cost
-model prices: its edges, and that its pieces cover every message exactly."""
+model prices: its edges, and that it runs, for every non-empty message, exactly the pieces the
+protocol ran before the rule was one function (an empty message plans no stage; an empty stage
+waits for the peers' announcements instead, tests/distributed/test_shm_empty_calls.py)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +20,6 @@ WINDOW = 4 * MIB  # the default window: 2 MiB pieces, 1 MiB summed whole
 
 def test_a_message_up_to_the_direct_limit_is_summed_whole() -> None:
     assert allreduce_pieces(MIB // 4, 4, WINDOW).split == 0
-    assert allreduce_pieces(0, 4, WINDOW).split == 0
 
 
 def test_one_element_past_the_direct_limit_streams_as_one_split_piece() -> None:
@@ -37,21 +39,46 @@ def test_half_precision_counts_bytes_not_elements() -> None:
     assert allreduce_pieces(MIB // 2 + 1, 2, WINDOW) == (MIB, MIB // 2 + 1)
 
 
+def _pieces_before(numel: int, itemsize: int, window: int) -> list[tuple[int, int, bool]]:
+    """The pieces as the tensor path computed them before the rule was one function (each
+    piece whole when the message fits :func:`direct_limit` or the piece fits
+    :func:`tail_limit`): the oracle the rule must match."""
+    piece_bytes = stream_piece(window)
+    whole = numel * itemsize <= direct_limit(window)
+    step = max(1, piece_bytes // itemsize)
+    return [(a, min(numel, a + step),
+             whole or (min(numel, a + step) - a) * itemsize <= tail_limit(piece_bytes))
+            for a in range(0, numel, step)]
+
+
+def _pieces_now(numel: int, itemsize: int, window: int) -> list[tuple[int, int, bool]]:
+    step, split_end = allreduce_pieces(numel, itemsize, window)
+    split_pieces = [(a, min(split_end, a + step), False) for a in range(0, split_end, step)]
+    return split_pieces + ([(split_end, numel, True)] if split_end < numel else [])
+
+
+WINDOWS = (4096, 128 << 10, 1 << 20, 4 << 20, 8 << 20)
+
+
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+@pytest.mark.parametrize("window", WINDOWS)
+def test_the_rule_runs_the_pieces_the_protocol_always_ran_at_every_edge(
+    itemsize: int, window: int
+) -> None:
+    piece = stream_piece(window)
+    edges = {direct_limit(window), piece, piece + tail_limit(piece), 2 * piece,
+             3 * piece + tail_limit(piece), 5 * piece}
+    for edge_bytes in edges:
+        for numel in (edge_bytes // itemsize - 1, edge_bytes // itemsize,
+                      edge_bytes // itemsize + 1):
+            assert _pieces_now(numel, itemsize, window) == _pieces_before(
+                numel, itemsize, window), (numel, itemsize, window)
+
+
 @settings(max_examples=300, deadline=None)
-@given(numel=st.integers(0, 3 << 20), itemsize=st.sampled_from([1, 2, 4, 8]),
-       window=st.sampled_from([64, 1000, 4096, 128 << 10, 1 << 20, 4 << 20, 8 << 20]))
-def test_the_pieces_cover_the_message_and_no_full_piece_is_summed_whole(
+@given(numel=st.integers(1, 3 << 20), itemsize=st.sampled_from([2, 4, 8]),
+       window=st.sampled_from(WINDOWS))
+def test_the_rule_matches_the_protocol_before_it_for_any_message(
     numel: int, itemsize: int, window: int
 ) -> None:
-    step, split_end = allreduce_pieces(numel, itemsize, window)
-    assert 0 <= split_end <= numel and step >= 1
-    whole_bytes = (numel - split_end) * itemsize
-    if split_end == 0:  # the message is summed whole: a small one, or a small last piece
-        assert whole_bytes <= max(direct_limit(window), tail_limit(stream_piece(window)))
-        return
-    assert step == max(1, stream_piece(window) // itemsize)
-    assert numel * itemsize > direct_limit(window)
-    assert whole_bytes <= tail_limit(stream_piece(window))
-    assert whole_bytes < step * itemsize or step == 1  # a full piece is always split
-    if split_end < numel:  # the whole-summed rest is exactly the last piece
-        assert split_end % step == 0
+    assert _pieces_now(numel, itemsize, window) == _pieces_before(numel, itemsize, window)

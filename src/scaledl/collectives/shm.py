@@ -8,9 +8,10 @@ default, ``SCALEDL_SHM_WINDOW_MB``; allreduce streams in pieces of at most 2 MiB
 
 1. every rank copies its piece into its own window and announces it (a large piece but for
    the rank's own part, which no peer reads);
-2. a message of at most 1 MiB and a window, or a streamed message's last piece of at most a
-   quarter piece (the direct path): every rank sums all
-   windows in rank order straight into its buffer, so every rank holds identical bits; larger
+2. a message of at most 1 MiB and a window, or a streamed message's last piece of at most half
+   a piece (summed whole; :func:`~scaledl.collectives.shm_ops.allreduce_pieces` decides):
+   every rank sums all windows in rank order straight into its buffer, so every rank holds
+   identical bits; larger
    pieces: rank ``k`` sums part ``k`` of its buffer and of every peer's window into its own
    window and announces it, then every rank copies the ``L`` reduced parts out;
 3. every rank announces that it has finished reading, which frees the windows for the piece
@@ -21,8 +22,9 @@ broadcast copies the root's window out; reduce leaves the reduced parts for the 
 
 Cost per rank for ``n`` bytes of allreduce: memory traffic of about ``3 n`` (copy in all but one
 part, sum one part from the buffer and ``L - 1`` windows, copy out) and three waits per piece
-(two, and one copy, on the direct path), against ``2 (L-1)/L n`` through
-the TCP stack for a ring (each byte copied into a socket and out again by the kernel).  Measured
+(two, and in 4- and 8-byte types one copy, for what is summed whole), against
+``2 (L-1)/L n`` through the TCP stack for a ring (each byte copied into a socket and out again
+by the kernel).  Measured
 on this project's 2-core machine in docs/benchmarks.md.
 
 Sources: the shared-memory collectives of MPI libraries (MVAPICH2's and Open MPI's ``sm``/``vader``
