@@ -72,6 +72,22 @@ def test_bench_collectives_two_ranks(tmp_path: Path) -> None:
     assert model.link(0).beta == pytest.approx(calibration["link"]["beta_s_per_byte"])
 
 
+@pytest.mark.distributed
+def test_bench_reduce_times_torch_beside_scaledl(tmp_path: Path) -> None:
+    """torch's reduce leaves partial sums in a non-root rank's buffer (Gloo does); only
+    scaledl promises to leave it unchanged, so the bench checks torch's root alone.  Before,
+    every ``--collectives reduce`` run stopped on torch's "wrong result"."""
+    out_json = tmp_path / "reduce.json"
+    result = _scaledl([
+        "bench", "collectives", "--ranks", "2", "--collectives", "reduce", "--min-bytes", "4K",
+        "--max-bytes", "4K", "--iters", "2", "--warmup", "1", "--json", str(out_json),
+    ], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out_json.read_text())["results"]
+    assert {row["algorithm"] for row in rows} == {"tree", "chain", "shm", "auto", "native",
+                                                  "torch"}
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--algorithms", "bogus"], "unknown algorithm 'bogus'; choose from: ring"),
     (["--ranks", "0"], "--ranks 0 must be at least 1"),
