@@ -458,6 +458,8 @@ def run_benchmark(
     try:
         if peers:
             dist.barrier()  # every rank has opened every peer before any rank may close one
+            for peer in peers:  # their files are mapped: a killed run then leaves none behind
+                peer.close()
         for line in missing_peers:
             if echo is not None:
                 echo(line)

@@ -15,8 +15,9 @@ the machine between two separate jobs.
 - ``gloo``: ``torch.distributed`` on a Gloo group of every rank.
 
 A peer that cannot run is skipped with one line saying how to get it (:func:`open_peers`).
-When the run ends every rank closes its peers (:meth:`Peer.close`): DeepSpeed's op never
-unlinks its shared-memory files, so scaledl removes this rank's one.
+Once every rank has opened every peer, each closes them (:meth:`Peer.close`): DeepSpeed's op
+never unlinks its shared-memory files, and by then every rank has mapped every file, so scaledl
+removes this rank's one at once; a run killed later leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ class Peer:
     it (the buffers' meaning is :class:`scaledl.bench.collectives` ``_Buffers``')."""
 
     close: Callable[[], None] = field(default=lambda: None)
-    """Release what the library leaves behind; every rank calls it once, when its run ends or
-    fails, and only after every rank has opened every peer (:mod:`scaledl.bench.collectives`
-    puts a barrier there: DeepSpeed's op waits without end for a peer's file that is gone)."""
+    """Remove the names the library leaves in the file system, keeping the peer usable.
+    Every rank calls it once every rank has opened every peer (:mod:`scaledl.bench.collectives`
+    puts a barrier there: DeepSpeed's op maps every rank's file while it opens, and waits
+    without end for one that is gone), and again when its run ends or fails: calling it twice
+    is harmless."""
 
     def call(self, collective: Collective, full: torch.Tensor, part: torch.Tensor) -> Call | None:
         """The collective on these buffers, or None when this peer does not offer it."""
