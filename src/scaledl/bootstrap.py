@@ -10,8 +10,10 @@ the :class:`Topology` seen from this rank.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Mapping
 from datetime import timedelta
@@ -32,7 +34,7 @@ __all__ = [
     "LaunchEnv", "read_launch_env", "init", "shutdown", "first_slurm_host", "topology_from_hosts",
     "BACKENDS", "HOST_BACKEND", "DEFAULT_PORT", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
     "HOSTNAME_ENV", "host_name",
-    "detect_launcher", "in_srun_step", "RendezvousError", "resolve_timeout",
+    "detect_launcher", "in_srun_step", "RendezvousError", "resolve_timeout", "owns_world",
 ]
 
 logger = logging.getLogger(__name__)
@@ -263,6 +265,7 @@ def init(
         resolved_backend = _backend(backend)
         requested = _requested_topology(topology, world_size, rank, env)
         _join(resolved_backend, launch, group_timeout, env)
+        _OWNED[:] = [dist.group.WORLD]
         timeout_text = f"{group_timeout.total_seconds():g}s"
     result, hosts = _agree_on_layout(requested, rank, world_size, local_world_size)
     record_job(JobLayout(result, hosts))
@@ -273,11 +276,51 @@ def init(
     return result
 
 
+_OWNED: list[object] = []
+"""The world group :func:`init` created, if it still stands (see :func:`owns_world`)."""
+
+
+def owns_world() -> bool:
+    """True while the world process group is the one :func:`init` created.  Such a group is
+    destroyed at exit when the script did not call :func:`shutdown` (an exit hook that runs
+    after scaledl's communicators close): a Gloo group left to the interpreter's teardown
+    aborted about one exit in four under mpiexec with "terminate called without an active
+    exception" (torch's behaviour; a group the user created is theirs to destroy)."""
+    return bool(_OWNED) and dist.is_initialized() and dist.group.WORLD is _OWNED[0]
+
+
+EXIT_DESTROY_S = 3.0
+"""How long the exit hook waits for the group it destroys.  A clean exit takes milliseconds; a
+script that leaves with work still in flight (it failed, say) would wait for the peers, up to
+the group's timeout, so after this the process exits as it would have without the hook."""
+
+
+def _shutdown_at_exit() -> None:
+    if not owns_world():
+        return
+
+    def destroy() -> None:
+        try:
+            shutdown()
+        except Exception as error:  # noqa: BLE001 - exiting anyway; say what was not closed
+            logger.debug("destroying the process group at exit: %s", error)
+
+    worker = threading.Thread(target=destroy, name="scaledl-exit", daemon=True)
+    worker.start()
+    worker.join(EXIT_DESTROY_S)
+
+
+# Registered when this module is first imported, before scaledl's communicators (which import
+# it) register theirs: exit hooks run last-registered first, so they close before the group goes.
+atexit.register(_shutdown_at_exit)
+
+
 def shutdown() -> None:
     """Destroy the world process group if there is one, and forget the job's layout.
 
     Cached communicators key on the group object, so a later :func:`init` gets fresh ones.
     """
     forget_job()
+    _OWNED.clear()
     if dist.is_initialized():
         dist.destroy_process_group()
