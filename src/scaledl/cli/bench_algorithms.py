@@ -14,7 +14,6 @@ method at its own tuned rate, mean and spread over seeds) in :mod:`scaledl.bench
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from scaledl.bench.methods import (
 )
 from scaledl.bench.methods_report import COLUMNS, table_row
 from scaledl.bench.methods_result import MethodResult
+from scaledl.cli.console import report_console
 from scaledl.cli.outputs import check_output_dir, check_output_file
 
 if TYPE_CHECKING:
@@ -159,15 +159,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
         check_output_dir(args.plot_dir, "--plot-dir")
 
 
-def _console() -> Any:
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(170, shutil.get_terminal_size().columns))
-    return console
-
-
 def run(args: argparse.Namespace) -> int:
     """Validate everything, run every method, then show and write the results.  SIGTERM and
     SIGHUP raise ``KeyboardInterrupt`` as Ctrl-C does, and on any of them (or any failure) the
@@ -210,7 +201,7 @@ def _run(args: argparse.Namespace, runs: Runs) -> int:
         raise ValueError("no method of the comparison is implemented in this build; "
                          "add a strategy module to scaledl.strategies (see its catalogue)")
     skipped = [name for name in METHODS if name not in available]
-    console = _console()
+    console = report_console(170)
     env = report.environment()
     say = console.print
     if skipped and args.methods is None:

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from scaledl.calibration.bench_file import (
 )
 from scaledl.bootstrap import read_launch_env
 from scaledl.launch.local import run_distributed, under_launcher
+from scaledl.cli.console import report_console
 from scaledl.cli.outputs import check_output_file, check_plot_file
 from scaledl.collectives.registry import ALGORITHMS, AUTO
 from scaledl.collectives.schedule import Collective
@@ -181,15 +181,6 @@ def run(args: argparse.Namespace) -> int:
     return run_distributed(ranks, args.argv, lambda: _worker(args, config))
 
 
-def _console() -> Any:
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(140, shutil.get_terminal_size().columns))
-    return console
-
-
 def _config_dict(args: argparse.Namespace, config: BenchConfig, chunk_bytes: int) -> dict[str, Any]:
     return {
         "command": ["scaledl", *args.argv],
@@ -215,7 +206,7 @@ def _worker(args: argparse.Namespace, config: BenchConfig) -> int:
                               topology=config.topology)
     try:
         rank, world_size = topology.rank, topology.world_size
-        console = _console() if rank == 0 else None
+        console = report_console(140) if rank == 0 else None
         echo = partial(console.print, markup=False, highlight=False) if console else None
         p2p = measure_p2p(config.p2p_bytes, rank, world_size)
         memcpy = measure_memcpy(config.p2p_bytes)

@@ -11,6 +11,7 @@ from typing import Any
 
 from scaledl.bench.train import TrainBenchConfig, default_input_shape
 from scaledl.launch.local import run_distributed
+from scaledl.cli.console import report_console
 from scaledl.cli.outputs import check_output_file, check_plot_file
 
 __all__ = ["add_parser", "run"]
@@ -105,7 +106,6 @@ def _worker(args: argparse.Namespace, config: TrainBenchConfig) -> int:
 
 
 def _print(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     config = result["config"]
@@ -123,7 +123,7 @@ def _print(result: dict[str, Any]) -> None:
             f"{100 * row['comm_share']:.0f} %" if "comm_share" in row else "-",
             f"{100 * row['hidden_fraction']:.0f} %" if "hidden_fraction" in row else "-",
         )
-    console = Console(width=120)
+    console = report_console(120)
     console.print(table)
     console.print(f"single worker: {result['single_worker_samples_per_s']:,.1f} samples/s; "
                   f"scaledl / DDP = {result['scaledl_over_ddp']:.2f}x")

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from rich import filesize
-from rich.console import Console
 from rich.table import Table
 
 from scaledl.backend_errors import first_line
 from scaledl.bootstrap import DEFAULT_TIMEOUT_S
 from scaledl.launch.local import run_distributed, under_launcher
 from scaledl.launch.policy import SHARED_STORE_ENV, FaultPolicy, die_with_launcher
+from scaledl.cli.console import report_console
 from scaledl.cli.outputs import check_output_dir
 from scaledl.faults import FAULT_ENV, check_fault_spec
 from scaledl.topology import TOPOLOGY_ENV
@@ -404,7 +404,7 @@ def _report(result: dict[str, Any], config: TrainConfig) -> None:
     rows.append(("run directory", str(out)))
     for name, value in rows:
         table.add_row(name, value)
-    Console().print(table)
+    report_console(80).print(table)
 
 
 def _staleness_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
