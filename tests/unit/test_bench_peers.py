@@ -112,6 +112,15 @@ def test_peer_rows_ratio_and_bound() -> None:
     assert reread[0]["bound_fraction"] == pytest.approx(2.0)
 
 
+def test_peer_rows_on_one_rank_have_no_bound() -> None:
+    """One rank moves nothing, so busbw and its bound are 0: the fraction is left out rather
+    than dividing by zero after the whole run was measured."""
+    measurements = [Measurement("allreduce", name, 4096, 1, (2e-6,) * 3, name, name == "gloo")
+                    for name in ("shm", "gloo")]
+    rows = peer_rows(measurements, [CopyBound(4096, 1, 1e-6, 1e-6)])
+    assert rows[0]["bound_fraction"] is None and rows[0]["vs"] == pytest.approx({"gloo": 1.0})
+
+
 def test_render_peers_prints_the_ratio_columns() -> None:
     out = io.StringIO()
     render_peers(_report(), Console(file=out, width=220))

@@ -248,6 +248,8 @@ def peer_rows(
             if not peers:
                 continue
             bound = bounds.get(nbytes) if collective == "allreduce" else None
+            if bound is not None and bound.allreduce_busbw_gbps <= 0:
+                bound = None  # one rank: an allreduce moves nothing, so there is no bound
             for m in (m for m in here if not m.peer):
                 rows.append({
                     "collective": collective, "nbytes": nbytes, "algorithm": m.algorithm,
