@@ -120,6 +120,13 @@ def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str,
                 world_size=launch.world_size, timeout=timeout, device_id=device,
             )
         except dist.DistError as error:
+            if "EADDRINUSE" in str(error) or "address already in use" in str(error).lower():
+                raise RendezvousError(
+                    f"rank {launch.rank} of {launch.world_size} ({launch.launcher}) could not "
+                    f"open the rendezvous at {address}: port {launch.master_port} is in use, "
+                    "likely by another job on this host; export MASTER_PORT=<a free port> (every "
+                    f"rank the same) and start again ({error})"
+                ) from error
             raise RendezvousError(
                 f"rank {launch.rank} of {launch.world_size} ({launch.launcher}) could not join "
                 f"the process group at {address} within {timeout.total_seconds():g} s; check that "

@@ -313,3 +313,21 @@ def test_the_group_init_made_is_destroyed_at_exit_and_a_users_group_is_left() ->
     theirs = ("dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
               "import scaledl\nscaledl.init()")
     assert _group_left_at_exit(theirs) == "left True"
+
+
+def test_a_rendezvous_port_in_use_is_named_with_the_fix() -> None:
+    """A second job on the host with the same MASTER_PORT: torch fails at once with EADDRINUSE,
+    which the message called a timeout ("within 300 s") and blamed on the address."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port)}
+        with pytest.raises(bootstrap.RendezvousError,
+                           match=rf"port {port} is in use, likely by another job on this host; "
+                                 r"export MASTER_PORT=<a free port>"):
+            bootstrap.init(environ=env, timeout=5)
+    assert not dist.is_initialized()
