@@ -76,16 +76,21 @@ def test_bench_collectives_two_ranks(tmp_path: Path) -> None:
 def test_bench_reduce_times_torch_beside_scaledl(tmp_path: Path) -> None:
     """torch's reduce leaves partial sums in a non-root rank's buffer (Gloo does); only
     scaledl promises to leave it unchanged, so the bench checks torch's root alone.  Before,
-    every ``--collectives reduce`` run stopped on torch's "wrong result"."""
+    every ``--collectives reduce`` run stopped on torch's "wrong result".  And a size that is
+    not a whole number of elements was rounded down without a word."""
     out_json = tmp_path / "reduce.json"
     result = _scaledl([
-        "bench", "collectives", "--ranks", "2", "--collectives", "reduce", "--min-bytes", "4K",
-        "--max-bytes", "4K", "--iters", "2", "--warmup", "1", "--json", str(out_json),
+        "bench", "collectives", "--ranks", "2", "--collectives", "reduce", "--min-bytes",
+        "4098", "--max-bytes", "4098", "--iters", "2", "--warmup", "1", "--json", str(out_json),
     ], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(out_json.read_text())["results"]
     assert {row["algorithm"] for row in rows} == {"tree", "chain", "shm", "auto", "native",
                                                   "torch"}
+    # a size that is no whole number of elements is timed one element short, and said so
+    assert {row["nbytes"] for row in rows} == {4096}
+    assert "reduce of 4098 bytes is not a whole number of float32 elements: timing 4096" \
+        in result.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [

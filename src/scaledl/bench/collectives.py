@@ -460,10 +460,11 @@ def run_benchmark(
             dist.barrier()  # every rank has opened every peer before any rank may close one
             for peer in peers:  # their files are mapped: a killed run then leaves none behind
                 peer.close()
-        for line in missing_peers:
+        for line in missing_peers:  # once: on rank 0's console, else in the log
             if echo is not None:
                 echo(line)
-            log.info("%s", line)
+            else:
+                log.info("%s", line)
         run = BenchRun([], [], {peer.name: peer.label for peer in peers}, missing_peers)
         _measure(run, config, peers, topology, echo)
     finally:
@@ -482,6 +483,10 @@ def _measure(run: BenchRun, config: BenchConfig, peers: list[Peer], topology: To
                 log.warning("skipping %s at %s: fewer elements than ranks", collective.value,
                             format_bytes(nbytes))
                 continue
+            if buffers.nbytes != nbytes:  # said, so that a size asked for is never swapped silently
+                log.warning("%s of %d bytes is not a whole number of %s elements%s: timing %d "
+                            "bytes", collective.value, nbytes, config.dtype,
+                            "" if buffers.part.numel() == 0 else " per rank", buffers.nbytes)
             if config.explain and echo is not None:
                 echo(_explain(collective, buffers, topology))
             contenders = _contenders(buffers, algorithms, peers, topology, config)
