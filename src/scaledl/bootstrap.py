@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -125,7 +126,8 @@ def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str,
                     f"rank {launch.rank} of {launch.world_size} ({launch.launcher}) could not "
                     f"open the rendezvous at {address}: port {launch.master_port} is in use, "
                     "likely by another job on this host; export MASTER_PORT=<a free port> (every "
-                    f"rank the same) and start again ({error})"
+                    "rank the same; mpirun: -x MASTER_PORT) and start again "
+                    f"({error})"
                 ) from error
             raise RendezvousError(
                 f"rank {launch.rank} of {launch.world_size} ({launch.launcher}) could not join "
@@ -272,7 +274,8 @@ def init(
         resolved_backend = _backend(backend)
         requested = _requested_topology(topology, world_size, rank, env)
         _join(resolved_backend, launch, group_timeout, env)
-        _OWNED[:] = [dist.group.WORLD]
+        world = dist.group.WORLD
+        _OWNED[:] = [(os.getpid(), weakref.ref(world))] if world is not None else []
         timeout_text = f"{group_timeout.total_seconds():g}s"
     result, hosts = _agree_on_layout(requested, rank, world_size, local_world_size)
     record_job(JobLayout(result, hosts))
@@ -283,8 +286,9 @@ def init(
     return result
 
 
-_OWNED: list[object] = []
-"""The world group :func:`init` created, if it still stands (see :func:`owns_world`)."""
+_OWNED: list[tuple[int, weakref.ref[dist.ProcessGroup]]] = []
+"""The process and the world group :func:`init` created there (weakly: a script that destroys
+the group itself frees it at once), see :func:`owns_world`."""
 
 
 def owns_world() -> bool:
@@ -293,13 +297,17 @@ def owns_world() -> bool:
     after scaledl's communicators close): a Gloo group left to the interpreter's teardown
     aborted about one exit in four under mpiexec with "terminate called without an active
     exception" (torch's behaviour; a group the user created is theirs to destroy)."""
-    return bool(_OWNED) and dist.is_initialized() and dist.group.WORLD is _OWNED[0]
+    if not _OWNED or not dist.is_initialized():
+        return False
+    pid, group = _OWNED[0]
+    return pid == os.getpid() and dist.group.WORLD is group()  # a forked child's is a copy
 
 
 EXIT_DESTROY_S = 3.0
-"""How long the exit hook waits for the group it destroys.  A clean exit takes milliseconds; a
-script that leaves with work still in flight (it failed, say) would wait for the peers, up to
-the group's timeout, so after this the process exits as it would have without the hook."""
+"""How long the exit hook waits for the group it destroys.  A clean exit's destroy took
+milliseconds here (Gloo, 2 ranks); a script that leaves with a collective still in flight (it
+failed, say) would wait for its peers, up to the group's timeout.  After this the process goes
+on exiting with the destroy unfinished, which may abort as it would have without the hook."""
 
 
 def _shutdown_at_exit() -> None:
@@ -315,6 +323,9 @@ def _shutdown_at_exit() -> None:
     worker = threading.Thread(target=destroy, name="scaledl-exit", daemon=True)
     worker.start()
     worker.join(EXIT_DESTROY_S)
+    if worker.is_alive():
+        logger.warning("the process group was not destroyed within %g s of exit (a collective "
+                       "still waits for a peer); exiting without it", EXIT_DESTROY_S)
 
 
 # Registered when this module is first imported, before scaledl's communicators (which import

@@ -320,8 +320,14 @@ def test_a_rendezvous_port_in_use_is_named_with_the_fix() -> None:
     which the message called a timeout ("within 300 s") and blamed on the address."""
     import socket
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
+    try:  # bound as TCPStore binds (every address, IPv6 and IPv4), so its bind must fail
+        taken = socket.socket(socket.AF_INET6)
+        taken.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        taken.bind(("::", 0))
+    except OSError:
+        taken = socket.socket(socket.AF_INET)
+        taken.bind(("0.0.0.0", 0))
+    with taken:
         taken.listen()
         port = taken.getsockname()[1]
         env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
@@ -331,3 +337,18 @@ def test_a_rendezvous_port_in_use_is_named_with_the_fix() -> None:
                                  r"export MASTER_PORT=<a free port>"):
             bootstrap.init(environ=env, timeout=5)
     assert not dist.is_initialized()
+
+
+def test_a_group_the_script_destroys_itself_is_freed_at_once() -> None:
+    """init() remembers the group it made only weakly: ``dist.destroy_process_group()`` right
+    after it (torch's usual idiom) must free the group, its threads and its sockets then, not
+    at the interpreter's very end."""
+    import gc
+    import weakref
+
+    bootstrap.init(environ={}, topology="1")
+    assert bootstrap.owns_world()
+    group = weakref.ref(dist.group.WORLD)
+    dist.destroy_process_group()
+    gc.collect()
+    assert group() is None and not bootstrap.owns_world()
