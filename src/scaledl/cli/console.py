@@ -3,7 +3,8 @@
 A terminal that reports its size gets rich's usual output: colour, and tables fitted to its
 width.  Anything else gets plain text at least as wide as the report needs, so that no cell is
 cut short: a file, a pipe, and the pseudo-terminal that ``mpirun``/``mpiexec`` give their ranks,
-which says it is a terminal but has no size (0 x 0), whatever it forwards to.  Before, a report
+which says it is a terminal but has no size (0 x 0), whatever it forwards to; rich's
+``FORCE_COLOR`` or ``TTY_COMPATIBLE`` still ask for its terminal output.  Before, a report
 redirected to a file under ``mpiexec`` came out 80 columns wide, its cells cut to ``…``, with
 colour codes in the text.
 """
@@ -31,7 +32,7 @@ def report_console(min_width: int) -> Any:
     sized terminal (returned as ``Any``: rich ships no stubs this project checks against)."""
     from rich.console import Console
 
-    if sized_terminal():
-        return Console()
+    if sized_terminal() or os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE"):
+        return Console()  # rich's own rules, which honour those variables (and NO_COLOR)
     return Console(width=max(min_width, shutil.get_terminal_size().columns),
                    force_terminal=False, no_color=True)

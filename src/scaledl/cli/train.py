@@ -25,7 +25,7 @@ from scaledl.backend_errors import first_line
 from scaledl.bootstrap import DEFAULT_TIMEOUT_S
 from scaledl.launch.local import run_distributed, under_launcher
 from scaledl.launch.policy import SHARED_STORE_ENV, FaultPolicy, die_with_launcher
-from scaledl.cli.console import report_console
+from scaledl.cli.console import report_console, sized_terminal
 from scaledl.cli.outputs import check_output_dir
 from scaledl.faults import FAULT_ENV, check_fault_spec
 from scaledl.topology import TOPOLOGY_ENV
@@ -348,7 +348,10 @@ def _worker(config: TrainConfig) -> int:
                               timeout=config.parallel.timeout_s, topology=config.parallel.topology)
     try:
         # the one path of every run, the bench's pooled ones too: rank 0 writes summary.json
-        result = train_in_group(config, topology, device, RichProgress())
+        # a bar on a terminal that shows it; log lines in a file, a pipe or mpiexec's sizeless
+        # pseudo-terminal, where a bar's redraws would fill the log with control codes
+        bar = RichProgress() if sized_terminal() else None
+        result = train_in_group(config, topology, device, bar)
     except (ValueError, TypeError):
         raise
     except RuntimeError as error:
