@@ -5,6 +5,7 @@ handler) used to leave them in /dev/shm, a new name per run under torchrun."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -27,18 +28,27 @@ def _bench_with_a_recording_peer(rank: int, world_size: int) -> list[Any]:
 
     def make(collective: Collective, full: Any, part: Any) -> Any:
         def call() -> None:
-            events.append("timed")
+            events.append(("timed", time.monotonic()))
             dist.all_reduce(full)
         return call
 
-    peer = Peer("gloo", "recording", make, close=lambda: events.append("closed"))
-    collectives.open_peers = lambda names, one_host: ([peer], [])  # type: ignore[assignment]
+    def opened(names: object, one_host: object) -> tuple[list[Peer], list[str]]:
+        events.append(("opened", time.monotonic()))  # one clock for every process of the host
+        return [Peer("gloo", "recording", make,
+                     close=lambda: events.append(("closed", time.monotonic())))], []
+
+    collectives.open_peers = opened  # type: ignore[assignment]
     config = BenchConfig({Collective.ALLREDUCE: ("native",)}, (4096,), iters=2, warmup=1,
                          peers=("gloo",))
     run_benchmark(config, Topology.parse(str(world_size), rank=rank))
     return events
 
 
-def test_peers_are_closed_before_anything_is_timed() -> None:
-    for events in run_ranks(2, _bench_with_a_recording_peer, timeout=120):
-        assert events[0] == "closed" and "timed" in events, events
+def test_peers_are_closed_once_every_rank_opened_them_and_before_anything_is_timed() -> None:
+    ranks = run_ranks(2, _bench_with_a_recording_peer, timeout=120)
+    for events in ranks:
+        kinds = [kind for kind, _ in events]
+        assert kinds[:2] == ["opened", "closed"] and "timed" in kinds, kinds
+    last_open = max(at for events in ranks for kind, at in events if kind == "opened")
+    first_close = min(at for events in ranks for kind, at in events if kind == "closed")
+    assert last_open <= first_close  # no rank removes a file before every rank has opened

@@ -197,8 +197,17 @@ def _open_deepspeed() -> Peer:
                                                         "inference_all_reduce_")
     label = f"DeepSpeed {deepspeed.__version__}" + (" shm op" if ds_op else " (torch fallback)")
 
+    # Its shm kernels need AVX2 for float32 (level 1) and AVX-512BW for half precision (level
+    # 2); below that inference_all_reduce quietly runs Gloo's allreduce, which would be timed
+    # under the op's name, so those dtypes are not timed at all.
+    # (The backend is ``deepspeed.comm.comm.cdb``, set by init: the package re-exports None.)
+    backend = getattr(importlib.import_module("deepspeed.comm.comm"), "cdb", None)
+    level = getattr(backend, "shm_vector_kernel_level", 0) if ds_op else 0
+
     def make(collective: Collective, full: torch.Tensor, part: torch.Tensor) -> Call | None:
         if collective is not Collective.ALLREDUCE or full.dtype not in _DEEPSPEED_DTYPES:
+            return None
+        if ds_op and level < (1 if full.dtype is torch.float32 else 2):
             return None
         return lambda: ds_comm.inference_all_reduce(full)
 
