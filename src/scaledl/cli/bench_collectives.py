@@ -326,7 +326,7 @@ def render_peers(report: BenchReport, console: Any) -> None:
             *(f"{row['peer_us'][n]:.1f} ({row['vs'][n]:.2f}x)" if n in row["vs"] else "-"
               for n in names),
             f"{copy.one_core_gbps:.1f} / {copy.all_ranks_gbps:.1f}" if copy else "-",
-            f"{copy.allreduce_busbw_gbps:.2f}" if copy else "-",
+            f"{copy.allreduce_busbw_gbps:.2f}" if copy and copy.allreduce_busbw_gbps > 0 else "-",
             f"{fraction:.0%}" if fraction is not None else "-",
         )
     console.print(table)
