@@ -84,6 +84,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.05, help="seconds per sample")
     args = parser.parse_args()
     topology = scaledl.init(backend="gloo")
+    if dist.get_world_size() < 2:  # plain `python` starts one rank, which times nothing shared
+        raise SystemExit(f"{__file__} times ranks of one host against each other: run it "
+                         "under torchrun --nproc-per-node 2 (or more), as its docstring shows")
     comm = communicator_for(None)
     group = comm.shm
     assert group is not None, "run the ranks on one host"

@@ -30,6 +30,9 @@ ROUNDS = 7
 
 def main() -> None:
     scaledl.init(backend="gloo")
+    if dist.get_world_size() < 2:  # plain `python` starts one rank, which times nothing shared
+        raise SystemExit(f"{__file__} times ranks of one host against each other: run it "
+                         "under torchrun --nproc-per-node 2 (or more), as its docstring shows")
     group = communicator_for(None).shm
     assert group is not None, "run the ranks on one host"
     sizes = [int(arg) for arg in sys.argv[1:]] or [4096, 65536]

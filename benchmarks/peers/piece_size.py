@@ -42,6 +42,9 @@ def main() -> None:
                         choices=("allreduce", "reduce_scatter", "allgather", "broadcast"))
     args = parser.parse_args()
     scaledl.init(backend="gloo")
+    if dist.get_world_size() < 2:  # plain `python` starts one rank, which times nothing shared
+        raise SystemExit(f"{__file__} times ranks of one host against each other: run it "
+                         "under torchrun --nproc-per-node 2 (or more), as its docstring shows")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     windows = [float(w) for w in args.windows.split(",")]
     groups = []

@@ -32,6 +32,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.1)
     args = parser.parse_args()
     scaledl.init(backend="gloo")
+    if dist.get_world_size() < 2:  # plain `python` starts one rank, which times nothing shared
+        raise SystemExit(f"{__file__} times ranks of one host against each other: run it "
+                         "under torchrun --nproc-per-node 2 (or more), as its docstring shows")
     pieces = [int(float(text) * (1 << 20)) for text in args.pieces.split(",")]
     sizes = [int(float(text) * (1 << 20)) for text in args.sizes.split(",")]
     tensors = {nbytes: torch.zeros(nbytes // 4) for nbytes in sizes}
