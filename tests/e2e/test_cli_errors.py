@@ -34,7 +34,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for module in (train, bench_collectives, bench_train):
         monkeypatch.setattr(module, "run_distributed", reached)
     monkeypatch.setattr(methods_run, "run_all", reached)
-    monkeypatch.setattr(bench_algorithms, "_console", reached)
+    monkeypatch.setattr(bench_algorithms, "report_console", reached)
     monkeypatch.setattr(netns, "preflight", lambda: None)  # no root needed to check options
     monkeypatch.setattr(cluster, "_run_ephemeral", reached)
     monkeypatch.setattr(cluster, "_run_on", reached)
