@@ -95,7 +95,8 @@ def test_bench_reduce_times_torch_beside_scaledl(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--algorithms", "bogus"], "unknown algorithm 'bogus'; choose from: ring"),
-    (["--ranks", "0"], "--ranks 0 must be at least 1"),
+    (["--ranks", "0"], "--ranks/--workers 0 must be at least 1"),
+    (["--workers", "0"], "--ranks/--workers 0 must be at least 1"),  # the other commands' name
     (["--algorithms", "torus"], "needs the network layout: pass --topology"),
     (["--max-bytes", "12Q"], "not a byte count"),
     (["--topology", "3x2"], "describes 6 ranks but the world size is 2"),

@@ -80,9 +80,9 @@ def add_parser(kinds: Any) -> None:
         description="Time collective algorithms per message size on local workers (or under a "
                     "launcher) and compare them with the native torch.distributed collective.",
     )
-    p.add_argument("--ranks", type=int, default=None,
+    p.add_argument("--ranks", "--workers", dest="ranks", type=int, default=None,
                    help=f"local worker processes (default {DEFAULT_RANKS}; under a launcher "
-                        "the launcher's count)")
+                        "the launcher's count); --workers as in the other commands")
     p.add_argument("--collectives", default="allreduce",
                    help=f"comma list of {', '.join(c.value for c in Collective)}")
     p.add_argument("--algorithms", default=None,
@@ -170,13 +170,14 @@ def run(args: argparse.Namespace) -> int:
     """Check the options, then launch the workers (or be one)."""
     ranks = DEFAULT_RANKS if args.ranks is None else args.ranks
     if ranks < 1:
-        raise ValueError(f"--ranks {ranks} must be at least 1")
+        raise ValueError(f"--ranks/--workers {ranks} must be at least 1")
     config = build_config(args)
     _check_outputs(args)
     launched = under_launcher()
     world_size = read_launch_env().world_size if launched else ranks
     if launched and args.ranks is not None and args.ranks != world_size:
-        log.warning("--ranks %d ignored: the launcher started %d ranks", args.ranks, world_size)
+        log.warning("--ranks/--workers %d ignored: the launcher started %d ranks", args.ranks,
+                    world_size)
     _check_layout(config, world_size, launched)
     return run_distributed(ranks, args.argv, lambda: _worker(args, config))
 
