@@ -128,3 +128,13 @@ def test_render_peers_prints_the_ratio_columns() -> None:
     assert "peer mpi: Open MPI v5" in text
     assert "120.0 (1.20x)" in text and "400.0 (5.00x)" in text  # auto: 80 us
     assert "of bound" in text and "200%" in text
+
+
+def test_render_peers_names_only_the_peers_that_were_timed() -> None:
+    """A peer that timed nothing (DeepSpeed asked for int32, MPI for bfloat16) is not listed
+    as if it had run."""
+    report = _report()
+    report.peers["deepspeed"] = "DeepSpeed 0.19.8 shm op"  # opened, but no row of its own
+    out = io.StringIO()
+    render_peers(report, Console(file=out, width=220))
+    assert "peer mpi: Open MPI v5" in out.getvalue() and "deepspeed" not in out.getvalue()

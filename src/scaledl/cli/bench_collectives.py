@@ -306,9 +306,10 @@ def render_peers(report: BenchReport, console: Any) -> None:
     rows = peer_rows(report.measurements, report.copies)
     if not rows:
         return
-    for name, label in report.peers.items():
-        console.print(f"peer {name}: {label}", markup=False, highlight=False)
     names = list(dict.fromkeys(name for row in rows for name in row["vs"]))
+    for name, label in report.peers.items():  # the peers that were timed, with their version
+        if name in names:
+            console.print(f"peer {name}: {label}", markup=False, highlight=False)
     copies = {copy.nbytes: copy for copy in report.copies}
     table = Table(title="against the peers: medians of interleaved samples; a peer's time, "
                         "and its ratio to scaledl's (> 1: scaledl faster)")
