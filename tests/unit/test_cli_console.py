@@ -60,10 +60,15 @@ def test_a_terminal_that_reports_its_size_keeps_rich_output(
     pty: tuple[int, io.TextIOWrapper], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _on(monkeypatch, pty[1])
-    _resize(pty[0], 30, 100)
+    _resize(pty[0], 30, 60)
     assert sized_terminal()
     console = report_console(140)
-    assert console.is_terminal and not console.no_color  # rich then sizes it from the terminal
+    assert console.is_terminal and not console.no_color and console.width >= 140
+    table = Table("size", "a column with a long heading", "another column with a long heading")
+    table.add_row("4 KiB", "248.3", "2924.1")
+    with console.capture() as captured:  # a terminal narrower than the report cut numbers
+        console.print(table)
+    assert "…" not in captured.get() and "2924.1" in captured.get()
 
 
 def test_a_file_gets_a_plain_wide_report(monkeypatch: pytest.MonkeyPatch) -> None:
