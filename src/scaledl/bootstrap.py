@@ -121,19 +121,17 @@ def _join(backend: str, launch: LaunchEnv, timeout: timedelta, env: Mapping[str,
                 world_size=launch.world_size, timeout=timeout, device_id=device,
             )
         except dist.DistError as error:
+            who = f"rank {launch.rank} of {launch.world_size} ({launch.launcher})"
             if "EADDRINUSE" in str(error) or "address already in use" in str(error).lower():
-                raise RendezvousError(
-                    f"rank {launch.rank} of {launch.world_size} ({launch.launcher}) could not "
-                    f"open the rendezvous at {address}: port {launch.master_port} is in use, "
-                    "likely by another job on this host; export MASTER_PORT=<a free port> (every "
-                    "rank the same; mpirun: -x MASTER_PORT) and start again "
-                    f"({error})"
-                ) from error
-            raise RendezvousError(
-                f"rank {launch.rank} of {launch.world_size} ({launch.launcher}) could not join "
-                f"the process group at {address} within {timeout.total_seconds():g} s; check that "
-                f"every rank started and that MASTER_ADDR/MASTER_PORT reach rank 0 ({error})"
-            ) from error
+                problem = (f"could not open the rendezvous at {address}: port "
+                           f"{launch.master_port} is in use, likely by another job on this host; "
+                           "export MASTER_PORT=<a free port> (every rank the same; mpirun: -x "
+                           "MASTER_PORT) and start again")
+            else:
+                problem = (f"could not join the process group at {address} within "
+                           f"{timeout.total_seconds():g} s; check that every rank started and "
+                           "that MASTER_ADDR/MASTER_PORT reach rank 0")
+            raise RendezvousError(f"{who} {problem} ({error})") from error
 
 
 _STORES: dict[tuple[str, int, int], tuple[Store, int]] = {}

@@ -483,7 +483,7 @@ def _measure(run: BenchRun, config: BenchConfig, peers: list[Peer], topology: To
                 log.warning("skipping %s at %s: fewer elements than ranks", collective.value,
                             format_bytes(nbytes))
                 continue
-            if buffers.nbytes != nbytes and dist.get_rank() == 0:  # never swapped silently
+            if buffers.nbytes != nbytes and topology.rank == 0:  # never swapped silently
                 log.warning("%s of %d bytes is not a whole number of %s elements%s: timing %d "
                             "bytes", collective.value, nbytes, config.dtype,
                             "" if buffers.part.numel() == 0 else
